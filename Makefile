@@ -1,0 +1,34 @@
+# pubsublab: `sudo make demo` and `sudo make test` install whatever is missing first.
+# The Vagrant VM keeps the venv off the shared folder via PUBSUBLAB_VENV.
+VENV ?= $(if $(PUBSUBLAB_VENV),$(PUBSUBLAB_VENV),.venv)
+BIN  := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint bench clean-runs help
+
+help:
+	@echo "sudo make demo   install what is missing, run the demo experiment"
+	@echo "sudo make test   install what is missing, run the whole test suite"
+	@echo "sudo make setup  only install (idempotent: apt packages, Open vSwitch, venv)"
+	@echo "make lint        ruff over the code"
+
+setup:
+	@PUBSUBLAB_VENV=$(VENV) ./scripts/provision.sh
+
+demo: setup
+	$(BIN)/pubsublab demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+lint:
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/pubsublab bench matching
+	$(BIN)/pubsublab bench sim
+	$(BIN)/pubsublab bench broker
+
+clean-runs:
+	rm -rf runs

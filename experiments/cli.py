@@ -1,0 +1,152 @@
+"""The `pubsublab` command line.
+
+Every subcommand has --help. Commands that accept --json print progress on standard error
+and, as the last line of standard output, one JSON object with their results.
+Emulated commands need root and say so in one line when run without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments.spec import SpecError, load_spec
+
+DEFAULT_RUNS = Path("runs")
+
+
+def _emit(args: argparse.Namespace, result: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(result, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from experiments.doctor import format_report, probe
+
+    result = probe()
+    _emit(args, result, format_report(result))
+    return 0 if result["ok"] else 1
+
+
+def _topo_params(pairs: list[str]) -> dict[str, Any]:
+    import yaml
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SpecError(f"--param {pair!r}: expected key=value")
+        k, v = pair.split("=", 1)
+        params[k] = yaml.safe_load(v)
+    return params
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    from topologies.links import LinkParams
+    from topologies.registry import TOPOLOGIES, build_graph, describe
+
+    if args.action == "list":
+        _emit(args, {"topologies": sorted(TOPOLOGIES)}, "\n".join(sorted(TOPOLOGIES)))
+        return 0
+    if not args.name:
+        raise SpecError("topo show: name a topology (pubsublab topo list)")
+    try:
+        links = LinkParams(bw_mbps=args.bw_mbps, delay_ms=args.delay_ms)
+        g = build_graph(args.name, _topo_params(args.param), links)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    d = describe(g)
+    counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items())
+    text = f"{d['name']} ({d['mode']}): {counts}"
+    for note in d.get("notes", []):
+        text += f"\nnote: {note}"
+    _emit(args, d, text)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from experiments.runner import run_experiment
+
+    spec = load_spec(args.spec, args.set)
+    run_dir, manifest = run_experiment(spec, args.out, cli=args.cli)
+    result = {"run_dir": str(run_dir), "status": manifest["status"],
+              "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing")}
+    _emit(args, result, f"run folder: {run_dir}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    args.spec = "demo"
+    return cmd_run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pubsublab",
+        description="Mininet testbed for publish/subscribe broker overlays "
+                    "(OctopiA, LBDD, Meghdoot, CoDD, Kyra).",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("doctor", help="check what this machine can emulate and what to install",
+                       description="Probe root, Mininet, Open vSwitch, netem/htb/tbf, Java, "
+                                   "cgroups, memory and cores; say what to install when missing.")
+    d.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    d.set_defaults(func=cmd_doctor)
+
+    t = sub.add_parser("topo", help="list topologies or show one's brokers and links",
+                       description="Show a topology without building it (no root needed).")
+    t.add_argument("action", choices=["show", "list"])
+    t.add_argument("name", nargs="?", help="topology name, e.g. scot, scot-paper, "
+                                           "gigabit-cluster, scot-compute-nodes")
+    t.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
+                   help="topology parameter, e.g. -p m=3 -p tree=a-b,b-c (repeatable)")
+    t.add_argument("--bw-mbps", type=float, default=100.0, help="link bandwidth (default 100)")
+    t.add_argument("--delay-ms", type=float, default=0.0, help="link delay (default 0)")
+    t.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    t.set_defaults(func=cmd_topo)
+
+    for name, func, helptext in (
+        ("run", cmd_run, "run an experiment spec in Mininet (root)"),
+        ("demo", cmd_demo, "run the demo experiment in Mininet (root)"),
+    ):
+        r = sub.add_parser(name, help=helptext, description=helptext + ". Leaves a run folder "
+                           "with manifest.json (resolved spec, seed, git revision, probe, link "
+                           "mechanisms, fidelity measurements).")
+        if name == "run":
+            r.add_argument("spec", help="shipped spec name (experiments/specs/NAME.yaml) or path")
+        r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override one spec field, e.g. --set scale=0.1 (repeatable)")
+        r.add_argument("--out", type=Path, default=DEFAULT_RUNS,
+                       help="folder for run folders (default ./runs)")
+        r.add_argument("--cli", action="store_true",
+                       help="open the Mininet CLI on the live network before teardown")
+        r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+        r.set_defaults(func=func)
+    return p
+
+
+def _sigterm(_signo: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return args.func(args)
+    except (SpecError, PermissionError, RuntimeError) as exc:
+        print(f"pubsublab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pubsublab: interrupted; cleaned up", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Capability probe: what this machine can emulate, and what to install where it cannot.
+
+`pubsublab doctor` prints it; the runner calls :func:`probe` to choose mechanisms (the
+switch kind, kernel netem or in-broker latency emulation) and stores the result in every
+run's manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    """One capability: whether it is there, what was seen, and the fix when it is not."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _run(cmd: list[str], timeout_s: float = 10.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def _qdisc_supported(kind: str) -> tuple[bool, str]:
+    """Try the qdisc on a throw-away dummy interface: the only reliable test, since a
+    missing module shows up only as "Specified qdisc kind is unknown" when used."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        return False, "not tested (needs root, ip and tc)"
+    dev = "psldoctor0"
+    _run(["ip", "link", "del", dev])
+    # veth, not dummy: some kernels here lack the dummy driver.
+    made = _run(["ip", "link", "add", dev, "type", "veth", "peer", "name", "psldoctor1"])
+    if made.returncode != 0:
+        return False, f"cannot create a test interface: {made.stderr.strip()}"
+    try:
+        args = {
+            "netem": ["netem", "delay", "1ms"],
+            "htb": ["htb", "default", "1"],
+            "tbf": ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms"],
+        }[kind]
+        res = _run(["tc", "qdisc", "add", "dev", dev, "root", *args])
+        return res.returncode == 0, (res.stderr.strip() or "works")
+    finally:
+        _run(["ip", "link", "del", dev])
+
+
+def _ovs() -> Check:
+    if not shutil.which("ovs-vsctl"):
+        return Check("openvswitch", False, "ovs-vsctl not found",
+                     "apt-get install openvswitch-switch (sudo make setup does it)")
+    res = _run(["ovs-vsctl", "--timeout=3", "show"])
+    if res.returncode != 0:
+        return Check("openvswitch", False, "installed but ovsdb-server is not running",
+                     "/usr/share/openvswitch/scripts/ovs-ctl start (sudo make setup does it)")
+    kernel = Path("/sys/module/openvswitch").exists()
+    return Check("openvswitch", True,
+                 "kernel datapath" if kernel else "userspace datapath (no kernel module)")
+
+
+def _java() -> Check:
+    java = shutil.which("java")
+    if not java:
+        return Check("java", False, "java not found",
+                     "apt-get install openjdk-17-jre-headless (or default-jre-headless)")
+    out = _run([java, "-version"]).stderr
+    m = re.search(r'version "(\d+)', out)
+    major = int(m.group(1)) if m else 0
+    return Check("java", major >= 17, f"Java {major}" if major else out.strip()[:80],
+                 "" if major >= 17 else "install Java 17 or newer for PySpark 4")
+
+
+def _mininet() -> Check:
+    try:
+        from mininet.net import VERSION
+    except ImportError:
+        return Check("mininet", False, "python module mininet not importable",
+                     "apt-get install mininet and make the venv with --system-site-packages")
+    return Check("mininet", True, f"Mininet {VERSION}")
+
+
+def _cgroup_cpu() -> Check:
+    v1 = Path("/sys/fs/cgroup/cpu").is_dir() or Path("/sys/fs/cgroup/cpu,cpuacct").is_dir()
+    ctrl = Path("/sys/fs/cgroup/cgroup.controllers")
+    v2 = ctrl.exists() and "cpu" in ctrl.read_text().split()
+    detail = "cgroup v1 cpu" if v1 else ("cgroup v2 cpu" if v2 else "no cpu controller")
+    return Check("cgroup_cpu", v1 or v2, detail,
+                 "" if v1 or v2 else "CPULimitedHost unavailable; runs use plain hosts",
+                 required=False)
+
+
+def _memory_cores() -> list[Check]:
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            mem_kb = int(line.split()[1])
+    cores = os.cpu_count() or 1
+    return [
+        Check("memory", mem_kb > 2 * 1024 * 1024, f"{mem_kb / 1024 / 1024:.1f} GiB available",
+              "" if mem_kb > 2 * 1024 * 1024 else "free memory: Spark and 70 hosts need 2 GiB"),
+        Check("cores", True, f"{cores} cores", required=False),
+    ]
+
+
+def _tool(name: str, package: str) -> Check:
+    path = shutil.which(name)
+    return Check(name, bool(path), path or "not found", "" if path else f"apt-get install {package}")
+
+
+def probe() -> dict[str, Any]:
+    """Run every check. ``mechanisms`` says what the runner will use because of them."""
+    root = os.geteuid() == 0
+    checks = [
+        Check("root", root, "running as root" if root else f"uid {os.geteuid()}",
+              "" if root else "emulated runs need root: use sudo"),
+        _mininet(),
+        _ovs(),
+    ]
+    for kind in ("netem", "htb", "tbf"):
+        ok, detail = _qdisc_supported(kind)
+        fix = {
+            "netem": "link delay/loss fall back to in-broker emulation; for kernel netem use "
+                     "a kernel with sch_netem (e.g. the Vagrant VM's stock Ubuntu kernel)",
+            "htb": "link bandwidth cannot be shaped: load sch_htb",
+            "tbf": "load sch_tbf",
+        }[kind]
+        checks.append(Check(kind, ok, detail, "" if ok else fix, required=kind == "htb"))
+    checks += [
+        _tool("tcpdump", "tcpdump"),
+        _tool("iperf3", "iperf3"),
+        _tool("ethtool", "ethtool"),
+        _java(),
+        _cgroup_cpu(),
+        *_memory_cores(),
+    ]
+    by_name = {c.name: c for c in checks}
+    ovs = by_name["openvswitch"]
+    mechanisms = {
+        "delay_loss": "netem" if by_name["netem"].ok else "in-broker",
+        "bandwidth": "htb" if by_name["htb"].ok else "none",
+        "ovs_datapath": (
+            None if not ovs.ok else ("kernel" if ovs.detail.startswith("kernel") else "user")
+        ),
+    }
+    return {
+        "ok": all(c.ok for c in checks if c.required),
+        "checks": [asdict(c) for c in checks],
+        "mechanisms": mechanisms,
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """Human-readable table of a probe result."""
+    lines = []
+    for c in result["checks"]:
+        mark = "ok " if c["ok"] else ("MISSING" if c["required"] else "no ")
+        line = f"{mark:8}{c['name']:13}{c['detail']}"
+        if c["fix"]:
+            line += f"\n{'':21}-> {c['fix']}"
+        lines.append(line)
+    mech = ", ".join(f"{k}={v}" for k, v in result["mechanisms"].items())
+    lines.append(f"mechanisms: {mech}")
+    return "\n".join(lines)

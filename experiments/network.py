@@ -1,0 +1,167 @@
+"""Build a topology graph into a running Mininet network, and take it down completely.
+
+:class:`Emulation` owns everything a run creates on the machine: the Mininet network, the
+processes started on its hosts, and the state file that lets a later run undo a crash
+(:mod:`experiments.leftovers`). ``stop()`` is idempotent and is called from ``finally``.
+
+Mechanisms (chosen from the capability probe and written to the manifest):
+- bandwidth: HTB via Mininet's TCLink (the limit raised above Mininet's 1000 Mbit/s cap
+  for the 10 Gbit/s compute-node uplinks);
+- delay and loss: kernel netem where it exists, else left to the brokers' in-process link
+  emulation (the runner passes them in the broker configs);
+- queue length: netem's limit where netem exists, else a pfifo of that many packets under
+  the HTB class;
+- switches: a Linux bridge by default (fastest here), Open vSwitch when asked for (userspace
+  datapath when there is no kernel module, with checksum offload switched off on every
+  interface, without which TCP over veth hangs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import networkx as nx
+
+from experiments.leftovers import RunState, remove_network_leftovers, sweep_stale
+from topologies.links import LinkParams
+
+Log = Callable[[str], None]
+
+
+def link_mechanisms(graph: nx.Graph, probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """For every link, which mechanism carries each configured parameter."""
+    netem = probe["mechanisms"]["delay_loss"] == "netem"
+    rows = []
+    for a, b, data in sorted(graph.edges(data=True)):
+        p: LinkParams = data["params"]
+        mech: dict[str, str] = {}
+        if p.bw_mbps is not None:
+            mech["bw_mbps"] = "htb" + (" (Mininet's 1000 Mbit/s cap raised)"
+                                       if p.bw_mbps > 1000 else "")
+        for key, value in (("delay_ms", p.delay_ms), ("loss_pct", p.loss_pct)):
+            if value:
+                mech[key] = "netem" if netem else "in-broker"
+        if p.max_queue_pkts is not None:
+            mech["max_queue_pkts"] = "netem limit" if netem else "pfifo"
+        rows.append({"a": a, "b": b, "type": data.get("type"), "params": vars(p).copy(),
+                     "mechanism": mech})
+    return rows
+
+
+class Emulation:
+    """A Mininet network built from a topology graph, with its processes."""
+
+    def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log) -> None:
+        self.graph = graph
+        self.switch = switch
+        self.probe = probe
+        self.log = log
+        self.net: Any = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.state: RunState | None = None
+        self.build_s = 0.0
+
+    # -- life cycle ----------------------------------------------------------------
+    def start(self) -> None:
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        from topologies.mininet_topo import GraphTopo, HighBwTCLink
+
+        stale = sweep_stale()
+        if stale:
+            self.log(f"cleaned leftovers of an earlier run: {', '.join(stale)}")
+        setLogLevel("error")
+        netem = self.probe["mechanisms"]["delay_loss"] == "netem"
+        topo = GraphTopo(graph=self.graph, netem=netem)
+        switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
+        self.state = RunState()
+        self.state.add_nodes(list(self.graph.nodes))
+        if self.switch == "ovs":
+            self.state.add_bridges(switches)
+        # Our own names might still be taken by something a sweep could not attribute.
+        remove_network_leftovers(list(self.graph.nodes), switches if self.switch == "ovs" else [])
+        t0 = time.monotonic()
+        self.net = Mininet(topo=topo, link=HighBwTCLink, switch=self._switch_class(),
+                           controller=None, autoSetMacs=True, build=False,
+                           waitConnected=False)
+        self.net.build()
+        for h in self.net.hosts:
+            self.state.add_proc(h.pid)
+        self.net.start()
+        if self.switch == "ovs" and self.probe["mechanisms"]["ovs_datapath"] == "user":
+            self._checksum_offload_off()
+        if not netem:
+            self._queue_limits_without_netem()
+        self.build_s = time.monotonic() - t0
+
+    def _switch_class(self) -> Any:
+        if self.switch == "bridge":
+            from mininet.nodelib import LinuxBridge
+
+            return partial(LinuxBridge, stp=False)
+        from mininet.node import OVSSwitch
+
+        datapath = self.probe["mechanisms"]["ovs_datapath"]
+        if datapath is None:
+            raise RuntimeError("switch: ovs requested but Open vSwitch is not running "
+                               "(run `sudo make setup`, or use switch: bridge)")
+        return partial(OVSSwitch, datapath="user" if datapath == "user" else "kernel",
+                       failMode="standalone")
+
+    def _checksum_offload_off(self) -> None:
+        for node in self.net.hosts + self.net.switches:
+            for intf in node.intfList():
+                if intf.name != "lo":
+                    node.cmd(f"ethtool -K {intf.name} tx off rx off >/dev/null 2>&1")
+
+    def _queue_limits_without_netem(self) -> None:
+        for a, b, data in self.graph.edges(data=True):
+            p: LinkParams = data["params"]
+            if p.max_queue_pkts is None:
+                continue
+            for link in self.net.linksBetween(self.net[a], self.net[b]):
+                for intf in (link.intf1, link.intf2):
+                    parent = "parent 5:1 handle 10:" if p.bw_mbps is not None else "root"
+                    out = intf.node.cmd(
+                        f"tc qdisc add dev {intf.name} {parent} pfifo limit {p.max_queue_pkts}")
+                    if out.strip():
+                        raise RuntimeError(f"queue limit on {intf.name} failed: {out.strip()}")
+
+    def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start a process on a Mininet host; it is ended by pid at teardown."""
+        proc = self.net[host].popen(argv, **kwargs)
+        self.procs.append(proc)
+        if self.state:
+            self.state.add_proc(proc.pid)
+        return proc
+
+    def stop(self) -> None:
+        """End our processes, stop the network, delete what is left of our naming."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 5.0
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+        if self.net is not None:
+            net, self.net = self.net, None
+            try:
+                net.stop()
+            finally:
+                switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
+                remove_network_leftovers(list(self.graph.nodes),
+                                         switches if self.switch == "ovs" else [])
+        if self.state is not None:
+            self.state.remove()
+            self.state = None

@@ -1,0 +1,241 @@
+"""Experiment specs: YAML in, typed frozen objects out, or one clear error.
+
+A spec names a topology and its parameters, the default link parameters, the switch kind,
+the duration, the seed, the scale factor (how far the paper's workload was scaled down to
+fit these machines), the fidelity check, the workload and the routing algorithms. Every
+field is checked before anything starts; a :class:`SpecError` names the field, the bad
+value and what is allowed. Names that later reach a shell or a file system (spec name,
+algorithm names) must match :data:`NAME_RE`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies.links import LinkParams
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+SPECS_DIR = Path(__file__).parent / "specs"
+SWITCH_KINDS = ("bridge", "ovs")
+CONTROLLERS = (None, "os-ken")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be run; the message is one line meant for the user."""
+
+
+def _fail(where: str, value: Any, allowed: str) -> SpecError:
+    return SpecError(f"{where}: bad value {value!r}; allowed: {allowed}")
+
+
+def _take(d: Mapping[str, Any], where: str, known: set[str]) -> dict[str, Any]:
+    if not isinstance(d, Mapping):
+        raise _fail(where, d, "a mapping")
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}; "
+                        f"allowed: {', '.join(sorted(known))}")
+    return dict(d)
+
+
+def _number(v: Any, where: str, *, lo: float, hi: float = float("inf"),
+            integer: bool = False) -> float:
+    ok_type = isinstance(v, int) if integer else isinstance(v, int | float)
+    if isinstance(v, bool) or not ok_type or not lo <= v <= hi:
+        kind = "an integer" if integer else "a number"
+        raise _fail(where, v, f"{kind} in [{lo}, {hi}]")
+    return v
+
+
+def check_name(v: Any, where: str) -> str:
+    """A name safe for shells and paths, or a SpecError."""
+    if not isinstance(v, str) or not NAME_RE.match(v):
+        raise _fail(where, v, "lowercase letters, digits, '-' and '_', starting with a letter, "
+                              "at most 40 characters")
+    return v
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FidelitySpec:
+    """The link fidelity check: iperf3 over ``links`` sampled links for ``iperf_s`` seconds
+    each, and the idle-CPU criterion of Mininet-HiFi (at least ``min_idle_pct`` % idle)."""
+
+    links: int = 3
+    iperf_s: float = 2.0
+    min_idle_pct: float = 35.0
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    algorithms: tuple[str, ...] = ("flood",)
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    topology: TopologySpec
+    links: LinkParams
+    switch: str = "bridge"
+    controller: str | None = None
+    duration_s: float = 10.0
+    seed: int = 1
+    scale: float = 1.0
+    description: str = ""
+    fidelity: FidelitySpec = field(default_factory=FidelitySpec)
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
+    link_overrides: tuple[tuple[str, str, LinkParams], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data, for the manifest."""
+        def lp(p: LinkParams) -> dict[str, Any]:
+            return {"bw_mbps": p.bw_mbps, "delay_ms": p.delay_ms, "loss_pct": p.loss_pct,
+                    "max_queue_pkts": p.max_queue_pkts}
+        return {
+            "name": self.name, "description": self.description,
+            "topology": {"name": self.topology.name, "params": dict(self.topology.params)},
+            "links": lp(self.links), "switch": self.switch, "controller": self.controller,
+            "duration_s": self.duration_s, "seed": self.seed, "scale": self.scale,
+            "fidelity": vars(self.fidelity).copy(), "workload": dict(self.workload),
+            "routing": {"algorithms": list(self.routing.algorithms),
+                        "params": dict(self.routing.params)},
+            "link_overrides": [{"a": a, "b": b, **lp(p)} for a, b, p in self.link_overrides],
+        }
+
+
+_TOP = {"name", "description", "topology", "links", "switch", "controller", "duration_s",
+        "seed", "scale", "fidelity", "workload", "routing", "link_overrides"}
+
+
+def _link_params(d: Any, where: str) -> LinkParams:
+    try:
+        return LinkParams.from_mapping(d if d is not None else {}, where)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def parse_spec(data: Any) -> Spec:
+    """Validate plain data (as loaded from YAML) into a :class:`Spec`."""
+    d = _take(data, "spec", _TOP)
+    if "name" not in d or "topology" not in d:
+        raise SpecError("spec: 'name' and 'topology' are required")
+    name = check_name(d["name"], "name")
+    topo = _take(d["topology"], "topology", {"name", "params"})
+    if not isinstance(topo.get("name"), str):
+        raise _fail("topology.name", topo.get("name"), "a topology name (pubsublab topo list)")
+    tparams = topo.get("params") or {}
+    if not isinstance(tparams, Mapping):
+        raise _fail("topology.params", tparams, "a mapping")
+    switch = d.get("switch", "bridge")
+    if switch not in SWITCH_KINDS:
+        raise _fail("switch", switch, ", ".join(SWITCH_KINDS))
+    controller = d.get("controller")
+    if controller not in CONTROLLERS:
+        raise _fail("controller", controller, "os-ken or absent")
+    fid = _take(d.get("fidelity") or {}, "fidelity", {"links", "iperf_s", "min_idle_pct"})
+    fidelity = FidelitySpec(
+        links=int(_number(fid.get("links", 3), "fidelity.links", lo=0, hi=50, integer=True)),
+        iperf_s=_number(fid.get("iperf_s", 2.0), "fidelity.iperf_s", lo=0.5, hi=60),
+        min_idle_pct=_number(fid.get("min_idle_pct", 35.0), "fidelity.min_idle_pct",
+                             lo=0, hi=100),
+    )
+    rout = _take(d.get("routing") or {}, "routing", {"algorithms", "params"})
+    algos = rout.get("algorithms", ["flood"])
+    if isinstance(algos, str):
+        algos = [algos]
+    if not isinstance(algos, list) or not algos:
+        raise _fail("routing.algorithms", algos, "a non-empty list of algorithm names")
+    routing = RoutingSpec(
+        algorithms=tuple(check_name(a, f"routing.algorithms[{i}]") for i, a in enumerate(algos)),
+        params=dict(rout.get("params") or {}),
+    )
+    overrides = []
+    for i, o in enumerate(d.get("link_overrides") or []):
+        where = f"link_overrides[{i}]"
+        o = _take(o, where, {"a", "b", "bw_mbps", "delay_ms", "loss_pct", "max_queue_pkts"})
+        a, b = o.pop("a", None), o.pop("b", None)
+        if not isinstance(a, str) or not isinstance(b, str):
+            raise _fail(f"{where}.a/b", (a, b), "two node names")
+        overrides.append((a, b, _link_params(o, where)))
+    workload = d.get("workload") or {}
+    if not isinstance(workload, Mapping):
+        raise _fail("workload", workload, "a mapping")
+    description = d.get("description", "")
+    if not isinstance(description, str):
+        raise _fail("description", description, "a string")
+    return Spec(
+        name=name,
+        description=description,
+        topology=TopologySpec(topo["name"], dict(tparams)),
+        links=_link_params(d.get("links"), "links"),
+        switch=switch,
+        controller=controller,
+        duration_s=_number(d.get("duration_s", 10.0), "duration_s", lo=0, hi=86400),
+        seed=int(_number(d.get("seed", 1), "seed", lo=0, hi=2**32 - 1, integer=True)),
+        scale=_number(d.get("scale", 1.0), "scale", lo=1e-6, hi=1.0),
+        fidelity=fidelity,
+        workload=dict(workload),
+        routing=routing,
+        link_overrides=tuple(overrides),
+    )
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``--set key.path=value`` (value parsed as YAML) to raw spec data."""
+    if "=" not in assignment:
+        raise SpecError(f"--set {assignment!r}: expected key.path=value")
+    path, raw = assignment.split("=", 1)
+    keys = path.strip().split(".")
+    if not all(keys):
+        raise SpecError(f"--set {assignment!r}: empty key in {path!r}")
+    node = data
+    for k in keys[:-1]:
+        nxt = node.setdefault(k, {})
+        if not isinstance(nxt, dict):
+            raise SpecError(f"--set {assignment!r}: {k!r} is not a mapping")
+        node = nxt
+    try:
+        node[keys[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"--set {assignment!r}: value is not valid YAML ({exc})") from None
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A shipped spec name (``experiments/specs/NAME.yaml``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise SpecError(f"spec file not found: {p}")
+        return p
+    shipped = SPECS_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        names = ", ".join(sorted(x.stem for x in SPECS_DIR.glob("*.yaml")))
+        raise SpecError(f"no spec named {name_or_path!r}; shipped specs: {names}")
+    return shipped
+
+
+def load_spec(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
+    """Read, override and validate a spec."""
+    path = resolve_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a spec must be a YAML mapping")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return parse_spec(data)

@@ -1,0 +1,55 @@
+"""Overlay messages: what travels between brokers and clients.
+
+A message is a type, a system-wide unique id, the node it originated at, the number of
+overlay hops it has taken, and a JSON-able payload that only routing cores interpret.
+The binary frame encoding of a message lives in :mod:`nodes.frames`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+class MsgType(enum.IntEnum):
+    """Message types; the integer is the one-byte code on the wire (never reuse a code)."""
+
+    ADVERTISE = 1
+    UNADVERTISE = 2
+    SUBSCRIBE = 3
+    UNSUBSCRIBE = 4
+    PUBLISH = 5
+    ADV_REPLY = 6  # OctopiA: a secondary cluster tells the host broker to set its CIV bit
+    CIB_SET = 7  # OctopiA: a subscription asks a publisher's host broker to set a CIV bit
+    CIV_NOTIFY = 8  # OctopiA IDR: a notification with the clusters still to be served
+    HELLO = 9  # link handshake: the sender names itself
+    DATA = 10  # bulk data slice (LBDD and point-to-point)
+    HEARTBEAT = 11
+    JOIN = 12
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One overlay message.
+
+    ``msg_id`` is unique per ``origin`` (the origin's own sequence number), so the pair
+    ``(origin, msg_id)`` identifies a message system-wide. ``hops`` counts overlay hops
+    taken so far. ``payload`` must be JSON-serialisable (str keys; str, int, float,
+    bool, None, lists and dicts of those).
+    """
+
+    type: MsgType
+    msg_id: int
+    origin: str
+    hops: int = 0
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The system-wide identity of the message."""
+        return (self.origin, self.msg_id)
+
+    def forwarded(self, payload: dict[str, Any] | None = None) -> Message:
+        """A copy one hop further on, optionally with a new payload."""
+        return replace(self, hops=self.hops + 1, payload=self.payload if payload is None else payload)

@@ -1,0 +1,37 @@
+"""Shared fixtures. Tests that need root, Mininet or Open vSwitch fail (never skip) with
+a message that says what to do when the capability is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """Fail unless running as root with Mininet importable and OVS running."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root: run `sudo make test`")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        pytest.fail("Mininet is not importable: run `sudo make setup` (apt-get install mininet)")
+    if not shutil.which("iperf3"):
+        pytest.fail("iperf3 missing: run `sudo make setup` (apt-get install iperf3)")
+    if subprocess.run(["ovs-vsctl", "--timeout=3", "show"], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.fail("Open vSwitch is not running: run `sudo make setup` "
+                    "(/usr/share/openvswitch/scripts/ovs-ctl start)")
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "runs"
+    d.mkdir()
+    return d
