@@ -56,7 +56,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
     if not args.name:
         raise SpecError("topo show: name a topology (pubsublab topo list)")
     try:
-        links = LinkParams(bw_mbps=args.bw_mbps, delay_ms=args.delay_ms)
+        links = None
+        if args.bw_mbps is not None or args.delay_ms is not None:
+            links = LinkParams(bw_mbps=args.bw_mbps, delay_ms=args.delay_ms or 0.0)
         g = build_graph(args.name, _topo_params(args.param), links)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
@@ -106,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "gigabit-cluster, scot-compute-nodes")
     t.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
                    help="topology parameter, e.g. -p m=3 -p tree=a-b,b-c (repeatable)")
-    t.add_argument("--bw-mbps", type=float, default=100.0, help="link bandwidth (default 100)")
-    t.add_argument("--delay-ms", type=float, default=0.0, help="link delay (default 0)")
+    t.add_argument("--bw-mbps", type=float, help="link bandwidth (default: the topology's)")
+    t.add_argument("--delay-ms", type=float, help="link delay (default: the topology's)")
     t.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     t.set_defaults(func=cmd_topo)
 

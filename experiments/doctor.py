@@ -113,7 +113,8 @@ def _memory_cores() -> list[Check]:
 
 def _tool(name: str, package: str) -> Check:
     path = shutil.which(name)
-    return Check(name, bool(path), path or "not found", "" if path else f"apt-get install {package}")
+    fix = "" if path else f"apt-get install {package}"
+    return Check(name, bool(path), path or "not found", fix)
 
 
 def probe() -> dict[str, Any]:

@@ -10,6 +10,7 @@ Two measurements, both written to the run manifest:
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -82,7 +83,7 @@ def configured_rate_mbps(graph: nx.Graph, a: str, b: str) -> float | None:
     """The narrowest configured bandwidth on the physical path from a to b."""
     path = nx.shortest_path(graph, a, b)
     rates = []
-    for u, v in zip(path, path[1:], strict=False):
+    for u, v in itertools.pairwise(path):
         p: LinkParams = graph.edges[u, v]["params"]
         if p.bw_mbps is None:
             continue

@@ -34,7 +34,8 @@ def _alive(pid: int) -> bool:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return raw.replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
 
@@ -78,6 +79,7 @@ def _kill_procs(procs: list[list[Any]]) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
                 killed.append(pid)
+    found = len(killed)
     deadline = time.monotonic() + 3.0
     while killed and time.monotonic() < deadline:
         killed = [p for p in killed if _alive(p)]
@@ -85,7 +87,7 @@ def _kill_procs(procs: list[list[Any]]) -> int:
     for pid in killed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return len(procs)
+    return found
 
 
 def root_interfaces() -> list[str]:
@@ -139,8 +141,7 @@ def sweep_stale() -> list[str]:
         if _alive(runner) and _cmdline(runner)[:200] == data.get("runner_cmd"):
             continue
         n = _kill_procs(data.get("procs", []))
-        if n:
-            removed.append(f"procs:{n}")
+        removed.append(f"state of dead runner {runner}" + (f" ({n} processes)" if n else ""))
         removed += remove_network_leftovers(data.get("nodes", []), data.get("bridges", []))
         f.unlink(missing_ok=True)
     return removed

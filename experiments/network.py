@@ -53,6 +53,19 @@ def link_mechanisms(graph: nx.Graph, probe: dict[str, Any]) -> list[dict[str, An
     return rows
 
 
+def _interrupt_pending_commands(net: Any) -> None:
+    """A Ctrl-C that lands inside ``node.cmd()`` leaves that node's shell busy, and Mininet
+    then refuses every later command, its own teardown included: interrupt and drain."""
+    deadline = time.monotonic() + 5.0
+    for node in net.values():
+        if not getattr(node, "waiting", False):
+            continue
+        node.sendInt()
+        while node.waiting and time.monotonic() < deadline:
+            node.monitor(timeoutms=200)
+        node.waiting = False
+
+
 class Emulation:
     """A Mininet network built from a topology graph, with its processes."""
 
@@ -157,6 +170,7 @@ class Emulation:
         if self.net is not None:
             net, self.net = self.net, None
             try:
+                _interrupt_pending_commands(net)
                 net.stop()
             finally:
                 switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]

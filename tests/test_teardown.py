@@ -99,7 +99,8 @@ def test_killed_runner_is_swept_by_the_next_run(tmp_path: Path) -> None:
     _wait_for(proc, "network up")
     os.kill(proc.pid, signal.SIGKILL)  # no finally runs: leftovers stay
     proc.wait()
-    assert _our_interfaces() or _mininet_shells(), "a SIGKILLed run should leave something"
+    # The host shells die with their pty, but the run's state is left for the sweep.
+    assert list(STATE_DIR.glob(f"{proc.pid}.json")), "a SIGKILLed run leaves its state file"
     second = subprocess.run(
         [sys.executable, "-m", "experiments.cli", "run", "demo", "--out", str(tmp_path),
          "--set", "fidelity.links=1", "--json"],
