@@ -10,7 +10,6 @@ Two measurements, both written to the run manifest:
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import threading
@@ -20,7 +19,7 @@ from typing import Any
 
 import networkx as nx
 
-from topologies.graph import overlay_of
+from topologies.graph import endpoint_ip, overlay_of, path_links
 from topologies.links import LinkParams
 
 IPERF_PORT = 5201
@@ -71,19 +70,10 @@ class IdleSampler:
         }
 
 
-def _endpoint_ip(graph: nx.Graph, a: str, b: str) -> str:
-    """The address ``a`` should dial to reach ``b``: b's end of their own link in overlay
-    mode, b's main address when they meet through switches."""
-    if graph.has_edge(a, b) and "ips" in graph.edges[a, b]:
-        return graph.edges[a, b]["ips"][b].split("/")[0]
-    return graph.nodes[b]["ip"].split("/")[0]
-
-
 def configured_rate_mbps(graph: nx.Graph, a: str, b: str) -> float | None:
     """The narrowest configured bandwidth on the physical path from a to b."""
-    path = nx.shortest_path(graph, a, b)
     rates = []
-    for u, v in itertools.pairwise(path):
+    for u, v in path_links(graph, a, b):
         p: LinkParams = graph.edges[u, v]["params"]
         if p.bw_mbps is None:
             continue
@@ -100,7 +90,7 @@ def sample_links(graph: nx.Graph, n: int, seed: int) -> list[tuple[str, str]]:
 
 def iperf_pair(net: Any, graph: nx.Graph, a: str, b: str, duration_s: float) -> dict[str, Any]:
     """One iperf3 TCP run from a to b; the achieved rate against the configured one."""
-    ip = _endpoint_ip(graph, a, b)
+    ip = endpoint_ip(graph, a, b)
     server = net[b].popen(["iperf3", "-s", "-1", "-B", ip, "-p", str(IPERF_PORT)])
     try:
         out = ""

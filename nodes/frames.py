@@ -64,7 +64,9 @@ def decode_body(body: bytes) -> Message:
     try:
         origin = body[_HEAD.size : end].decode()
         payload = json.loads(body[end:]) if len(body) > end else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad UTF-8, bad JSON and integers over Python's digit limit;
+        # RecursionError, JSON nested deeper than the interpreter's stack allows.
         raise FrameError(f"bad origin or payload: {exc}") from None
     if not isinstance(payload, dict):
         raise FrameError("payload is not a JSON object")
@@ -73,6 +75,8 @@ def decode_body(body: bytes) -> Message:
 
 def body_length(prefix: bytes) -> int:
     """The body length announced by a 4-byte prefix, checked against the limit."""
+    if len(prefix) != _LEN.size:
+        raise FrameError(f"length prefix must be {_LEN.size} bytes, got {len(prefix)}")
     (n,) = _LEN.unpack(prefix)
     if n > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")

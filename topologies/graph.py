@@ -38,6 +38,7 @@ from 0 on hosts and from 1 on switches, as Mininet does (:func:`link_ports`).
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -85,6 +86,20 @@ def brokers(g: nx.Graph) -> list[str]:
 def overlay_of(g: nx.Graph) -> nx.Graph:
     """The broker overlay: the graph itself in overlay mode, ``graph['overlay']`` else."""
     return g if g.graph["mode"] == "overlay" else g.graph["overlay"]
+
+
+def endpoint_ip(g: nx.Graph, a: str, b: str) -> str:
+    """The address broker ``a`` dials to reach broker ``b``: b's end of their own link in
+    overlay mode, b's main address where they meet through switches."""
+    if g.has_edge(a, b) and "ips" in g.edges[a, b]:
+        return g.edges[a, b]["ips"][b].split("/")[0]
+    return g.nodes[b]["ip"].split("/")[0]
+
+
+def path_links(g: nx.Graph, a: str, b: str) -> list[tuple[str, str]]:
+    """The physical links on the shortest path from ``a`` to ``b``."""
+    path = nx.shortest_path(g, a, b)
+    return list(itertools.pairwise(path))
 
 
 def parse_edges(text: str, what: str = "edges") -> list[tuple[str, str]]:

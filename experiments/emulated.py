@@ -1,0 +1,239 @@
+"""The broker workload of an emulated run: real broker and client processes on Mininet
+hosts, one algorithm after another on the same network.
+
+For each algorithm: write one config per broker (overlay neighbours with the address to
+dial and the link's delay/loss, which the broker applies itself where the kernel has no
+netem), start the brokers, wait until every overlay link is up (a timeout names the
+missing links), start one client process per workload client on its broker's host
+(connected over the host's loopback), wait for the clients to finish their schedule,
+stop the brokers, and turn the logs into ``summary.json`` with the same code the
+simulator uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from experiments.network import Emulation
+from experiments.plan import algorithm_params
+from experiments.spec import Spec
+from experiments.workload import Workload, expected_deliveries, workload_to_jsonl
+from nodes.cores import overlay_params
+from nodes.summary import build_summary
+from topologies.graph import brokers, endpoint_ip, overlay_of, path_links
+from topologies.links import LinkParams
+
+BROKER_PORT = 7000
+START_MARGIN_S = 2.0  # clients' t_s = 0 lies this far after they are started
+SETTLE_S = 2.0  # clients keep listening this long after the last scheduled op
+
+
+def path_delay_loss(graph: nx.Graph, a: str, b: str) -> tuple[float, float]:
+    """One-way delay (ms) and loss (%) from a to b: sums and compounds over the path."""
+    delay_ms, keep = 0.0, 1.0
+    for u, v in path_links(graph, a, b):
+        p: LinkParams = graph.edges[u, v]["params"]
+        delay_ms += p.delay_ms
+        keep *= 1.0 - p.loss_pct / 100.0
+    return delay_ms, round(100.0 * (1.0 - keep), 6)
+
+
+def broker_configs(graph: nx.Graph, algorithm: str, params: dict[str, Any], *,
+                   emulate_link: bool, log_dir: Path, seed: int) -> dict[str, dict[str, Any]]:
+    """One broker config (see :mod:`nodes.broker`) per broker of ``graph``."""
+    overlay = overlay_of(graph)
+    derived = overlay_params(algorithm, sorted(tuple(sorted(e)) for e in overlay.edges))
+    configs = {}
+    for b in brokers(graph):
+        neighbours = {}
+        for n in sorted(overlay.neighbors(b)):
+            delay_ms, loss_pct = path_delay_loss(graph, b, n)
+            neighbours[n] = {"addr": [endpoint_ip(graph, b, n), BROKER_PORT],
+                             "delay_ms": delay_ms, "loss_pct": loss_pct}
+        configs[b] = {
+            "broker": b, "listen": ["0.0.0.0", BROKER_PORT], "neighbours": neighbours,
+            "core": {"name": algorithm, "params": {**derived.get(b, {}), **params}},
+            "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": seed,
+        }
+    return configs
+
+
+class BrokerRun:
+    """The processes of one algorithm's run on a live :class:`Emulation`."""
+
+    def __init__(self, emu: Emulation, out_dir: Path) -> None:
+        self.emu = emu
+        self.out_dir = out_dir
+        self.config_dir = out_dir / "config"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.brokers: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+
+    def _start(self, host: str, module: str, name: str, config: dict[str, Any]) -> Any:
+        path = self.config_dir / f"{name}.json"
+        path.write_text(json.dumps(config, indent=1, sort_keys=True))
+        err = open(self.out_dir / f"{name}.stderr", "wb")  # noqa: SIM115 - child owns it
+        try:
+            return self.emu.popen(host, [sys.executable, "-m", module, "--config", str(path)],
+                                  stdout=err, stderr=err)
+        finally:
+            err.close()
+
+    def start_brokers(self, configs: dict[str, dict[str, Any]]) -> None:
+        for b, cfg in configs.items():
+            self.brokers[b] = self._start(b, "nodes.broker", b, cfg)
+
+    def status(self, broker: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.out_dir / f"{broker}.status.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def wait_links_up(self, timeout_s: float) -> float:
+        """Seconds until every broker reports all its overlay links up; RuntimeError
+        naming the missing links (and any broker that died) on timeout."""
+        t0 = time.monotonic()
+        while True:
+            dead = [b for b, p in self.brokers.items() if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"broker(s) exited during start-up: {', '.join(dead)} "
+                                   f"(see {self.out_dir}/<broker>.stderr)")
+            statuses = {b: self.status(b) for b in self.brokers}
+            if all(s and s.get("all_up") for s in statuses.values()):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                missing = sorted({"-".join(sorted((b, n)))
+                                  for b, s in statuses.items()
+                                  for n in (s.get("missing", []) if s else ["(no status)"])})
+                raise RuntimeError(f"overlay links not up after {timeout_s:.0f} s: "
+                                   f"{', '.join(missing)}")
+            time.sleep(0.1)
+
+    def start_clients(self, workload: Workload, *, start_at_wall: float,
+                      duration_s: float) -> None:
+        ops_by_client: dict[str, list[str]] = defaultdict(list)
+        for op in workload.ops:
+            m = op.msg
+            ops_by_client[op.client].append(json.dumps(
+                {"t_s": op.t_s, "type": m.type.name, "msg_id": m.msg_id, "origin": m.origin,
+                 "payload": m.payload}, sort_keys=True))
+        for client, broker in sorted(workload.clients.items()):
+            ops_path = self.config_dir / f"{client}.ops.jsonl"
+            ops_path.write_text("\n".join(ops_by_client[client]) + "\n")
+            self.clients[client] = self._start(broker, "nodes.client", client, {
+                "client": client, "broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
+                "log_dir": str(self.out_dir), "ops": str(ops_path),
+                "start_at_wall": start_at_wall, "duration_s": duration_s})
+
+    def wait_clients(self, timeout_s: float) -> dict[str, int]:
+        deadline = time.monotonic() + timeout_s
+        codes = {}
+        for c, p in self.clients.items():
+            try:
+                codes[c] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[c] = p.wait()
+        return codes
+
+    def stop_brokers(self) -> dict[str, int]:
+        for p in self.brokers.values():
+            if p.poll() is None:
+                p.terminate()
+        return {b: p.wait(timeout=15) for b, p in self.brokers.items()}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm: str,
+                   scale: float) -> dict[str, Any]:
+    """summary.json of an emulated run, from the broker and client logs."""
+    names = set(brokers(graph))
+    deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
+    delays: dict[str, list[float]] = defaultdict(list)
+    ims: dict[str, int] = defaultdict(int)
+    tables: dict[str, list[int]] = defaultdict(list)
+    published = 0
+    t_first, t_last = math.inf, -math.inf
+    for client in workload.clients:
+        for r in _read_jsonl(out_dir / f"{client}.jsonl"):
+            if r["ev"] == "send" and r.get("type") == "PUBLISH":
+                published += 1
+                t_first = min(t_first, r["t_wall"])
+            if r["ev"] == "recv" and r.get("type") == "PUBLISH":
+                deliveries[(r["origin"], r["msg_id"])].append(client)
+                delays["notification"].append(r["t_wall"] - r["t_pub"])
+                t_last = max(t_last, r["t_wall"])
+    for b in sorted(names):
+        for r in _read_jsonl(out_dir / f"{b}.jsonl"):
+            if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
+                ims[r["type"]] += 1
+            elif r["ev"] == "record" and r.get("kind") == "tables":
+                for kind in ("srt", "prt"):
+                    tables[kind].append(int(r.get(kind, 0)))
+    return build_summary(
+        algorithm=algorithm, runtime="emulated", scale=scale, published=published,
+        expected=expected_deliveries(workload), deliveries=deliveries, ims_by_type=ims,
+        delays_s=delays, table_sizes=tables,
+        duration_s=(t_last - t_first) if t_last > t_first else 0.0)
+
+
+def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str,
+                  out_dir: Path, *, log: Any, link_timeout_s: float = 60.0) -> dict[str, Any]:
+    """Run ``workload`` with ``algorithm`` on the live network; returns the summary."""
+    emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
+    configs = broker_configs(emu.graph, algorithm, dict(algorithm_params(spec, algorithm)),
+                             emulate_link=emulate, log_dir=out_dir, seed=spec.seed)
+    run = BrokerRun(emu, out_dir)
+    try:
+        run.start_brokers(configs)
+        up_s = run.wait_links_up(link_timeout_s)
+        log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s")
+        last_op_s = max((op.t_s for op in workload.ops), default=0.0)
+        duration_s = last_op_s + SETTLE_S
+        run.start_clients(workload, start_at_wall=time.time() + START_MARGIN_S,
+                          duration_s=duration_s)
+        log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
+            f"over {duration_s:.1f} s")
+        codes = run.wait_clients(START_MARGIN_S + duration_s + 30.0)
+        failed = {c: code for c, code in codes.items() if code != 0}
+        if failed:
+            log(f"{algorithm}: clients exited with errors: {failed}")
+    finally:
+        run.stop_brokers()
+    summary = summarize_logs(out_dir, emu.graph, workload, algorithm, spec.scale)
+    summary["links_up_s"] = round(up_s, 3)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def broker_phase(spec: Spec, workload: Workload, log: Any) -> Any:
+    """A runner phase running every algorithm of ``spec`` in turn; the summaries go to
+    ``<run>/<algorithm>/summary.json`` and into the manifest."""
+
+    def phase(emu: Emulation, run_dir: Path, manifest: dict[str, Any]) -> None:
+        workload_to_jsonl(workload, run_dir / "workload.jsonl")
+        manifest["workload"] = dict(workload.meta)
+        summaries = manifest.setdefault("summaries", {})
+        for algorithm in spec.routing.algorithms:
+            out = run_dir / algorithm
+            out.mkdir()
+            s = run_algorithm(emu, spec, workload, algorithm, out, log=log)
+            summaries[algorithm] = s
+            log(f"{algorithm}: delivered {s['delivered']} of {s['expected_deliveries']}, "
+                f"missing {s['missing']}, duplicates {s['duplicates']}, IMs {s['ims_total']}")
+
+    return phase

@@ -1,0 +1,82 @@
+"""What a spec asks a runtime to run: the overlay with its link figures, and the workload.
+
+Both runtimes take their inputs from here, so a spec run through the simulator and
+through Mininet sees the same overlay, the same link parameters and the same workload.
+
+The ``workload`` section of a spec (all optional; defaults are small so that a plain spec
+runs in seconds)::
+
+    kind: stock            # the stock-quote workload of experiments.workload
+    mode: octopia          # octopia (target selectivity) | meghdoot (five templates)
+    n_publishers: 2
+    n_subscribers: 6
+    pubs_per_publisher: 20
+    publish_rate_hz: 10    # per publisher
+    selectivity: 0.02
+    phase_gap_s: 1.0       # advertisements, then subscriptions, then publications
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from experiments.spec import Spec, SpecError
+from experiments.workload import Workload, stock_workload
+from topologies.graph import brokers, overlay_of
+from topologies.links import LinkParams
+
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
+    "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
+    "phase_gap_s": 1.0,
+}
+
+
+def overlay_links(graph: nx.Graph, default: LinkParams) -> nx.Graph:
+    """The broker overlay with ``bw_mbps``, ``delay_ms`` and ``loss_pct`` on every edge.
+
+    In overlay mode each overlay edge is its own emulated link and carries its own
+    parameters; where brokers meet through switches the spec's default link parameters
+    stand for the path (switch-mode topologies shape access links, not overlay edges).
+    """
+    ov = nx.Graph()
+    ov.add_nodes_from(brokers(graph))
+    for a, b in overlay_of(graph).edges:
+        p: LinkParams = graph.edges[a, b]["params"] if graph.has_edge(a, b) else default
+        ov.add_edge(a, b, bw_mbps=p.bw_mbps, delay_ms=p.delay_ms, loss_pct=p.loss_pct)
+    return ov
+
+
+def workload_params(spec: Spec) -> dict[str, Any]:
+    """The resolved workload section (defaults filled in), or a SpecError."""
+    unknown = sorted(set(spec.workload) - set(WORKLOAD_DEFAULTS))
+    if unknown:
+        raise SpecError(f"workload: unknown field(s) {', '.join(unknown)}; allowed: "
+                        f"{', '.join(sorted(WORKLOAD_DEFAULTS))}")
+    params = {**WORKLOAD_DEFAULTS, **spec.workload}
+    if params["kind"] != "stock":
+        raise SpecError(f"workload.kind: bad value {params['kind']!r}; allowed: stock")
+    return params
+
+
+def build_workload(spec: Spec, graph: nx.Graph) -> Workload:
+    """The spec's workload over the graph's brokers, seeded with the spec's seed."""
+    p = workload_params(spec)
+    try:
+        return stock_workload(
+            brokers(graph), n_publishers=p["n_publishers"], n_subscribers=p["n_subscribers"],
+            pubs_per_publisher=p["pubs_per_publisher"], publish_rate_hz=p["publish_rate_hz"],
+            seed=spec.seed, mode=p["mode"], selectivity=p["selectivity"],
+            phase_gap_s=p["phase_gap_s"])
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"workload: {exc}") from None
+
+
+def algorithm_params(spec: Spec, algorithm: str) -> Mapping[str, Any]:
+    """Routing params for one algorithm: ``routing.params`` may be shared or keyed by name."""
+    params = spec.routing.params
+    nested = params.get(algorithm)
+    return dict(nested) if isinstance(nested, Mapping) else dict(params)

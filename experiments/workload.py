@@ -1,0 +1,561 @@
+"""Stock-quote workloads (OctopiA and Meghdoot), deterministic from a seed.
+
+Everything is generated offline from ``random.Random`` instances seeded with strings
+derived from ``seed`` (``f"{seed}/universe"``, ``f"{seed}/series/{symbol}"``, ...), so
+a workload never depends on global random state, hash seeds or the network, and one
+symbol's series does not change when the number of publishers does.
+
+Data (our readings of the papers)
+---------------------------------
+- **Schema**: Meghdoot's ``Date, Symbol, Open, High, Low, Close, Volume`` plus three
+  attributes of ours to reach OctopiA's 10 per notification: ``Exchange`` (listing
+  venue: NYSE 45 %, NASDAQ 45 %, AMEX 10 %, fixed per symbol), ``Change`` (Close minus
+  the previous Close) and ``Trades`` (number of trades that day, Volume over a
+  per-symbol average trade size of 150..600 shares with 20 % log-normal noise).
+  ``Date`` is ISO ``YYYY-MM-DD`` (not Meghdoot's ``2/Jan/98``) so that string order is
+  time order; it counts trading days (weekdays, no holidays) from 1998-01-02, Meghdoot's
+  first day.
+- **Symbols**: 500 distinct lowercase strings of 3..5 letters (Meghdoot: ``aaa ..
+  zzzzz``; OctopiA: 500 symbols).
+- **Prices**, skewed like Meghdoot's real data ("most prices between $10 and $30"): each
+  symbol has a base price drawn log-normally (median $18, log-sd 0.35); its daily log
+  Close is a mean-reverting random walk around the base (reversion 0.05 per day, daily
+  log-sd 0.02, so the walk stays within about 7 % of the base). Open is the previous
+  Close with a 0.5 % log-normal gap; High and Low extend the Open-Close span by a
+  half-normal 1 %. About 88 % of prices land in [$10, $30]. Prices are in cents and
+  clamped to Meghdoot's domain [0.01, 500]; Volume (log-normal, median 10^6 per symbol,
+  log-sd 1.0 across symbols, 0.4 across days) to [100, 310,000,000].
+- **Publishers** ``p0..``: with n <= 500 publishers the sorted symbols are cut into n
+  contiguous blocks and publisher i quotes block i round-robin, one trading day per
+  round; with more, publisher i quotes symbol ``i % 500`` (publishers sharing a symbol
+  send identical quotes, like redundant feeds). A publisher's **advertisement** covers
+  what it publishes: its symbol (``=``) or block (``range``), its exchange if the block
+  has one, its dates, and the schema domains on the other attributes, so every
+  publication matches its publisher's advertisement.
+- **Subscribers** ``s0..`` issue one subscription each (as in OctopiA), for what exists:
+  - ``mode='meghdoot'``: Meghdoot's five templates with their probabilities
+    (:data:`MEGHDOOT_TEMPLATES`); P1 is a published symbol, and P2/P3 are that symbol's
+    values on random published days. The general template ``Volume >= P1`` takes the
+    largest of 20 random published volumes, so it matches about 5 % of notifications
+    (Meghdoot gives no value; "general subscriptions" are meant to be rare and narrow).
+  - ``mode='octopia'``: 1..``max_preds`` predicates (uniform) on distinct attributes
+    drawn from :data:`OCTOPIA_ATTRS`, each a window of consecutive values of the
+    publications still selected, sized so that the subscription selects about
+    ``selectivity`` of all publications. Windows are calibrated on the workload's own
+    publications, standing in for OctopiA's "synthetic with 2 % selectivity". A window
+    ends at the distinct value that brings its count, ties included, nearest the target;
+    the attribute with the most distinct values goes last, where no later window can
+    make up for ties; attributes whose commonest value alone exceeds the target are left
+    out (Exchange always, Date when a run spans few trading days; ``meta`` lists those
+    used). A window touching the smallest (largest) value becomes ``<=`` (``>=``), a
+    one-value window ``=``.
+  Selectivity -- matched (notification, subscription) pairs over all pairs -- is measured
+  on the result and stored in ``meta``, never assumed.
+
+Timing
+------
+Advertisements at ``start_s``; subscriptions spread evenly over
+``[start_s + gap, start_s + 1.5 gap)``; publications from ``start_s + 2 gap`` at
+``publish_rate_hz`` per publisher, publisher i shifted by ``i / n_publishers`` of 1 % of a
+period so that publishers never tie. :func:`expected_deliveries` ignores timing: the
+phases are separated so every subscription is in place before the first publication.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import (
+    Filter,
+    Predicate,
+    Schema,
+    Value,
+    filter_from_json,
+    filter_to_json,
+)
+
+STOCK_SCHEMA = Schema(
+    {
+        "Date": "str",
+        "Symbol": "str",
+        "Open": "float",
+        "High": "float",
+        "Low": "float",
+        "Close": "float",
+        "Volume": "int",
+        "Exchange": "str",
+        "Change": "float",
+        "Trades": "int",
+    }
+)
+N_SYMBOLS = 500
+PRICE_MIN, PRICE_MAX = 0.01, 500.0  # Meghdoot: Open..Close FLOAT 0..500
+VOLUME_MIN, VOLUME_MAX = 100, 310_000_000  # Meghdoot: Volume INTEGER 0..310000000
+FIRST_DAY = datetime.date(1998, 1, 2)  # Meghdoot's data starts 2/Jan/98
+
+MEGHDOOT_TEMPLATES: tuple[tuple[str, float], ...] = (
+    ("symbol_open_range", 0.20),  # Symbol = P1 and P2 <= Open <= P3
+    ("symbol_low_le", 0.35),  # Symbol = P1 and Low <= P2
+    ("symbol_high_ge", 0.35),  # Symbol = P1 and High >= P2
+    ("symbol_volume_ge", 0.05),  # Symbol = P1 and Volume >= P2
+    ("volume_ge", 0.05),  # Volume >= P1
+)
+OCTOPIA_ATTRS: tuple[str, ...] = (
+    "Symbol",
+    "Date",
+    "Open",
+    "High",
+    "Low",
+    "Close",
+    "Volume",
+    "Change",
+    "Trades",
+)
+MODES = ("octopia", "meghdoot")
+
+_EXCHANGES = (("NYSE", 0.45), ("NASDAQ", 0.45), ("AMEX", 0.10))
+_SYMBOL_LENGTHS = ((3, 0.3), (4, 0.5), (5, 0.2))
+_BASE_PRICE_MEDIAN, _BASE_PRICE_LOG_SD = 18.0, 0.35
+_REVERSION, _DAILY_LOG_SD = 0.05, 0.02
+_GAP_LOG_SD, _SPAN_SD = 0.005, 0.01
+_BASE_VOLUME_MEDIAN, _BASE_VOLUME_LOG_SD, _DAILY_VOLUME_LOG_SD = 1e6, 1.0, 0.4
+_TRADE_SIZE_RANGE, _TRADE_SIZE_LOG_SD = (150.0, 600.0), 0.2
+_GENERAL_VOLUME_DRAWS = 20  # "Volume >= P1" takes the max of this many published volumes
+_PUBLISHER_SHIFT = 0.01  # share of a publish period the publishers' offsets spread over
+
+
+@dataclass(frozen=True)
+class ClientOp:
+    """Client ``client``, attached to broker ``broker``, sends ``msg`` at ``t_s``."""
+
+    t_s: float
+    client: str
+    broker: str
+    msg: Message
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A complete client workload: ``ops`` are sorted by ``t_s``; ``clients`` maps each
+    client to its broker; ``meta`` (JSON-able) holds the measured selectivity, counts,
+    seed and subscription mix."""
+
+    schema: Schema
+    clients: Mapping[str, str]
+    ops: tuple[ClientOp, ...]
+    meta: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Stock:
+    symbol: str
+    exchange: str
+    base_price: float
+    base_volume: float
+    trade_size: float
+
+
+def _weighted(rng: random.Random, choices: Sequence[tuple[Any, float]]) -> Any:
+    x = rng.random()
+    for item, p in choices:
+        x -= p
+        if x < 0:
+            return item
+    return choices[-1][0]
+
+
+def _stocks(seed: int) -> list[_Stock]:
+    """The 500 symbols, sorted, with their fixed traits."""
+    rng = random.Random(f"{seed}/universe")
+    symbols: list[str] = []
+    seen: set[str] = set()
+    while len(symbols) < N_SYMBOLS:
+        sym = "".join(
+            rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_weighted(rng, _SYMBOL_LENGTHS))
+        )
+        if sym not in seen:
+            seen.add(sym)
+            symbols.append(sym)
+    return [
+        _Stock(
+            symbol=sym,
+            exchange=_weighted(rng, _EXCHANGES),
+            base_price=_BASE_PRICE_MEDIAN * rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
+            base_volume=_BASE_VOLUME_MEDIAN * rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
+            trade_size=rng.uniform(*_TRADE_SIZE_RANGE),
+        )
+        for sym in sorted(symbols)
+    ]
+
+
+def _trading_days(n: int) -> list[str]:
+    """The first ``n`` weekdays from :data:`FIRST_DAY`, ISO formatted."""
+    days: list[str] = []
+    d = FIRST_DAY
+    while len(days) < n:
+        if d.weekday() < 5:
+            days.append(d.isoformat())
+        d += datetime.timedelta(days=1)
+    return days
+
+
+def _clamp_price(p: float) -> float:
+    return round(min(PRICE_MAX, max(PRICE_MIN, p)), 2)
+
+
+def _series(stock: _Stock, dates: Sequence[str], seed: int) -> list[dict[str, Value]]:
+    """Daily quotes of ``stock`` for ``dates`` (see the module docstring for the model)."""
+    rng = random.Random(f"{seed}/series/{stock.symbol}")
+    log_base = math.log(stock.base_price)
+    log_close = log_base
+    prev_close = _clamp_price(stock.base_price)
+    quotes: list[dict[str, Value]] = []
+    for date in dates:
+        open_ = _clamp_price(prev_close * math.exp(rng.gauss(0.0, _GAP_LOG_SD)))
+        log_close += _REVERSION * (log_base - log_close) + rng.gauss(0.0, _DAILY_LOG_SD)
+        close = _clamp_price(math.exp(log_close))
+        high = _clamp_price(max(open_, close) * (1 + abs(rng.gauss(0.0, _SPAN_SD))))
+        low = _clamp_price(min(open_, close) * (1 - abs(rng.gauss(0.0, _SPAN_SD))))
+        volume = round(stock.base_volume * rng.lognormvariate(0.0, _DAILY_VOLUME_LOG_SD))
+        volume = min(VOLUME_MAX, max(VOLUME_MIN, volume))
+        trade_size = stock.trade_size * rng.lognormvariate(0.0, _TRADE_SIZE_LOG_SD)
+        quotes.append(
+            {
+                "Date": date,
+                "Symbol": stock.symbol,
+                "Open": open_,
+                "High": max(high, open_, close),  # rounding must not invert the span
+                "Low": min(low, open_, close),
+                "Close": close,
+                "Volume": volume,
+                "Exchange": stock.exchange,
+                "Change": round(close - prev_close, 2),
+                "Trades": min(volume, max(1, round(volume / trade_size))),
+            }
+        )
+        prev_close = close
+    return quotes
+
+
+def _blocks(stocks: list[_Stock], n_publishers: int) -> list[list[_Stock]]:
+    if n_publishers <= len(stocks):
+        n = len(stocks)
+        return [
+            stocks[i * n // n_publishers : (i + 1) * n // n_publishers] for i in range(n_publishers)
+        ]
+    return [[stocks[i % len(stocks)]] for i in range(n_publishers)]
+
+
+def _advertisement(block: list[_Stock], first_date: str, last_date: str) -> Filter:
+    first, last = block[0].symbol, block[-1].symbol
+    preds = [
+        Predicate("Symbol", "=", first)
+        if first == last
+        else Predicate("Symbol", "range", first, last)
+    ]
+    if all(s.exchange == block[0].exchange for s in block):
+        preds.append(Predicate("Exchange", "=", block[0].exchange))
+    preds.append(Predicate("Date", "range", first_date, last_date))
+    preds += [Predicate(a, "range", 0.0, PRICE_MAX) for a in ("Open", "High", "Low", "Close")]
+    preds += [Predicate(a, "range", 0, VOLUME_MAX) for a in ("Volume", "Trades")]
+    preds.append(Predicate("Change", "range", -PRICE_MAX, PRICE_MAX))
+    return tuple(preds)
+
+
+def _meghdoot_subscription(
+    rng: random.Random,
+    by_symbol: Mapping[str, list[dict[str, Value]]],
+    symbols: list[str],
+    volumes: list[Value],
+) -> tuple[str, Filter]:
+    template = _weighted(rng, MEGHDOOT_TEMPLATES)
+    if template == "volume_ge":
+        return template, (
+            Predicate("Volume", ">=", max(rng.choices(volumes, k=_GENERAL_VOLUME_DRAWS))),
+        )
+    sym = rng.choice(symbols)
+    quotes = by_symbol[sym]
+    head = Predicate("Symbol", "=", sym)
+    if template == "symbol_open_range":
+        lo, hi = sorted((rng.choice(quotes)["Open"], rng.choice(quotes)["Open"]))
+        return template, (head, Predicate("Open", "range", lo, hi))
+    if template == "symbol_low_le":
+        return template, (head, Predicate("Low", "<=", rng.choice(quotes)["Low"]))
+    if template == "symbol_high_ge":
+        return template, (head, Predicate("High", ">=", rng.choice(quotes)["High"]))
+    return template, (head, Predicate("Volume", ">=", rng.choice(quotes)["Volume"]))
+
+
+def _octopia_attrs(columns: Mapping[str, list[Value]], selectivity: float) -> list[str]:
+    """The attributes fine enough for windows, coarsest first.
+
+    An attribute whose commonest value alone covers more than ``selectivity`` of the
+    publications (Date, when a run spans few trading days) cannot carry a window at the
+    target size; if every attribute is that coarse (tiny workloads), all are kept.
+    """
+    n = len(columns[OCTOPIA_ATTRS[0]])
+    counts = {a: Counter(columns[a]) for a in OCTOPIA_ATTRS}
+    fine = [a for a in OCTOPIA_ATTRS if max(counts[a].values()) <= selectivity * n]
+    return sorted(fine or OCTOPIA_ATTRS, key=lambda a: (len(counts[a]), a))
+
+
+def _octopia_subscription(
+    rng: random.Random,
+    pubs: list[dict[str, Value]],
+    columns: Mapping[str, list[Value]],
+    attrs: list[str],
+    selectivity: float,
+    max_preds: int,
+) -> tuple[int, Filter]:
+    """Nested windows: each predicate keeps a window of the publications still selected,
+    so that the last leaves about ``selectivity * len(pubs)`` of them.
+
+    The finest attribute goes last, where no later window can make up for ties; a window
+    ends at the distinct value that brings its count (ties included) nearest the target.
+    """
+    goal = max(1.0, selectivity * len(pubs))
+    n_preds = rng.randint(1, min(max_preds, len(attrs)))
+    chosen = pubs
+    preds: list[Predicate] = []
+    picked = sorted(rng.sample(attrs, n_preds), key=attrs.index)
+    for step, attr in enumerate(picked):
+        left = n_preds - step
+        values = columns[attr] if chosen is pubs else sorted(p[attr] for p in chosen)
+        n = len(values)
+        k = min(n, max(1, round(n * (goal / n) ** (1 / left))))
+        first = bisect.bisect_left(values, values[rng.randrange(n - k + 1)])
+        lo, hi = values[first], values[first + k - 1]
+        end = bisect.bisect_right(values, hi)
+        before = bisect.bisect_left(values, hi)
+        if before > first and abs(before - first - k) < abs(end - first - k):
+            hi, end = values[before - 1], before
+        if lo == hi:
+            preds.append(Predicate(attr, "=", lo))
+        elif first > 0 and end < n:
+            preds.append(Predicate(attr, "range", lo, hi))
+        elif first > 0:
+            preds.append(Predicate(attr, ">=", lo))
+        elif end < n:
+            preds.append(Predicate(attr, "<=", hi))
+        # else the window holds every value left: no constraint needed
+        if left > 1:
+            chosen = [p for p in chosen if lo <= p[attr] <= hi]
+    return n_preds, tuple(preds)
+
+
+def stock_workload(
+    brokers: Sequence[str],
+    *,
+    n_publishers: int,
+    n_subscribers: int,
+    pubs_per_publisher: int,
+    publish_rate_hz: float,
+    seed: int,
+    mode: str = "octopia",
+    selectivity: float = 0.02,
+    phase_gap_s: float = 1.0,
+    start_s: float = 0.0,
+    max_preds: int = 3,
+) -> Workload:
+    """A stock-quote workload; see the module docstring for every choice.
+
+    ``selectivity`` is the target of ``mode='octopia'`` (unused by Meghdoot's templates);
+    ``max_preds`` bounds the predicates of an OctopiA-mode subscription.
+    """
+    if not brokers:
+        raise ValueError("need at least one broker")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if n_publishers < 1 or pubs_per_publisher < 1 or n_subscribers < 0:
+        raise ValueError("need n_publishers >= 1, pubs_per_publisher >= 1, n_subscribers >= 0")
+    if publish_rate_hz <= 0 or phase_gap_s <= 0 or not 0 < selectivity <= 1 or max_preds < 1:
+        raise ValueError(
+            "need publish_rate_hz > 0, phase_gap_s > 0, 0 < selectivity <= 1, max_preds >= 1"
+        )
+
+    blocks = _blocks(_stocks(seed), n_publishers)
+    n_days = math.ceil(pubs_per_publisher / min(len(b) for b in blocks))
+    dates = _trading_days(n_days)
+    series: dict[str, list[dict[str, Value]]] = {}
+    pub_ops: list[ClientOp] = []
+    adv_ops: list[ClientOp] = []
+    placement = random.Random(f"{seed}/placement")
+    clients: dict[str, str] = {}
+    publications: list[dict[str, Value]] = []
+    t_pub0_s = start_s + 2 * phase_gap_s
+    for i, block in enumerate(blocks):
+        name = f"p{i}"
+        broker = clients[name] = placement.choice(brokers)
+        last_day = (pubs_per_publisher - 1) // len(block)
+        adv = _advertisement(block, dates[0], dates[last_day])
+        adv_ops.append(
+            ClientOp(
+                start_s,
+                name,
+                broker,
+                Message(MsgType.ADVERTISE, 1, name, payload={"filter": filter_to_json(adv)}),
+            )
+        )
+        offset_s = _PUBLISHER_SHIFT * i / (n_publishers * publish_rate_hz)
+        for j in range(pubs_per_publisher):
+            stock = block[j % len(block)]
+            if stock.symbol not in series:
+                series[stock.symbol] = _series(stock, dates, seed)
+            attrs = series[stock.symbol][j // len(block)]
+            publications.append(attrs)
+            t_s = t_pub0_s + offset_s + j / publish_rate_hz
+            msg = Message(
+                MsgType.PUBLISH, j + 2, name, payload={"attrs": dict(attrs), "t_pub": t_s}
+            )
+            pub_ops.append(ClientOp(t_s, name, broker, msg))
+
+    subs_rng = random.Random(f"{seed}/subscriptions/{mode}")
+    drawn, mode_meta = _subscriptions(
+        mode, subs_rng, publications, n_subscribers, selectivity, max_preds
+    )
+    sub_ops: list[ClientOp] = []
+    for i, (_, f) in enumerate(drawn):
+        name = f"s{i}"
+        broker = clients[name] = placement.choice(brokers)
+        t_s = start_s + phase_gap_s * (1 + 0.5 * i / n_subscribers)
+        msg = Message(MsgType.SUBSCRIBE, 1, name, payload={"filter": filter_to_json(f)})
+        sub_ops.append(ClientOp(t_s, name, broker, msg))
+
+    ops = tuple(sorted(adv_ops + sub_ops + pub_ops, key=lambda op: op.t_s))
+    meta = _measure(Workload(STOCK_SCHEMA, clients, ops, {}), [kind for kind, _ in drawn])
+    meta.update(
+        mode=mode,
+        seed=seed,
+        n_symbols=N_SYMBOLS,
+        n_publishers=n_publishers,
+        n_subscribers=n_subscribers,
+        pubs_per_publisher=pubs_per_publisher,
+        publish_rate_hz=publish_rate_hz,
+        phase_gap_s=phase_gap_s,
+        start_s=start_s,
+        **mode_meta,
+    )
+    return Workload(STOCK_SCHEMA, clients, ops, meta)
+
+
+def _subscriptions(
+    mode: str,
+    rng: random.Random,
+    publications: list[dict[str, Value]],
+    n: int,
+    selectivity: float,
+    max_preds: int,
+) -> tuple[list[tuple[str, Filter]], dict[str, Any]]:
+    """``n`` (kind, filter) pairs for ``mode``, and the mode's parameters for ``meta``."""
+    if mode == "meghdoot":
+        by_symbol: dict[str, list[dict[str, Value]]] = {}
+        for q in publications:
+            by_symbol.setdefault(q["Symbol"], []).append(q)
+        symbols = list(by_symbol)
+        volumes = [q["Volume"] for q in publications]
+        drawn = [_meghdoot_subscription(rng, by_symbol, symbols, volumes) for _ in range(n)]
+        return drawn, {"template_probabilities": dict(MEGHDOOT_TEMPLATES)}
+    columns = {a: sorted(q[a] for q in publications) for a in OCTOPIA_ATTRS}
+    attrs = _octopia_attrs(columns, selectivity)
+    drawn = []
+    for _ in range(n):
+        n_preds, f = _octopia_subscription(
+            rng, publications, columns, attrs, selectivity, max_preds
+        )
+        drawn.append((f"{n_preds}_preds", f))
+    params = {"selectivity_target": selectivity, "max_preds": max_preds, "octopia_attrs": attrs}
+    return drawn, params
+
+
+def _measure(w: Workload, kinds: list[str]) -> dict[str, Any]:
+    """Counts and measured selectivity (overall and per subscription kind)."""
+    deliveries = expected_deliveries(w)
+    per_client = Counter(c for clients in deliveries.values() for c in clients)
+    n_notes = len(deliveries)
+    pairs_by_kind: Counter[str] = Counter()
+    none = 0
+    for i, kind in enumerate(kinds):
+        hits = per_client[f"s{i}"]
+        pairs_by_kind[kind] += hits
+        none += hits == 0
+    kind_counts = Counter(kinds)
+    closes = [op.msg.payload["attrs"]["Close"] for op in w.ops if op.msg.type is MsgType.PUBLISH]
+    pairs = sum(pairs_by_kind.values())
+    return {
+        "n_notifications": n_notes,
+        "expected_deliveries": pairs,
+        "selectivity": pairs / (n_notes * len(kinds)) if kinds else 0.0,
+        "subscription_kinds": dict(sorted(kind_counts.items())),
+        "selectivity_by_kind": {
+            k: pairs_by_kind[k] / (n_notes * c) for k, c in sorted(kind_counts.items())
+        },
+        "subscriptions_matching_nothing": none,
+        "close_share_10_30": sum(10 <= c <= 30 for c in closes) / len(closes),
+    }
+
+
+def expected_deliveries(w: Workload) -> dict[tuple[str, int], frozenset[str]]:
+    """Publication key ``(origin, msg_id)`` -> subscribers whose subscription it matches.
+
+    The oracle has a global view and ignores timing and routing: every subscription counts
+    for every publication, which the phase separation of :func:`stock_workload` makes
+    true in a run. Advertisements do not change the result because every publication
+    matches its publisher's advertisement. Matching uses the exact
+    :class:`~nodes.matching.SubscriptionIndex` (property-tested against brute force) so
+    that large workloads stay fast. Workloads with UNSUBSCRIBE or UNADVERTISE need timing
+    and are refused.
+    """
+    index = SubscriptionIndex()
+    pubs: list[Message] = []
+    for op in w.ops:
+        t = op.msg.type
+        if t is MsgType.SUBSCRIBE:
+            index.add((op.client, op.msg.msg_id), filter_from_json(op.msg.payload["filter"]))
+        elif t is MsgType.PUBLISH:
+            pubs.append(op.msg)
+        elif t is not MsgType.ADVERTISE:
+            raise ValueError(f"expected_deliveries cannot order {t.name} ops (timing-dependent)")
+    return {m.key: frozenset(client for client, _ in index.match(m.payload["attrs"])) for m in pubs}
+
+
+def workload_to_jsonl(w: Workload, path: str | Path) -> None:
+    """Write ``w`` as JSON lines: a header (schema, clients, meta), then one op per line."""
+    with open(path, "w", encoding="utf-8") as fh:
+        header = {"schema": dict(w.schema), "clients": dict(w.clients), "meta": dict(w.meta)}
+        fh.write(json.dumps(header, sort_keys=True) + "\n")
+        for op in w.ops:
+            m = op.msg
+            rec = {
+                "t_s": op.t_s,
+                "client": op.client,
+                "broker": op.broker,
+                "type": m.type.name,
+                "msg_id": m.msg_id,
+                "origin": m.origin,
+                "hops": m.hops,
+                "payload": m.payload,
+            }
+            fh.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def workload_from_jsonl(path: str | Path) -> Workload:
+    """The workload :func:`workload_to_jsonl` wrote."""
+    with open(path, encoding="utf-8") as fh:
+        header = json.loads(fh.readline())
+        ops = []
+        for line in fh:
+            r = json.loads(line)
+            msg = Message(MsgType[r["type"]], r["msg_id"], r["origin"], r["hops"], r["payload"])
+            ops.append(ClientOp(r["t_s"], r["client"], r["broker"], msg))
+    return Workload(Schema(header["schema"]), header["clients"], tuple(ops), header["meta"])

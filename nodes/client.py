@@ -1,0 +1,297 @@
+"""A client process of the emulated runtime: a publisher or subscriber attached to one broker.
+
+Run ``python -m nodes.client --config PATH``.
+
+Config (one JSON object; missing required and unknown keys are errors)::
+
+    client             str           this client's name (its HELLO, its log file)
+    broker             str           its broker's name (checked against the broker's HELLO)
+    broker_addr        [ip, port]
+    log_dir            path          <log_dir>/<client>.jsonl
+    start_at_wall      float = now   the Unix time that op time t_s = 0 stands for, so all
+                                     clients of a run share one schedule
+    duration_s         float | null  stop this long after start_at_wall (null: run until
+                                     SIGTERM/SIGINT)
+    connect_timeout_s  float = 3     bound on one connection attempt
+    backoff_s          [0.1, 2.0]    first and largest delay between attempts
+    and exactly one of
+    ops                path          JSON lines, one op each: {"t_s": 0.5, "type": "PUBLISH",
+                                     "msg_id": 7, "origin": "p1", "hops": 0, "payload": {...}}
+                                     (hops and payload optional; "client" and "broker"
+                                     allowed if they name this client; see dump_ops);
+                                     relative to the config file's folder
+    role               "publisher":  publish (payload), count, rate_per_s or burst: true,
+                                     start_s = 0.5, advertise (payload, optional, sent at 0)
+                       "subscriber": subscribe (payload), at_s = 0
+
+Design choices:
+
+- A role is only shorthand: it expands (:func:`role_ops`) into the same op list an ops
+  file gives, numbered 1, 2, ... with the client as origin, so there is one send path.
+  A publisher's messages go out at ``start_s + i / rate_per_s``, or all at ``start_s``
+  back to back for a burst.
+- Ops are sent on an absolute schedule (``start_at_wall + t_s``, converted once to the
+  monotonic clock), so pacing does not drift; an op already late is sent at once, in
+  order. Every PUBLISH gets ``payload["t_pub"]`` = the wall-clock time it is written to
+  the socket (replacing any ``t_pub`` in the op), from which notification delay is
+  computed.
+- Records: ``send`` per op (with ``t_pub`` for PUBLISH), ``recv`` per frame from the
+  broker (with the notification's ``t_pub``, ``origin`` and ``msg_id``), HELLOs
+  included; ``link`` up, down, ``dial_failed``; ``error`` for a bad frame from the broker.
+- The client retries its first connection (the broker may still be starting) with
+  exponential backoff until the run ends. It does not reconnect after losing the broker:
+  its subscriptions died with the connection, so carrying on would silently change the
+  workload. It exits 1 then, and if it never reached the broker; 0 at the end of
+  ``duration_s`` or on SIGTERM/SIGINT; 2 for a bad config. The log is flushed when the
+  connection comes up or goes down, and closed at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from nodes.frames import FrameError, encode
+from nodes.logs import JsonlLog, message_fields
+from nodes.messages import Message, MsgType
+from nodes.runtime import (
+    Backoff,
+    HelloCounter,
+    ProtocolError,
+    check_keys,
+    dial,
+    install_stop_signals,
+    log_now,
+    message_from_json,
+    message_to_json,
+    parse_addr,
+    parse_backoff,
+    read_frames,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """Send ``msg`` at ``t_s`` seconds after the run's start."""
+
+    t_s: float
+    msg: Message
+
+
+def dump_ops(path: Path | str, ops: Iterable[Op]) -> None:
+    """Write an ops file :func:`load_ops` reads (one JSON object per line)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for op in ops:
+            fh.write(json.dumps({"t_s": op.t_s, **message_to_json(op.msg)}, sort_keys=True) + "\n")
+
+
+def load_ops(path: Path | str, client: str, broker: str) -> list[Op]:
+    """The ops of a JSON-lines file (blank lines skipped), in time order (stable).
+
+    A line may also carry ``client`` and ``broker`` (as the workload files of
+    :mod:`experiments.workload` do, so their lines can be copied verbatim); they must then
+    name this client and its broker.
+    """
+    ops = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        try:
+            for key, mine in (("client", client), ("broker", broker)):
+                if obj.pop(key, mine) != mine:
+                    raise ValueError(f"the op is for another {key}, not {mine}")
+            t_s = float(obj.pop("t_s"))
+            ops.append(Op(t_s, message_from_json(obj)))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}:{lineno}: bad op: {exc}") from None
+    return sorted(ops, key=lambda op: op.t_s)
+
+
+_PUBLISHER_KEYS = {"publish", "count", "rate_per_s", "burst", "start_s", "advertise"}
+_SUBSCRIBER_KEYS = {"subscribe", "at_s"}
+_ROLE_KEYS = _PUBLISHER_KEYS | _SUBSCRIBER_KEYS
+
+
+def role_ops(client: str, role: str, spec: dict[str, Any]) -> list[Op]:
+    """The ops a ``publisher`` or ``subscriber`` role stands for (see the module docstring)."""
+    if role == "subscriber":
+        check_keys(spec, {"subscribe"}, _SUBSCRIBER_KEYS, "subscriber role")
+        return [Op(float(spec.get("at_s", 0.0)),
+                   Message(MsgType.SUBSCRIBE, 1, client, 0, spec["subscribe"]))]
+    if role != "publisher":
+        raise ValueError(f"role must be 'publisher' or 'subscriber', got {role!r}")
+    check_keys(spec, {"publish", "count"}, _PUBLISHER_KEYS, "publisher role")
+    if spec.get("burst", False) == ("rate_per_s" in spec):
+        raise ValueError("publisher role: give either rate_per_s or burst: true")
+    ops = []
+    if "advertise" in spec:
+        ops.append(Op(0.0, Message(MsgType.ADVERTISE, 1, client, 0, spec["advertise"])))
+    start_s = float(spec.get("start_s", 0.5))
+    gap_s = 0.0 if spec.get("burst", False) else 1.0 / float(spec["rate_per_s"])
+    first_id = len(ops) + 1
+    ops.extend(
+        Op(start_s + i * gap_s, Message(MsgType.PUBLISH, first_id + i, client, 0, spec["publish"]))
+        for i in range(int(spec["count"]))
+    )
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """A client's settings; see the module docstring for the JSON form."""
+
+    client: str
+    broker: str
+    broker_addr: tuple[str, int]
+    log_dir: Path
+    ops: list[Op]
+    start_at_wall: float
+    duration_s: float | None = None
+    connect_timeout_s: float = 3.0
+    backoff_s: tuple[float, float] = (0.1, 2.0)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], base_dir: Path = Path(".")) -> ClientConfig:
+        """Validate and convert the JSON config object; a relative ``ops`` path is taken
+        from ``base_dir``."""
+        check_keys(obj, {"client", "broker", "broker_addr", "log_dir"},
+                   {"start_at_wall", "duration_s", "connect_timeout_s", "backoff_s", "ops",
+                    "role"} | _ROLE_KEYS, "client config")
+        if ("ops" in obj) == ("role" in obj):
+            raise ValueError("client config: give exactly one of 'ops' and 'role'")
+        if "ops" in obj:
+            stray = sorted(_ROLE_KEYS & set(obj))
+            if stray:
+                raise ValueError(f"client config: role settings {stray} without a role")
+            ops = load_ops(base_dir / obj["ops"], obj["client"], obj["broker"])
+        else:
+            ops = role_ops(obj["client"], obj["role"], {k: obj[k] for k in _ROLE_KEYS & set(obj)})
+        duration_s = obj.get("duration_s")
+        return cls(
+            client=obj["client"],
+            broker=obj["broker"],
+            broker_addr=parse_addr(obj["broker_addr"], "client config, broker_addr"),
+            log_dir=Path(obj["log_dir"]),
+            ops=ops,
+            start_at_wall=float(obj.get("start_at_wall", time.time())),
+            duration_s=None if duration_s is None else float(duration_s),
+            connect_timeout_s=float(obj.get("connect_timeout_s", 3.0)),
+            backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "client config"),
+        )
+
+
+def load_config(path: Path | str) -> ClientConfig:
+    """Read a client config file (a relative ``ops`` path is relative to the file)."""
+    path = Path(path)
+    return ClientConfig.from_json(json.loads(path.read_text(encoding="utf-8")), path.parent)
+
+
+async def run_client(config: ClientConfig, log: JsonlLog, stop: asyncio.Event) -> int:
+    """Connect, play the ops and log what arrives until the run ends; the exit status."""
+    connected = asyncio.Event()
+    session = asyncio.create_task(_session(config, log, connected))
+    stopped = asyncio.create_task(stop.wait())
+    timeout_s = None
+    if config.duration_s is not None:
+        timeout_s = max(0.0, config.start_at_wall + config.duration_s - time.time())
+    done, pending = await asyncio.wait({session, stopped}, timeout=timeout_s,
+                                       return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if session in done:
+        session.result()  # a bug in the session surfaces here, not silently
+        return 1  # the session only ends by itself when the broker connection ended
+    if not connected.is_set():
+        log_now(log, "error", peer=config.broker, stage="dial",
+                reason="the run ended before the broker could be reached")
+        return 1
+    return 0
+
+
+async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event) -> None:
+    hello = HelloCounter(config.client, "client")
+    backoff = Backoff(*config.backoff_s)
+    while True:
+        try:
+            reader, writer = await dial(config.broker_addr, hello, (config.broker, "broker"),
+                                        log, config.connect_timeout_s)
+            break
+        except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
+            wait_s = backoff.next_s()
+            log_now(log, "link", link=config.broker, role="broker", state="dial_failed",
+                    reason=str(exc) or type(exc).__name__, retry_in_s=wait_s)
+            await asyncio.sleep(wait_s)
+    connected.set()
+    log_now(log, "link", link=config.broker, role="broker", state="up")
+    log.flush()
+    sender = asyncio.create_task(_send_ops(config, writer, log))
+    try:
+        reason = await read_frames(config.broker, reader, writer, log,
+                                   lambda msg: _received(config.broker, log, msg))
+    finally:
+        sender.cancel()
+    log_now(log, "link", link=config.broker, role="broker", state="down", reason=reason)
+    log.flush()
+
+
+def _received(broker: str, log: JsonlLog, msg: Message) -> None:
+    log_now(log, "recv", link=broker, t_pub=msg.payload.get("t_pub"), **message_fields(msg))
+
+
+async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: JsonlLog) -> None:
+    loop = asyncio.get_running_loop()
+    t0_mono = loop.time() + (config.start_at_wall - time.time())
+    # A failed write ends the connection, which the reader reports.
+    with contextlib.suppress(ConnectionError):
+        for op in config.ops:
+            wait_s = t0_mono + op.t_s - loop.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            msg = op.msg
+            extra: dict[str, Any] = {}
+            if msg.type is MsgType.PUBLISH:
+                extra["t_pub"] = time.time()
+                msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
+            writer.write(encode(msg))
+            log_now(log, "send", link=config.broker, **extra, **message_fields(msg))
+            await writer.drain()
+
+
+async def _serve(config: ClientConfig, log: JsonlLog) -> int:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    return await run_client(config, log, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: 0 at the end of the run or on a signal, 1 if the broker connection was
+    lost or never made, 2 for a bad config."""
+    parser = argparse.ArgumentParser(prog="python -m nodes.client",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, type=Path, help="client config (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"nodes.client: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    config.log_dir.mkdir(parents=True, exist_ok=True)
+    log = JsonlLog(config.log_dir / f"{config.client}.jsonl", config.client)
+    try:
+        return asyncio.run(_serve(config, log))
+    finally:
+        log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

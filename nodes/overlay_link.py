@@ -1,0 +1,179 @@
+"""One overlay link as a broker sees it: the output queue, the emulated wire, the counters.
+
+Every message the routing core sends to neighbour N goes through::
+
+    Send -> output queue --pump--> [loss] -> delay line --release--> socket
+            (count_in)    (count_out, `send` record)
+
+Design choices:
+
+- **The output queue is where congestion shows.** It is an application-level FIFO with
+  no bound. The pump task takes one message at a time and awaits ``drain()`` after each,
+  so once the kernel send buffer and asyncio's write buffer are full (a rate-limited
+  link, a slow reader) the pump stops and the queue grows. ``write_buffer_bytes`` caps
+  both buffers (``SO_SNDBUF`` and the transport's high-water mark), so that backpressure
+  reaches the queue after tens of kilobytes instead of the megabytes Linux autotuning
+  allows; ``None`` keeps the operating-system defaults.
+- **``send`` means "left the output queue onto the link".** That is the moment
+  ``count_out`` counts, and, with in-broker emulation, the moment the message enters the
+  delay line, which stands for the wire: the neighbour's ``recv`` minus our ``send`` is
+  the one-way link delay, as it would be with netem. Frames reach the socket (and a pcap)
+  when they leave the delay line; ``send`` records minus ``drop`` records with reason
+  ``loss`` equal the frames written.
+- **Delay line**: a FIFO of (release time, frame); the one-way delay is constant, so
+  release times are non-decreasing and a single timer for the head suffices; all frames
+  due at once are written in one batch. Any number of messages can be in flight, so the
+  delay does not limit throughput (a pipeline, like a TCP window grown to the
+  bandwidth-delay product). It holds frames for ``delay_ms`` after they leave the queue;
+  the timer fires at most about 1 ms late (epoll's resolution).
+- **Loss** is decided when a message leaves the queue, with the link's own seeded
+  ``random.Random``, so one link's drops do not depend on traffic elsewhere. It models a
+  lossy message link, as the simulator does; netem loss under TCP would instead cost a
+  retransmission (extra delay) and lose nothing.
+- **Link down**: messages still queued are dropped (``drop`` records, reason
+  ``link_down``; counted as ``flushed`` in the window so the figures add up), and so are
+  those in the delay line (already counted out). A ``Send`` while the link is down is
+  dropped and logged but not counted in: the queue only exists while the link is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections import deque
+
+from nodes.core import LinkWindow
+from nodes.frames import encode
+from nodes.logs import JsonlLog, message_fields
+from nodes.messages import Message
+from nodes.runtime import log_now
+
+
+class OverlayLink:
+    """Output queue, optional in-broker delay/loss, and window counters for one neighbour."""
+
+    def __init__(
+        self,
+        neighbour: str,
+        log: JsonlLog,
+        *,
+        delay_ms: float = 0.0,
+        loss_pct: float = 0.0,
+        rng: random.Random | None = None,
+        write_buffer_bytes: int | None = None,
+    ) -> None:
+        if delay_ms < 0 or not 0 <= loss_pct <= 100:
+            raise ValueError(f"link to {neighbour}: need delay_ms >= 0 and 0 <= loss_pct <= 100")
+        if loss_pct and rng is None:
+            raise ValueError(f"link to {neighbour}: emulated loss needs a seeded rng")
+        self.neighbour = neighbour
+        self._log = log
+        self._delay_s = delay_ms / 1000.0
+        self._loss_p = loss_pct / 100.0
+        self._rng = rng
+        self._write_buffer_bytes = write_buffer_bytes
+        self._queue: deque[tuple[Message, bytes]] = deque()
+        self._line: deque[tuple[float, bytes, Message]] = deque()
+        self._queued = asyncio.Event()
+        self._writer: asyncio.StreamWriter | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._release_timer: asyncio.TimerHandle | None = None
+        self._count_in = 0
+        self._count_out = 0
+        self._flushed = 0
+
+    @property
+    def up(self) -> bool:
+        """Whether a connection to the neighbour is attached."""
+        return self._writer is not None
+
+    @property
+    def writer(self) -> asyncio.StreamWriter | None:
+        """The attached connection's writer (to tell a replaced connection from the current one)."""
+        return self._writer
+
+    def enqueue(self, msg: Message) -> None:
+        """Put ``msg`` on the output queue (or drop and log it if the link is down)."""
+        if self._writer is None:
+            log_now(self._log, "drop", link=self.neighbour, reason="link_down",
+                    **message_fields(msg))
+            return
+        self._queue.append((msg, encode(msg)))
+        self._count_in += 1
+        self._queued.set()
+
+    def attach(self, writer: asyncio.StreamWriter) -> None:
+        """Start carrying the queue over the connection ``writer`` (after its handshake)."""
+        if self._writer is not None:
+            raise RuntimeError(f"link to {self.neighbour} is already up")
+        if self._write_buffer_bytes is not None:
+            writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, self._write_buffer_bytes
+            )
+            writer.transport.set_write_buffer_limits(high=self._write_buffer_bytes)
+        self._writer = writer
+        self._pump_task = asyncio.create_task(self._pump(writer), name=f"pump-{self.neighbour}")
+
+    def detach(self) -> None:
+        """Close the connection; drop (and log) everything queued or in flight on it."""
+        if self._writer is None:
+            return
+        assert self._pump_task is not None
+        self._pump_task.cancel()
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        self._writer.close()
+        self._writer = None
+        self._flushed += len(self._queue)
+        dropped = [msg for msg, _ in self._queue] + [msg for _, _, msg in self._line]
+        self._queue.clear()
+        self._line.clear()
+        for msg in dropped:
+            log_now(self._log, "drop", link=self.neighbour, reason="link_down",
+                    **message_fields(msg))
+
+    def take_window(self) -> tuple[LinkWindow, int]:
+        """The figures of the window just ended, and how many queued messages were flushed
+        by a lost link in it; the counters restart from zero."""
+        window = LinkWindow(self._count_in, self._count_out, len(self._queue))
+        flushed = self._flushed
+        self._count_in = self._count_out = self._flushed = 0
+        return window, flushed
+
+    async def _pump(self, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if not self._queue:
+                    self._queued.clear()
+                    await self._queued.wait()
+                    continue
+                msg, frame = self._queue.popleft()
+                self._count_out += 1
+                fields = message_fields(msg)
+                log_now(self._log, "send", link=self.neighbour, **fields)
+                if self._loss_p and self._rng.random() < self._loss_p:
+                    log_now(self._log, "drop", link=self.neighbour, reason="loss", **fields)
+                    continue
+                if self._delay_s:
+                    self._line.append((loop.time() + self._delay_s, frame, msg))
+                    if self._release_timer is None:
+                        self._release_timer = loop.call_at(self._line[0][0], self._release)
+                else:
+                    writer.write(frame)
+                await writer.drain()
+        except ConnectionError:
+            # The reader of this connection sees it end and reports the link down.
+            writer.close()
+
+    def _release(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = []
+        while self._line and self._line[0][0] <= now:
+            due.append(self._line.popleft()[1])
+        assert self._writer is not None  # detach() cancels this timer
+        self._writer.writelines(due)
+        self._release_timer = loop.call_at(self._line[0][0], self._release) if self._line else None

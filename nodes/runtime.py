@@ -1,0 +1,242 @@
+"""Plumbing shared by the emulated runtime's processes (:mod:`nodes.broker`, :mod:`nodes.client`).
+
+- **Framed streams.** :func:`read_message` turns an asyncio byte stream into messages
+  (frames of :mod:`nodes.frames`). A clean end of stream at a frame boundary is ``None``;
+  a stream that ends inside a frame is a truncated frame, a :class:`~nodes.frames.FrameError`
+  like any other undecodable frame.
+- **Handshake.** The first frame each side writes on every connection is a HELLO whose
+  payload is ``{"name": ..., "role": "broker" | "client"}`` and whose origin is the same
+  name. The dialling side writes first; the accepting side answers once it has accepted
+  the dialler's HELLO. A HELLO's ``msg_id`` comes from the node's own counter starting at
+  :data:`HELLO_ID_BASE` (2**63), so that ``(origin, msg_id)`` stays unique even though a
+  broker's core numbers its own messages from small integers. A frame that decodes but
+  is out of place (a HELLO after the handshake, a non-HELLO first frame, a HELLO from the
+  wrong peer) is a :class:`ProtocolError`; the runtime treats it exactly like an
+  undecodable frame: log an ``error`` record, close that connection.
+- **Reconnecting.** :class:`Backoff` doubles the wait after each failed attempt
+  (default 0.1 s up to 2 s), so an unreachable peer costs one attempt and one log record
+  per backoff step and never a busy loop.
+- **Logging.** :func:`log_now` stamps a record with both clocks (``time.monotonic`` and
+  ``time.time``). On Linux the monotonic clock is system-wide, and Mininet hosts share the
+  kernel, so ``t_mono`` of different processes on one machine are directly comparable.
+- **Ops files.** :func:`message_to_json` / :func:`message_from_json` are the one place a
+  message is (de)serialised as a JSON object (``{"type": "PUBLISH", "msg_id": ...,
+  "origin": ..., "hops": ..., "payload": {...}}``); client ops files add ``t_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
+
+from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
+from nodes.logs import JsonlLog, message_fields
+from nodes.messages import Message, MsgType
+
+Role = Literal["broker", "client"]
+ROLES: tuple[Role, ...] = ("broker", "client")
+HELLO_ID_BASE = 1 << 63
+
+
+class ProtocolError(ValueError):
+    """A frame that decodes but is not acceptable at this point of the conversation."""
+
+
+def log_now(log: JsonlLog, ev: str, **fields: Any) -> None:
+    """Append record ``ev`` stamped with the monotonic and the wall clock, now."""
+    log.write(ev, time.monotonic(), time.time(), **fields)
+
+
+async def read_message(reader: asyncio.StreamReader) -> Message | None:
+    """The next message on ``reader``; ``None`` when the stream ends between frames.
+
+    Raises :class:`FrameError` for an undecodable or truncated frame; connection errors
+    (``ConnectionError``) pass through.
+    """
+    try:
+        prefix = await reader.readexactly(PREFIX_BYTES)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise FrameError(
+                f"stream ended inside a length prefix ({len(exc.partial)} bytes)"
+            ) from None
+        return None
+    n_bytes = body_length(prefix)
+    try:
+        body = await reader.readexactly(n_bytes)
+    except asyncio.IncompleteReadError as exc:
+        raise FrameError(f"truncated frame: {len(exc.partial)} of {n_bytes} body bytes") from None
+    return decode_body(body)
+
+
+class HelloCounter:
+    """Builds this node's HELLO messages, numbering them from :data:`HELLO_ID_BASE`."""
+
+    def __init__(self, name: str, role: Role) -> None:
+        self.name = name
+        self.role = role
+        self._ids: Iterator[int] = iter(range(HELLO_ID_BASE, 1 << 64))
+
+    def new(self) -> Message:
+        """A fresh HELLO naming this node."""
+        return Message(MsgType.HELLO, next(self._ids), self.name, 0,
+                       {"name": self.name, "role": self.role})
+
+
+def parse_hello(msg: Message) -> tuple[str, Role]:
+    """The ``(name, role)`` a HELLO announces; :class:`ProtocolError` if it is not one."""
+    if msg.type is not MsgType.HELLO:
+        raise ProtocolError(f"expected HELLO as the first frame, got {msg.type.name}")
+    name, role = msg.payload.get("name"), msg.payload.get("role")
+    if not isinstance(name, str) or name != msg.origin:
+        raise ProtocolError(f"HELLO name {name!r} does not match its origin {msg.origin!r}")
+    if role not in ROLES:
+        raise ProtocolError(f"HELLO role {role!r} is not one of {ROLES}")
+    return name, role
+
+
+async def read_frames(
+    peer: str,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    log: JsonlLog,
+    on_message: Callable[[Message], None],
+) -> str:
+    """Hand every frame after the handshake to ``on_message`` until the connection ends;
+    return why it ended. A bad frame (undecodable, truncated, or a second HELLO) is logged
+    as an ``error`` record naming ``peer`` and ends the connection; the connection is
+    closed in every case."""
+    try:
+        while True:
+            msg = await read_message(reader)
+            if msg is None:
+                return "closed by peer"
+            if msg.type is MsgType.HELLO:
+                raise ProtocolError("HELLO after the handshake")
+            on_message(msg)
+    except (FrameError, ProtocolError) as exc:
+        log_now(log, "error", peer=peer, addr=peer_label(writer), stage="read", reason=str(exc))
+        return f"protocol error: {exc}"
+    except ConnectionError as exc:
+        return f"connection lost: {exc!r}"
+    finally:
+        writer.close()
+
+
+def peer_label(writer: asyncio.StreamWriter) -> str:
+    """``ip:port`` of the remote end, for error records about not-yet-named peers."""
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "unknown"
+
+
+async def dial(
+    addr: tuple[str, int],
+    hello: HelloCounter,
+    expect: tuple[str, Role],
+    log: JsonlLog,
+    timeout_s: float,
+    local_host: str | None = None,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to ``addr`` and complete the handshake with the peer ``expect`` names.
+
+    The whole attempt (TCP connect and HELLO exchange) is bounded by ``timeout_s``; both
+    HELLOs are logged. Raises ``OSError``, ``TimeoutError``, :class:`FrameError` or
+    :class:`ProtocolError`; the connection is closed on failure.
+    """
+    link = expect[0]
+    local_addr = (local_host, 0) if local_host else None
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection(addr[0], addr[1], local_addr=local_addr)
+        try:
+            mine = hello.new()
+            writer.write(encode(mine))
+            log_now(log, "send", link=link, **message_fields(mine))
+            reply = await read_message(reader)
+            if reply is None:
+                raise ProtocolError("peer closed the connection during the handshake")
+            if parse_hello(reply) != expect:
+                raise ProtocolError(f"expected {expect[1]} {expect[0]}, got HELLO {reply.payload}")
+            log_now(log, "recv", link=link, **message_fields(reply))
+        except BaseException:
+            writer.close()
+            raise
+    return reader, writer
+
+
+class Backoff:
+    """Exponential retry delays: ``first_s``, doubling per failure, capped at ``max_s``."""
+
+    def __init__(self, first_s: float = 0.1, max_s: float = 2.0) -> None:
+        if not 0 < first_s <= max_s:
+            raise ValueError(f"backoff needs 0 < first_s <= max_s, got {first_s}, {max_s}")
+        self.first_s = first_s
+        self.max_s = max_s
+        self._next_s = first_s
+
+    def next_s(self) -> float:
+        """The delay before the next attempt (and double the one after it)."""
+        delay_s = self._next_s
+        self._next_s = min(self._next_s * 2, self.max_s)
+        return delay_s
+
+    def reset(self) -> None:
+        """Start again from ``first_s`` (after a success)."""
+        self._next_s = self.first_s
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGTERM or SIGINT (graceful shutdown instead of a traceback)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def check_keys(obj: Mapping[str, Any], required: set[str], optional: set[str], where: str) -> None:
+    """Reject missing and unknown keys: a misspelt setting must never be silently ignored."""
+    missing = sorted(required - set(obj))
+    unknown = sorted(set(obj) - required - optional)
+    if missing or unknown:
+        raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+
+
+_MESSAGE_KEYS = {"type", "msg_id", "origin"}
+_MESSAGE_OPTIONAL = {"hops", "payload"}
+
+
+def message_to_json(msg: Message) -> dict[str, Any]:
+    """``msg`` as a JSON-able object (type by name)."""
+    return {"type": msg.type.name, "msg_id": msg.msg_id, "origin": msg.origin,
+            "hops": msg.hops, "payload": msg.payload}
+
+
+def message_from_json(obj: Mapping[str, Any]) -> Message:
+    """The message a :func:`message_to_json` object describes (``hops`` 0 and ``payload``
+    ``{}`` when absent); ``ValueError`` names what is wrong."""
+    check_keys(obj, _MESSAGE_KEYS, _MESSAGE_OPTIONAL, "message")
+    try:
+        mtype = MsgType[obj["type"]]
+    except KeyError:
+        raise ValueError(f"unknown message type {obj['type']!r}") from None
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ValueError("message payload must be a JSON object")
+    return Message(mtype, int(obj["msg_id"]), str(obj["origin"]), int(obj.get("hops", 0)),
+                   payload)
+
+
+def parse_addr(value: Any, where: str) -> tuple[str, int]:
+    """An ``[ip, port]`` config value as a tuple."""
+    if (not isinstance(value, list | tuple) or len(value) != 2 or not isinstance(value[0], str)
+            or not isinstance(value[1], int)):
+        raise ValueError(f"{where}: expected [ip, port], got {value!r}")
+    return value[0], value[1]
+
+
+def parse_backoff(value: Any, where: str) -> tuple[float, float]:
+    """A ``[first_s, max_s]`` config value, checked as :class:`Backoff` needs it."""
+    first_s, max_s = (float(v) for v in value)
+    Backoff(first_s, max_s)  # raises ValueError for an unusable pair
+    return first_s, max_s

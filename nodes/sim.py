@@ -1,0 +1,550 @@
+"""Deterministic discrete-event simulator hosting the routing cores (the simulated runtime).
+
+The simulator runs one routing core per broker of an overlay (a networkx graph), drives
+the cores with a workload's client operations, and writes the records the emulated
+runtime writes (:mod:`nodes.broker`, :mod:`nodes.client`, :mod:`nodes.overlay_link`), so
+analysis does not care which runtime produced a run. Modelling choices:
+
+- **Links.** Every overlay edge is two directed links, each with its own FIFO output
+  queue, bandwidth and propagation latency (edge attributes ``bw_mbps``, ``delay_ms``,
+  ``loss_pct``; missing ones take the ``default_*`` arguments, whose defaults match
+  :class:`topologies.links.LinkParams`; ``bw_mbps=None`` is an unshaped link that
+  serialises in no time). A message enqueued at ``t`` leaves the queue when the link is
+  free, ``start = max(t, end of the previous message)``, takes ``frame_size * 8 / bw``
+  to serialise (the frame of :mod:`nodes.frames`, length prefix included, no TCP/IP
+  headers) and arrives ``delay_ms`` after its last bit left. Queues are unbounded, like
+  the emulated broker's application-level output queue.
+- **Loss.** With ``loss_pct`` > 0 a message that leaves the queue is lost on the wire
+  with that probability, drawn from the link's own ``random.Random(f"{seed}:{src}:{dst}")``
+  (the emulated broker seeds its links the same way), so one link's drops do not depend
+  on traffic elsewhere. This is a lossy message link; TCP under netem loss would
+  retransmit instead, so keep loss at 0 when cross-checking the runtimes.
+- **Queue statistics** (:class:`nodes.core.LinkWindow`): windows end at
+  ``k * window_ms`` (k = 1, 2, ...) and are processed before events scheduled at exactly
+  that time. A message counts in when it is enqueued and out when it leaves the queue
+  for the wire; ``queue_len`` counts messages still waiting at the window's end. As in
+  the emulated broker, a link's ``queue`` record is written only for windows in which it
+  was active (any non-zero figure) or was active in the window before, so every return
+  to idle is visible and a missing window means all zeros. A broker's core gets
+  :class:`~nodes.core.LinkStats` (all of its links) for exactly the windows in which one
+  of its links has a record; the emulated broker feeds every window, but a window of
+  zeros after a window of zeros tells a core nothing new, and skipping them lets idle
+  brokers cost nothing.
+- **Clients** are not cores: each is attached to its broker by a zero-latency,
+  infinitely fast local link. A client operation becomes a
+  :class:`~nodes.core.FromClient` event at ``op.t_s``; a :class:`~nodes.core.Deliver`
+  reaches the client at the same instant. As the emulated client does, every PUBLISH is
+  stamped with ``payload["t_pub"]`` = its send time on the wall-clock scale of the logs.
+- **Time** is simulated seconds from 0; ``t_wall`` in logs (and ``t_pub``) is
+  :data:`SIM_EPOCH_S` plus simulated time. Events at the same time run in the order they
+  were scheduled (a sequence counter breaks ties), so the same inputs and seed give
+  byte-identical logs.
+- **Records.** ``send`` when a message leaves a link's output queue (as in
+  :mod:`nodes.overlay_link`), ``drop`` (reason ``loss``) right after it for a lost one,
+  ``recv`` on arrival, ``deliver`` at the broker and ``recv`` at the client (both with
+  ``t_pub``), client ``send`` (with ``t_pub`` for PUBLISH) and broker ``recv`` for a
+  client operation, ``record`` for a core's :class:`~nodes.core.Record`, ``queue`` per
+  window. ``log_messages=False`` writes only the ``queue`` records.
+- **Delays** come from simulated times, not from the rounded logs: notification delay
+  is delivery time minus the publication's send time. Advertisement and subscription
+  delay is, per message, the time from the client's send to the last inter-broker
+  arrival of a message of the same type and (origin, msg_id); a message that never
+  crosses a broker link has no sample.
+- **Table sizes** are read at the end of the run from cores that have a
+  ``table_sizes() -> Mapping[str, int]`` method (keys ``srt``, ``prt``); others count 0.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from nodes.core import (
+    Action,
+    Arrived,
+    Deliver,
+    FromClient,
+    LinkStats,
+    LinkWindow,
+    Record,
+    RoutingCore,
+    Send,
+    SetTimer,
+    TimerFired,
+)
+from nodes.cores import CoreFactory, make_core, overlay_params
+from nodes.frames import frame_size
+from nodes.logs import JsonlLog, message_fields
+from nodes.messages import Message, MsgType
+from nodes.summary import TABLE_KINDS, MsgKey, build_summary
+
+if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
+    from experiments.workload import ClientOp, Workload
+
+SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depend on the day
+MAX_OPEN_LOGS = 512  # log files kept open at once; others are reopened in append mode
+
+# Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
+_OP, _ARRIVE, _TIMER, _DEPART = 0, 1, 2, 3
+_PROPAGATED = {MsgType.ADVERTISE: "advertisement", MsgType.SUBSCRIBE: "subscription"}
+
+ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
+_SentKey = tuple[MsgType, str, int]
+
+
+@dataclass
+class SimResult:
+    """What one simulated run produced (all of it deterministic for a given seed).
+
+    ``deliveries`` lists, per notification (origin, msg_id), the subscribers it reached in
+    delivery order, one entry per delivery (duplicates stay visible). ``ims_by_type``
+    counts inter-broker messages (Send actions) by type name. ``delays_s`` has samples
+    per kind (``notification``: one per delivery; ``advertisement`` and
+    ``subscription``: one per propagated message). ``table_sizes`` lists, per table kind,
+    one size per broker in sorted broker order. ``events`` counts client operations,
+    arrivals and timers processed; ``end_s`` is the time of the last of them.
+    """
+
+    algorithm: str
+    published: int
+    deliveries: dict[MsgKey, list[str]]
+    ims_by_type: dict[str, int]
+    delays_s: dict[str, list[float]]
+    table_sizes: dict[str, list[int]]
+    record_counts: dict[str, int]
+    lost: int
+    events: int
+    end_s: float
+
+
+class _Logs:
+    """One JSON-lines log per node, at most MAX_OPEN_LOGS files open at a time."""
+
+    def __init__(self, out_dir: Path, nodes: Sequence[str]) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._dir = out_dir
+        self._open: dict[str, JsonlLog] = {}
+        for node in nodes:
+            # JsonlLog appends; start every file empty so reruns are byte-identical.
+            (out_dir / f"{node}.jsonl").write_bytes(b"")
+
+    def write(self, node: str, ev: str, t_s: float, **fields: Any) -> None:
+        log = self._open.get(node)
+        if log is None:
+            if len(self._open) >= MAX_OPEN_LOGS:
+                self._open.pop(next(iter(self._open))).close()
+            log = self._open[node] = JsonlLog(self._dir / f"{node}.jsonl", node)
+        log.write(ev, t_s, SIM_EPOCH_S + t_s, **fields)
+
+    def close(self) -> None:
+        for log in self._open.values():
+            log.close()
+        self._open.clear()
+
+
+def simulate(
+    overlay: nx.Graph,
+    workload: Workload,
+    core: str | CoreFactory,
+    core_params: ParamsArg | None = None,
+    *,
+    seed: int,
+    out_dir: Path | None = None,
+    window_ms: float = 50.0,
+    until_s: float | None = None,
+    log_messages: bool = True,
+    default_bw_mbps: float | None = None,
+    default_delay_ms: float = 0.0,
+    default_loss_pct: float = 0.0,
+) -> SimResult:
+    """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
+
+    ``core`` is a name from :data:`nodes.cores.CORES` (its overlay-derived params, see
+    :func:`nodes.cores.overlay_params`, are merged under ``core_params``) or a factory.
+    ``core_params`` is one mapping for every broker or a function of the broker name.
+    With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
+    Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
+    """
+    if window_ms <= 0:
+        raise ValueError(f"window_ms must be > 0, got {window_ms}")
+    sim = _Sim(
+        overlay,
+        workload,
+        core,
+        core_params,
+        seed=seed,
+        out_dir=out_dir,
+        window_s=window_ms / 1000.0,
+        log_messages=log_messages,
+        defaults=(default_bw_mbps, default_delay_ms, default_loss_pct),
+    )
+    try:
+        return sim.run(until_s)
+    finally:
+        if sim.logs is not None:
+            sim.logs.close()
+
+
+def summarize(
+    result: SimResult, expected: Mapping[MsgKey, frozenset[str]], *, scale: float = 1.0
+) -> dict[str, Any]:
+    """The summary.json object of a simulated run against the oracle's ``expected``."""
+    summary = build_summary(
+        algorithm=result.algorithm,
+        runtime="simulated",
+        scale=scale,
+        published=result.published,
+        expected=expected,
+        deliveries=result.deliveries,
+        ims_by_type=result.ims_by_type,
+        delays_s=result.delays_s,
+        table_sizes=result.table_sizes,
+        duration_s=result.end_s,
+    )
+    summary["events"] = result.events
+    summary["lost"] = result.lost
+    return summary
+
+
+def _link_number(key: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ValueError(f"link attribute {key}={value!r} outside [{lo}, {hi}]")
+    return float(value)
+
+
+class _Sim:
+    """The simulator state; the event loop is in :meth:`run`.
+
+    Links are integers in (source, destination) name order, and per-link state lives in
+    parallel lists indexed by link, which keeps the hot loop free of object creation.
+    """
+
+    def __init__(
+        self,
+        overlay: nx.Graph,
+        workload: Workload,
+        core: str | CoreFactory,
+        core_params: ParamsArg | None,
+        *,
+        seed: int,
+        out_dir: Path | None,
+        window_s: float,
+        log_messages: bool,
+        defaults: tuple[float | None, float, float],
+    ) -> None:
+        brokers = sorted(overlay.nodes)
+        if any(not isinstance(b, str) for b in brokers):
+            raise ValueError("overlay nodes must be broker names (str)")
+        self.brokers = brokers
+        self.bidx = bidx = {b: i for i, b in enumerate(brokers)}
+        self.window_s = window_s
+        self.workload = workload
+
+        # ---- links
+        bw_default, delay_default, loss_default = defaults
+        directed: list[tuple[str, str, float | None, float, float]] = []
+        for a, b, data in overlay.edges(data=True):
+            if a == b:
+                continue
+            bw = data.get("bw_mbps", bw_default)
+            if bw is not None:
+                bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
+            delay = _link_number("delay_ms", data.get("delay_ms", delay_default), 0.0, math.inf)
+            loss = _link_number("loss_pct", data.get("loss_pct", loss_default), 0.0, 100.0)
+            directed.append((a, b, bw, delay, loss))
+            directed.append((b, a, bw, delay, loss))
+        directed.sort()
+        self.link_src = [bidx[a] for a, _, _, _, _ in directed]
+        self.link_dst = [bidx[b] for _, b, _, _, _ in directed]
+        self.link_src_name = [a for a, _, _, _, _ in directed]
+        self.link_dst_name = [b for _, b, _, _, _ in directed]
+        self.s_per_byte = [0.0 if bw is None else 8.0 / (bw * 1e6) for _, _, bw, _, _ in directed]
+        self.delay_s = [d / 1000.0 for _, _, _, d, _ in directed]
+        self.loss_p = [p / 100.0 for _, _, _, _, p in directed]
+        self.link_rng = [
+            random.Random(f"{seed}:{a}:{b}") if p > 0 else None for a, b, _, _, p in directed
+        ]
+        n_links = len(directed)
+        self.busy_until = [0.0] * n_links
+        self.tx_starts: list[deque[float]] = [deque() for _ in range(n_links)]
+        self.count_in = [0] * n_links
+        self.active: set[int] = set()  # links with figures to report at the next window
+        self.out_links: list[dict[str, int]] = [{} for _ in brokers]
+        for lid, (a, b, _, _, _) in enumerate(directed):
+            self.out_links[bidx[a]][b] = lid
+
+        # ---- clients
+        clashes = sorted(set(workload.clients) & set(bidx))
+        if clashes:
+            raise ValueError(f"clients named like brokers (one log file each): {clashes}")
+        self.clients_of: list[set[str]] = [set() for _ in brokers]
+        for client, broker in sorted(workload.clients.items()):
+            if broker not in bidx:
+                raise ValueError(f"client {client} is attached to {broker}, not in the overlay")
+            self.clients_of[bidx[broker]].add(client)
+        for op in workload.ops:
+            if workload.clients.get(op.client) != op.broker:
+                raise ValueError(f"op at {op.t_s} s: client {op.client} is not attached to "
+                                 f"{op.broker} in the workload's client map")
+
+        # ---- cores
+        edges = sorted((a, b) for a, b in overlay.edges if a != b)
+        if isinstance(core, str):
+            self.algorithm = core
+            derived = overlay_params(core, edges)
+            factory: CoreFactory = partial(make_core, core)
+        else:
+            self.algorithm = getattr(core, "__name__", type(core).__name__)
+            derived = {}
+            factory = core
+        self.cores: list[RoutingCore] = []
+        for b in brokers:
+            if core_params is None:
+                user: Mapping[str, Any] = {}
+            elif callable(core_params):
+                user = core_params(b)
+            else:
+                user = core_params
+            params = {**derived.get(b, {}), **user}
+            self.cores.append(factory(b, tuple(sorted(overlay.neighbors(b))), params))
+
+        self.logs = (
+            _Logs(out_dir, [*brokers, *sorted(workload.clients)]) if out_dir is not None else None
+        )
+        # The per-message writer, or None when per-message logs are off.
+        self.log = self.logs.write if log_messages and self.logs is not None else None
+
+        # ---- results
+        self.heap: list[tuple[Any, ...]] = []
+        self.seq = 0
+        self.deliveries: dict[MsgKey, list[str]] = {}
+        self.ims: Counter[MsgType] = Counter()
+        self.records: Counter[str] = Counter()
+        self.notification_delays: list[float] = []
+        self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
+        self.last_arrival: dict[_SentKey, float] = {}  # of propagated ADVERTISE/SUBSCRIBE
+        self.lost = 0
+        self.published = 0
+        # Frame sizes by (type, origin, msg_id), valid while the payload object is the same
+        # one: forwarded copies share their payload, so encoding happens once per message.
+        self.size_cache: dict[_SentKey, tuple[dict[str, Any], int]] = {}
+
+    # ---- event loop ---------------------------------------------------------------------
+
+    def run(self, until_s: float | None) -> SimResult:
+        ops = self.workload.ops
+        heap = self.heap
+        heap.extend((op.t_s, i, _OP, op, None) for i, op in enumerate(ops))
+        heapq.heapify(heap)
+        self.seq = len(ops)
+        horizon = math.inf if until_s is None else until_s
+        window_s = self.window_s
+        k = 1
+        window_t = window_s
+        events = 0
+        end_s = 0.0
+        cores = self.cores
+        link_dst = self.link_dst
+        link_src_name = self.link_src_name
+        act = self._act
+        pop = heapq.heappop
+        log = self.log
+        propagated = _PROPAGATED
+        sent_at = self.sent_at
+        last_arrival = self.last_arrival
+        while True:
+            t = heap[0][0] if heap else math.inf
+            if self.active and window_t <= t:
+                if window_t > horizon:
+                    break
+                self._window(window_t)
+                k += 1
+                window_t = k * window_s
+                continue
+            if not heap or t > horizon:
+                break
+            while window_t <= t:  # idle windows report nothing: skip them
+                k = max(k + 1, int(t // window_s))
+                window_t = k * window_s
+            t, _, kind, a, b = pop(heap)
+            if kind == _ARRIVE:
+                dst = link_dst[a]
+                src = link_src_name[a]
+                if log is not None:
+                    log(self.brokers[dst], "recv", t, link=src, **message_fields(b))
+                if b.type in propagated:
+                    key = (b.type, b.origin, b.msg_id)
+                    if key in sent_at:
+                        last_arrival[key] = t
+                act(dst, cores[dst].handle(Arrived(src, b), t), t)
+            elif kind == _OP:
+                self._client_op(a, t)
+            elif kind == _TIMER:
+                act(a, cores[a].handle(TimerFired(b), t), t)
+            else:  # _DEPART: only scheduled for the log, so not a model event
+                self._departed(a, b[0], b[1], t)
+                continue
+            events += 1
+            end_s = t
+        return self._result(events, end_s)
+
+    def _client_op(self, op: ClientOp, t: float) -> None:
+        """A client sends ``op.msg`` to its broker at ``t``."""
+        msg: Message = op.msg
+        extra: dict[str, Any] = {}
+        if msg.type is MsgType.PUBLISH:
+            self.published += 1
+            extra["t_pub"] = SIM_EPOCH_S + t
+            msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
+        self.sent_at[(msg.type, msg.origin, msg.msg_id)] = t
+        if self.log is not None:
+            fields = message_fields(msg)
+            self.log(op.client, "send", t, link=op.broker, **extra, **fields)
+            self.log(op.broker, "recv", t, link=op.client, **fields)
+        bi = self.bidx[op.broker]
+        self._act(bi, self.cores[bi].handle(FromClient(op.client, msg), t), t)
+
+    def _act(self, bi: int, actions: list[Action], now: float) -> None:
+        """Carry out one core's actions at time ``now``."""
+        log = self.log
+        broker = self.brokers[bi]
+        for action in actions:
+            cls = type(action)
+            if cls is Send:
+                lid = self.out_links[bi].get(action.link)
+                if lid is None:
+                    raise ValueError(f"core at {broker} sent on {action.link!r}: not a neighbour")
+                msg = action.msg
+                ckey = (msg.type, msg.origin, msg.msg_id)
+                cached = self.size_cache.get(ckey)
+                if cached is not None and cached[0] is msg.payload:
+                    size = cached[1]
+                else:
+                    size = frame_size(msg)
+                    self.size_cache[ckey] = (msg.payload, size)
+                start = self.busy_until[lid]
+                if start < now:
+                    start = now
+                end = start + size * self.s_per_byte[lid]
+                self.busy_until[lid] = end
+                self.tx_starts[lid].append(start)
+                self.count_in[lid] += 1
+                self.active.add(lid)
+                self.ims[msg.type] += 1
+                rng = self.link_rng[lid]
+                lost = rng is not None and rng.random() < self.loss_p[lid]
+                if log is not None:
+                    if start > now:
+                        # Scheduled before the arrival, so `send` precedes `recv` even on
+                        # a tie; extra sequence numbers keep the other events' order.
+                        self.seq += 1
+                        heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
+                    else:
+                        self._departed(lid, msg, lost, now)
+                if lost:
+                    self.lost += 1
+                else:
+                    self.seq += 1
+                    arrive = end + self.delay_s[lid]
+                    heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
+            elif cls is Deliver:
+                client = action.client
+                if client not in self.clients_of[bi]:
+                    raise ValueError(f"core at {broker} delivered to non-local client {client!r}")
+                msg = action.msg
+                self.deliveries.setdefault(msg.key, []).append(client)
+                sent = self.sent_at.get((MsgType.PUBLISH, msg.origin, msg.msg_id))
+                if sent is not None:
+                    self.notification_delays.append(now - sent)
+                if log is not None:
+                    t_pub = msg.payload.get("t_pub")
+                    fields = message_fields(msg)
+                    log(broker, "deliver", now, link=client, t_pub=t_pub, **fields)
+                    log(client, "recv", now, link=broker, t_pub=t_pub, **fields)
+            elif cls is Record:
+                self.records[action.kind] += 1
+                if log is not None:
+                    log(broker, "record", now, kind=action.kind, **action.fields)
+            elif cls is SetTimer:
+                self.seq += 1
+                heapq.heappush(self.heap, (now + action.delay_s, self.seq, _TIMER, bi, action.name))
+            else:
+                raise TypeError(f"core at {broker} returned {action!r}, not an action")
+
+    def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
+        """Log ``msg`` leaving link ``lid``'s queue at ``t`` (and its loss on the wire)."""
+        assert self.log is not None  # departures are only logged, never simulated
+        fields = message_fields(msg)
+        broker, link = self.link_src_name[lid], self.link_dst_name[lid]
+        self.log(broker, "send", t, link=link, **fields)
+        if lost:
+            self.log(broker, "drop", t, link=link, reason="loss", **fields)
+
+    def _window(self, t_w: float) -> None:
+        """Close the statistics window ending at ``t_w``: log it and feed the cores."""
+        figures: dict[int, tuple[int, int, int]] = {}
+        still_active: set[int] = set()
+        for lid in sorted(self.active):
+            waiting = self.tx_starts[lid]
+            out = 0
+            while waiting and waiting[0] < t_w:
+                waiting.popleft()
+                out += 1
+            fig = (self.count_in[lid], out, len(waiting))
+            self.count_in[lid] = 0
+            figures[lid] = fig
+            if fig != (0, 0, 0):
+                still_active.add(lid)
+        # Actions taken below may enqueue: those count in the next window.
+        self.active = still_active
+        window_ms = self.window_s * 1000.0
+        zero = LinkWindow(0, 0, 0)
+        for bi in sorted({self.link_src[lid] for lid in figures}):
+            links: dict[str, LinkWindow] = {}
+            for nb, lid in self.out_links[bi].items():
+                fig = figures.get(lid)
+                if fig is None:
+                    links[nb] = zero
+                    continue
+                links[nb] = LinkWindow(*fig)
+                if self.logs is not None:
+                    self.logs.write(
+                        self.brokers[bi], "queue", t_w, link=nb, count_in=fig[0],
+                        count_out=fig[1], queue_len=fig[2], flushed=0, window_ms=window_ms,
+                    )
+            self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
+
+    def _result(self, events: int, end_s: float) -> SimResult:
+        delays: dict[str, list[float]] = {"notification": self.notification_delays}
+        for mtype, kind in _PROPAGATED.items():
+            delays[kind] = [
+                self.last_arrival[key] - self.sent_at[key]
+                for key in sorted(self.last_arrival)
+                if key[0] is mtype
+            ]
+        tables: dict[str, list[int]] = {kind: [] for kind in TABLE_KINDS}
+        for c in self.cores:
+            sizes: Mapping[str, int] = c.table_sizes() if hasattr(c, "table_sizes") else {}
+            for kind in TABLE_KINDS:
+                tables[kind].append(int(sizes.get(kind, 0)))
+        return SimResult(
+            algorithm=self.algorithm,
+            published=self.published,
+            deliveries=self.deliveries,
+            ims_by_type={t.name: n for t, n in sorted(self.ims.items())},
+            delays_s=delays,
+            table_sizes=tables,
+            record_counts=dict(sorted(self.records.items())),
+            lost=self.lost,
+            events=events,
+            end_s=end_s,
+        )

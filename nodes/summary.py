@@ -1,0 +1,94 @@
+"""The ``summary.json`` of one algorithm's run, from plain records (either runtime).
+
+Inputs are what both runtimes can produce from their logs: which subscriber got which
+notification (duplicates kept), inter-broker message counts by type, delay samples by
+kind, and per-broker routing-table sizes. Definitions:
+
+- ``expected_deliveries``: (notification, subscriber) pairs the oracle expects;
+- ``delivered``: distinct (notification, subscriber) pairs that were delivered, expected
+  or not; ``unexpected`` counts the delivered pairs the oracle does not expect;
+- ``duplicates``: deliveries beyond the first of the same pair;
+- ``missing``: expected pairs never delivered;
+- ``delay_ms``: per kind, ``p50``/``p95`` by linear interpolation between order
+  statistics (numpy's and pandas' default, so figures made with pandas agree), ``max``
+  and ``mean``; ``null`` for a kind without samples;
+- ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DELAY_KINDS = ("advertisement", "subscription", "notification")
+TABLE_KINDS = ("srt", "prt")
+
+MsgKey = tuple[str, int]
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of non-empty ascending values, linear interpolation."""
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
+    """p50, p95, max and mean in milliseconds of delays in seconds; None if empty."""
+    if not delays_s:
+        return None
+    ms = sorted(d * 1000.0 for d in delays_s)
+    return {
+        "p50": round(percentile(ms, 0.5), 6),
+        "p95": round(percentile(ms, 0.95), 6),
+        "max": round(ms[-1], 6),
+        "mean": round(math.fsum(ms) / len(ms), 6),
+    }
+
+
+def _mean_max(values: Sequence[int]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "max": 0}
+    return {"mean": round(sum(values) / len(values), 6), "max": max(values)}
+
+
+def build_summary(
+    *,
+    algorithm: str,
+    runtime: str,
+    scale: float,
+    published: int,
+    expected: Mapping[MsgKey, frozenset[str]],
+    deliveries: Mapping[MsgKey, Sequence[str]],
+    ims_by_type: Mapping[str, int],
+    delays_s: Mapping[str, Sequence[float]],
+    table_sizes: Mapping[str, Sequence[int]],
+    duration_s: float,
+) -> dict[str, Any]:
+    """The summary.json object (DESIGN.md, "CLI and output conventions")."""
+    expected_pairs = {(key, sub) for key, subs in expected.items() for sub in subs}
+    total = 0
+    delivered_pairs: set[tuple[MsgKey, str]] = set()
+    for key, subs in deliveries.items():
+        total += len(subs)
+        delivered_pairs.update((key, sub) for sub in subs)
+    ims = {name: int(n) for name, n in sorted(ims_by_type.items())}
+    return {
+        "algorithm": algorithm,
+        "runtime": runtime,
+        "scale": scale,
+        "published": published,
+        "expected_deliveries": len(expected_pairs),
+        "delivered": len(delivered_pairs),
+        "unexpected": len(delivered_pairs - expected_pairs),
+        "duplicates": total - len(delivered_pairs),
+        "missing": len(expected_pairs - delivered_pairs),
+        "ims_by_type": ims,
+        "ims_total": sum(ims.values()),
+        "srt_size": _mean_max(table_sizes.get("srt", ())),
+        "prt_size": _mean_max(table_sizes.get("prt", ())),
+        "delay_ms": {kind: delay_stats_ms(delays_s.get(kind, ())) for kind in DELAY_KINDS},
+        "duration_s": round(duration_s, 6),
+    }

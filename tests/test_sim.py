@@ -1,0 +1,350 @@
+"""The discrete-event simulator: oracle deliveries, determinism, timing, queue statistics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import pytest
+
+from experiments import bench_sim
+from experiments.workload import (
+    STOCK_SCHEMA,
+    ClientOp,
+    Workload,
+    expected_deliveries,
+    stock_workload,
+)
+from nodes.core import (
+    Action,
+    Arrived,
+    Event,
+    FromClient,
+    LinkStats,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
+from nodes.cores.flood import FloodCore
+from nodes.frames import frame_size
+from nodes.messages import Message, MsgType
+from nodes.model import filter_from_json, matches
+from nodes.sim import SIM_EPOCH_S, simulate, summarize
+from nodes.summary import build_summary, delay_stats_ms
+
+LINK = {"bw_mbps": 10.0, "delay_ms": 2.0}
+
+
+def _named(g: nx.Graph, prefix: str = "b") -> nx.Graph:
+    width = len(str(g.number_of_nodes() - 1))
+    g = nx.relabel_nodes(g, {n: f"{prefix}{i:0{width}d}" for i, n in enumerate(sorted(g))})
+    nx.set_edge_attributes(g, {e: dict(LINK) for e in g.edges})
+    return g
+
+
+def scot_like() -> nx.Graph:
+    """Ta (a path with edge brokers) times K4: clusters are tree copies, regions cliques."""
+    ta = nx.Graph([("F", "G"), ("G", "H"), ("F", "a"), ("G", "b"), ("H", "c"), ("H", "d")])
+    g = nx.cartesian_product(ta, nx.complete_graph(4))
+    return _named(nx.relabel_nodes(g, {(x, c): f"{x}{c}" for x, c in g}))
+
+
+OVERLAYS = {
+    "scot": scot_like,
+    "random_tree": lambda: _named(nx.random_labeled_tree(25, seed=7)),
+    "ring_with_chords": lambda: _named(nx.circulant_graph(16, [1, 5])),
+}
+
+
+def _workload(g: nx.Graph, seed: int, **kw: Any) -> Workload:
+    args = {"n_publishers": 4, "n_subscribers": 20, "pubs_per_publisher": 15,
+            "publish_rate_hz": 200.0, "selectivity": 0.2, "phase_gap_s": 0.2} | kw
+    return stock_workload(sorted(g.nodes), seed=seed, **args)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_flood_delivers_exactly_the_oracle_set_once(name: str, tmp_path: Path) -> None:
+    g = OVERLAYS[name]()
+    w = _workload(g, seed=11)
+    expected = expected_deliveries(w)
+    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    got = {key: sorted(subs) for key, subs in result.deliveries.items()}
+    want = {key: sorted(subs) for key, subs in expected.items() if subs}
+    assert got == want  # sorted lists, so a duplicate delivery would show
+    assert sum(map(len, want.values())) > 20, "workload too selective to test anything"
+
+    summary = summarize(result, expected, scale=0.5)
+    assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
+    assert summary["delivered"] == summary["expected_deliveries"] == sum(map(len, want.values()))
+    n_pubs = sum(op.msg.type is MsgType.PUBLISH for op in w.ops)
+    assert summary["published"] == n_pubs
+    # Flooding over a spanning tree: each publication crosses every tree edge once.
+    assert summary["ims_by_type"] == {"PUBLISH": n_pubs * (g.number_of_nodes() - 1)}
+    assert summary["ims_total"] == n_pubs * (g.number_of_nodes() - 1)
+    assert summary["runtime"] == "simulated" and summary["algorithm"] == "flood"
+    assert summary["delay_ms"]["advertisement"] is None
+    assert summary["delay_ms"]["notification"]["max"] > 0
+    n_subs = sum(op.msg.type is MsgType.SUBSCRIBE for op in w.ops)
+    assert summary["prt_size"]["mean"] == pytest.approx(n_subs / g.number_of_nodes())
+
+    # Client logs agree with the result: one recv per delivery, with t_pub.
+    recvs = [r for c in sorted(w.clients) if c.startswith("s")
+             for r in _read(tmp_path / f"{c}.jsonl") if r["ev"] == "recv"]
+    assert len(recvs) == summary["delivered"]
+    assert all(r["type"] == "PUBLISH" and "t_pub" in r for r in recvs)
+    assert {p.name for p in tmp_path.iterdir()} == {
+        f"{n}.jsonl" for n in [*g.nodes, *w.clients]
+    }
+    for path in tmp_path.iterdir():
+        times = [r["t_mono"] for r in _read(path)]
+        assert times == sorted(times), f"{path.name} is not in time order"
+
+
+def _logs(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_same_seed_gives_byte_identical_logs_and_another_seed_differs(tmp_path: Path) -> None:
+    g = OVERLAYS["ring_with_chords"]()
+    runs = {}
+    for label, seed in (("a", 5), ("b", 5), ("c", 6)):
+        simulate(g, _workload(g, seed=seed), "flood", seed=seed, out_dir=tmp_path / label)
+        runs[label] = _logs(tmp_path / label)
+    assert runs["a"] == runs["b"]
+    assert runs["a"] != runs["c"]
+    # Rerunning into a used folder overwrites instead of appending.
+    simulate(g, _workload(g, seed=5), "flood", seed=5, out_dir=tmp_path / "a")
+    assert _logs(tmp_path / "a") == runs["b"]
+
+
+def test_loss_is_seeded() -> None:
+    g = OVERLAYS["random_tree"]()
+    nx.set_edge_attributes(g, 20.0, "loss_pct")
+    w = _workload(g, seed=1)
+    first, again, other = (simulate(g, w, "flood", seed=s, out_dir=None) for s in (1, 1, 2))
+    assert first.lost > 0
+    assert first.deliveries == again.deliveries and first.lost == again.lost
+    assert first.deliveries != other.deliveries
+    assert summarize(first, expected_deliveries(w))["missing"] > 0
+
+
+def _matching_pair(seed: int = 2) -> tuple[Message, Message]:
+    """A subscription and a publication it matches, from the stock workload."""
+    w = stock_workload(["x"], n_publishers=1, n_subscribers=20, pubs_per_publisher=30,
+                       publish_rate_hz=10.0, seed=seed, selectivity=0.3)
+    subs = [op.msg for op in w.ops if op.msg.type is MsgType.SUBSCRIBE]
+    for op in w.ops:
+        if op.msg.type is MsgType.PUBLISH:
+            for sub in subs:
+                if matches(filter_from_json(sub.payload["filter"]), op.msg.payload["attrs"]):
+                    return sub, op.msg
+    raise AssertionError("no matching pair in the fixture workload")
+
+
+def _path(*links: Mapping[str, float]) -> nx.Graph:
+    g = nx.Graph()
+    for i, attrs in enumerate(links):
+        g.add_edge(f"b{i}", f"b{i + 1}", **attrs)
+    return g
+
+
+def _ops(ops: Sequence[ClientOp]) -> Workload:
+    clients = {op.client: op.broker for op in ops}
+    return Workload(schema=STOCK_SCHEMA, clients=clients, ops=tuple(ops), meta={})
+
+
+def test_two_hop_timing_is_exact(tmp_path: Path) -> None:
+    sub, pub = _matching_pair()
+    t_pub = 1.0
+    pub = Message(pub.type, pub.msg_id, "p0", 0, pub.payload)
+    g = _path({"bw_mbps": 8.0, "delay_ms": 5.0}, {"bw_mbps": 2.0, "delay_ms": 10.0})
+    w = _ops([ClientOp(0.0, "s0", "b2", sub), ClientOp(t_pub, "p0", "b0", pub)])
+    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    # The client stamps t_pub on the logs' wall-clock scale; hops do not change the size.
+    stamped = Message(pub.type, pub.msg_id, "p0", 0, {**pub.payload, "t_pub": SIM_EPOCH_S + 1})
+    bits = frame_size(stamped) * 8
+    at_b1 = t_pub + bits / 8e6 + 0.005
+    at_b2 = at_b1 + bits / 2e6 + 0.010
+    assert result.deliveries == {pub.key: ["s0"]}
+    assert result.delays_s["notification"] == [pytest.approx(at_b2 - t_pub, abs=1e-12)]
+    b2 = _read(tmp_path / "b2.jsonl")
+    (recv,) = [r for r in b2 if r["ev"] == "recv" and r["link"] == "b1"]
+    assert recv["t_mono"] == round(at_b2, 6)
+    assert recv["t_wall"] == round(SIM_EPOCH_S + at_b2, 6)
+    assert (recv["hops"], recv["size"]) == (2, bits // 8)
+    (deliver,) = [r for r in b2 if r["ev"] == "deliver"]
+    assert (deliver["link"], deliver["origin"]) == ("s0", "p0")
+    assert deliver["t_pub"] == SIM_EPOCH_S + t_pub
+    (got,) = [r for r in _read(tmp_path / "s0.jsonl") if r["ev"] == "recv"]
+    assert (got["link"], got["msg_id"], got["t_mono"]) == ("b2", pub.msg_id, round(at_b2, 6))
+    assert got["t_wall"] - got["t_pub"] == pytest.approx(at_b2 - t_pub, abs=2e-6)
+    (sent,) = [r for r in _read(tmp_path / "p0.jsonl") if r["ev"] == "send"]
+    assert (sent["t_mono"], sent["t_pub"], sent["link"]) == (t_pub, SIM_EPOCH_S + t_pub, "b0")
+    assert result.end_s == pytest.approx(at_b2)
+
+
+class _Probe:
+    """A flood core that remembers every event it is given and sets a timer per publish."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], seen: list[Any]) -> None:
+        self.inner = FloodCore(broker, neighbours, {"tree_neighbours": neighbours})
+        self.broker, self.neighbours = broker, self.inner.neighbours
+        self.seen = seen
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        self.seen.append((self.broker, now_s, event))
+        actions = self.inner.handle(event, now_s)
+        if isinstance(event, FromClient) and event.msg.type is MsgType.PUBLISH:
+            actions.append(SetTimer("tick", 0.25))
+        return actions
+
+
+def test_queue_statistics_of_a_burst_on_a_slow_link(tmp_path: Path) -> None:
+    _, pub = _matching_pair()
+    g = _path({"bw_mbps": 0.1, "delay_ms": 1.0})
+    burst = [ClientOp(0.01, "p0", "b0", Message(MsgType.PUBLISH, i, "p0", 0,
+                                                {**pub.payload, "t_pub": 0.01}))
+             for i in range(20)]
+    seen: list[tuple[str, float, Event]] = []
+
+    def probe(broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> _Probe:
+        return _Probe(broker, neighbours, seen)
+
+    result = simulate(g, _ops(burst), probe, seed=0, out_dir=tmp_path, window_ms=50.0)
+    queue = [r for r in _read(tmp_path / "b0.jsonl") if r["ev"] == "queue"]
+    assert all(r["link"] == "b1" and r["window_ms"] == 50.0 for r in queue)
+    assert any(r["queue_len"] > 0 and r["count_in"] > r["count_out"] for r in queue)
+    assert sum(r["count_in"] for r in queue) == 20 == result.ims_by_type["PUBLISH"]
+    assert sum(r["count_out"] for r in queue) == 20
+    assert all(r["flushed"] == 0 for r in queue)
+    # `send` is logged when a message leaves the queue, as the emulated overlay link does.
+    sends = [r["t_mono"] for r in _read(tmp_path / "b0.jsonl") if r["ev"] == "send"]
+    size = frame_size(replace(burst[0].msg, payload={**pub.payload, "t_pub": SIM_EPOCH_S + 0.01}))
+    per_msg_s = size * 8 / 0.1e6
+    assert sends == [round(0.01 + i * per_msg_s, 6) for i in range(20)]
+    assert queue[-1] == {**queue[-1], "count_in": 0, "count_out": 0, "queue_len": 0}
+    assert queue[0]["count_out"] == int((0.05 - 0.01) / per_msg_s) + 1
+    assert [r["t_mono"] for r in queue] == [round(0.05 * k, 6) for k in range(1, len(queue) + 1)]
+    # The core was fed the same figures, and its timers fired 0.25 s after each publish.
+    stats = [(t, e.links["b1"]) for b, t, e in seen if b == "b0" and isinstance(e, LinkStats)]
+    assert [(w.count_in, w.count_out, w.queue_len) for _, w in stats] == [
+        (r["count_in"], r["count_out"], r["queue_len"]) for r in queue]
+    timers = [t for b, t, e in seen if b == "b0" and isinstance(e, TimerFired)]
+    assert timers == [pytest.approx(0.26)] * 20
+    assert result.events == 20 + 20 + 20  # client ops, arrivals, timers
+
+
+def test_logs_off_keeps_only_queue_records_and_counts_the_same(tmp_path: Path) -> None:
+    g = OVERLAYS["scot"]()
+    w = _workload(g, seed=4)
+    full = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "full")
+    quiet = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "quiet", log_messages=False)
+    assert quiet == full
+    records = [r for p in sorted((tmp_path / "quiet").iterdir()) for r in _read(p)]
+    assert records and {r["ev"] for r in records} == {"queue"}
+    assert records == [r for p in sorted((tmp_path / "full").iterdir()) for r in _read(p)
+                       if r["ev"] == "queue"]
+
+
+def test_until_s_stops_the_run() -> None:
+    g = OVERLAYS["random_tree"]()
+    w = _workload(g, seed=3)
+    full = simulate(g, w, "flood", seed=0)
+    cut = simulate(g, w, "flood", seed=0, until_s=0.25)
+    assert 0 < cut.events < full.events
+    assert cut.end_s <= 0.25 < full.end_s
+
+
+class _Relay:
+    """Floods subscriptions over a path overlay (to test propagation delays)."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        self.broker, self.neighbours = broker, tuple(neighbours)
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        if isinstance(event, FromClient | Arrived) and event.msg.type is MsgType.SUBSCRIBE:
+            came = event.link if isinstance(event, Arrived) else None
+            return [Send(nb, event.msg.forwarded()) for nb in self.neighbours if nb != came]
+        return [Record("seen", {"n": 1})] if isinstance(event, FromClient) else []
+
+
+def test_subscription_delay_is_the_last_arrival(tmp_path: Path) -> None:
+    sub, pub = _matching_pair()
+    g = _path({"delay_ms": 3.0}, {"delay_ms": 4.0})  # unshaped: no serialisation time
+    w = _ops([ClientOp(0.5, "s0", "b0", sub), ClientOp(0.6, "p0", "b1", pub)])
+    result = simulate(g, w, _Relay, seed=0, out_dir=tmp_path)
+    assert result.delays_s["subscription"] == [pytest.approx(0.007)]
+    assert result.algorithm == "_Relay"
+    assert result.record_counts == {"seen": 1}
+    assert result.table_sizes == {"srt": [0, 0, 0], "prt": [0, 0, 0]}
+    summary = summarize(result, {pub.key: frozenset()})
+    assert summary["delay_ms"]["subscription"]["max"] == pytest.approx(7.0)
+    assert summary["delay_ms"]["notification"] is None
+    (rec,) = [r for r in _read(tmp_path / "b1.jsonl") if r["ev"] == "record"]
+    assert (rec["kind"], rec["n"], rec["t_mono"]) == ("seen", 1, 0.6)
+
+
+def test_bad_inputs_are_refused() -> None:
+    g = _path({"bw_mbps": 0})
+    with pytest.raises(ValueError, match="bw_mbps"):
+        simulate(g, _ops([]), "flood", seed=0)
+    with pytest.raises(ValueError, match=r"allowed: .*flood"):
+        simulate(_path({}), _ops([]), "nope", seed=0)
+    sub, _ = _matching_pair()
+    with pytest.raises(ValueError, match="named like brokers"):
+        simulate(_path({}), _ops([ClientOp(0.0, "b0", "b0", sub)]), "flood", seed=0)
+    with pytest.raises(ValueError, match="not in the overlay"):
+        simulate(_path({}), _ops([ClientOp(0.0, "s0", "elsewhere", sub)]), "flood", seed=0)
+
+
+def test_single_broker_overlay(tmp_path: Path) -> None:
+    g = nx.Graph()
+    g.add_node("solo")
+    w = _workload(g, seed=8)
+    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    summary = summarize(result, expected_deliveries(w))
+    assert summary["expected_deliveries"] > 0
+    assert (summary["missing"], summary["duplicates"], summary["ims_total"]) == (0, 0, 0)
+    assert summary["delay_ms"]["notification"]["max"] == 0.0
+
+
+def test_bench_runs_small() -> None:
+    report = bench_sim.run(node_counts=(40,), messages=400, seed=1)
+    assert [r["overlay"] for r in report["runs"]] == ["random_tree", "random_regular"]
+    for r in report["runs"]:
+        assert r["ims"] == r["publications"] * 39 >= 400
+        assert r["events_per_s"] > 0
+    assert report["target_met"] is False  # 40 nodes are not the 10,000-node target
+
+
+def test_summary_counts_and_percentiles() -> None:
+    k1, k2, k3 = ("p0", 0), ("p0", 1), ("p1", 0)
+    summary = build_summary(
+        algorithm="x", runtime="emulated", scale=0.1, published=3,
+        expected={k1: frozenset({"s0", "s1"}), k2: frozenset({"s0"}), k3: frozenset()},
+        deliveries={k1: ["s0", "s0", "s1"], k3: ["s2"]},
+        ims_by_type={"SUBSCRIBE": 2, "PUBLISH": 5},
+        delays_s={"notification": [0.004, 0.001, 0.002, 0.003]},
+        table_sizes={"srt": [1, 2, 6], "prt": []},
+        duration_s=12.5,
+    )
+    assert summary["expected_deliveries"] == 3
+    assert (summary["delivered"], summary["duplicates"], summary["missing"],
+            summary["unexpected"]) == (3, 1, 1, 1)
+    assert summary["ims_by_type"] == {"PUBLISH": 5, "SUBSCRIBE": 2}
+    assert summary["ims_total"] == 7
+    assert summary["srt_size"] == {"mean": 3.0, "max": 6}
+    assert summary["prt_size"] == {"mean": 0.0, "max": 0}
+    assert summary["delay_ms"]["notification"] == {"p50": 2.5, "p95": 3.85, "max": 4.0,
+                                                   "mean": 2.5}
+    assert summary["delay_ms"]["subscription"] is None
+    assert delay_stats_ms([0.2]) == {"p50": 200.0, "p95": 200.0, "max": 200.0, "mean": 200.0}
