@@ -158,25 +158,36 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
+    """What the clients' logs say: notifications received per (origin, msg_id) with the
+    receiving subscribers (duplicates kept), notification delays, publications sent, and
+    the wall-clock span from the first publication to the last receipt."""
+    deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
+    delays: list[float] = []
+    published = 0
+    t_first, t_last = math.inf, -math.inf
+    for client in sorted(workload.clients):
+        for r in _read_jsonl(out_dir / f"{client}.jsonl"):
+            if r.get("type") != "PUBLISH":
+                continue
+            if r["ev"] == "send":
+                published += 1
+                t_first = min(t_first, r["t_wall"])
+            elif r["ev"] == "recv":
+                deliveries[(r["origin"], r["msg_id"])].append(client)
+                delays.append(r["t_wall"] - r["t_pub"])
+                t_last = max(t_last, r["t_wall"])
+    return {"deliveries": dict(deliveries), "delays_s": delays, "published": published,
+            "span_s": (t_last - t_first) if t_last > t_first else 0.0}
+
+
 def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm: str,
                    scale: float) -> dict[str, Any]:
     """summary.json of an emulated run, from the broker and client logs."""
     names = set(brokers(graph))
-    deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
-    delays: dict[str, list[float]] = defaultdict(list)
+    got = client_receipts(out_dir, workload)
     ims: dict[str, int] = defaultdict(int)
     tables: dict[str, list[int]] = defaultdict(list)
-    published = 0
-    t_first, t_last = math.inf, -math.inf
-    for client in workload.clients:
-        for r in _read_jsonl(out_dir / f"{client}.jsonl"):
-            if r["ev"] == "send" and r.get("type") == "PUBLISH":
-                published += 1
-                t_first = min(t_first, r["t_wall"])
-            if r["ev"] == "recv" and r.get("type") == "PUBLISH":
-                deliveries[(r["origin"], r["msg_id"])].append(client)
-                delays["notification"].append(r["t_wall"] - r["t_pub"])
-                t_last = max(t_last, r["t_wall"])
     for b in sorted(names):
         for r in _read_jsonl(out_dir / f"{b}.jsonl"):
             if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
@@ -185,10 +196,10 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
                 for kind in ("srt", "prt"):
                     tables[kind].append(int(r.get(kind, 0)))
     return build_summary(
-        algorithm=algorithm, runtime="emulated", scale=scale, published=published,
-        expected=expected_deliveries(workload), deliveries=deliveries, ims_by_type=ims,
-        delays_s=delays, table_sizes=tables,
-        duration_s=(t_last - t_first) if t_last > t_first else 0.0)
+        algorithm=algorithm, runtime="emulated", scale=scale, published=got["published"],
+        expected=expected_deliveries(workload), deliveries=got["deliveries"],
+        ims_by_type=ims, delays_s={"notification": got["delays_s"]}, table_sizes=tables,
+        duration_s=got["span_s"])
 
 
 def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str,

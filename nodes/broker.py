@@ -40,9 +40,11 @@ Behaviour (design choices):
   lost link: ``link`` record ``state: down``, :class:`~nodes.core.LinkDown` to the core,
   everything queued on it dropped and logged, and the dialling side redials. The core
   interface has no "link up" event: after a redial the link simply carries ``Send``
-  actions again. An exception raised by the core is logged as an ``error`` record
-  (``stage: core``; the traceback goes to standard error) and the event is skipped, so
-  one bad message does not take the broker down.
+  actions again. An exception raised by the core, or by carrying out its actions (a
+  ``Send`` to a non-neighbour, a payload that is not JSON, a ``Record`` field that
+  clashes with a log key), is logged as an ``error`` record (``stage: core``; the
+  traceback goes to standard error) and the rest of that event is skipped, so one bad
+  message does not take the broker or its connection down.
 - **Statistics windows.** Every ``window_ms`` (scheduled on absolute times, so windows
   do not drift; a stalled loop skips windows rather than firing a burst) each link's
   figures go to the core as one :class:`~nodes.core.LinkStats` (every neighbour, up or
@@ -87,6 +89,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.core import (
+    Action,
     Arrived,
     Deliver,
     Event,
@@ -375,32 +378,32 @@ class Broker:
     def _dispatch(self, event: Event) -> None:
         """Feed ``event`` to the core and carry out its actions."""
         try:
-            actions = self._core.handle(event, asyncio.get_running_loop().time())
+            for action in self._core.handle(event, asyncio.get_running_loop().time()):
+                self._act(action)
         except Exception as exc:
+            # A core bug (or an action the runtime cannot carry out, such as a payload
+            # that is not JSON) costs this one event, not the connection it came on.
             log_now(self._log, "error", stage="core",
-                    reason=f"core raised on {type(event).__name__}: {exc!r}")
+                    reason=f"handling {type(event).__name__} failed: {exc!r}")
             traceback.print_exc(file=sys.stderr)
-            return
-        for action in actions:
-            match action:
-                case Send(link=link, msg=msg):
-                    target = self._links.get(link)
-                    if target is None:
-                        log_now(self._log, "error", stage="core",
-                                reason=f"core sent on {link!r}, not a neighbour")
-                    else:
-                        target.enqueue(msg)
-                case Deliver(client=client, msg=msg):
-                    self._deliver(client, msg)
-                case Record(kind=kind, fields=fields):
-                    log_now(self._log, "record", kind=kind, **fields)
-                case SetTimer(name=name, delay_s=delay_s):
-                    timer_id = next(self._timer_ids)
-                    self._timers[timer_id] = asyncio.get_running_loop().call_later(
-                        delay_s, self._fire_timer, timer_id, name)
-                case _:
-                    log_now(self._log, "error", stage="core",
-                            reason=f"core returned {action!r}, not an action")
+
+    def _act(self, action: Action) -> None:
+        match action:
+            case Send(link=link, msg=msg):
+                target = self._links.get(link)
+                if target is None:
+                    raise ValueError(f"core sent on {link!r}, not a neighbour")
+                target.enqueue(msg)
+            case Deliver(client=client, msg=msg):
+                self._deliver(client, msg)
+            case Record(kind=kind, fields=fields):
+                log_now(self._log, "record", kind=kind, **fields)
+            case SetTimer(name=name, delay_s=delay_s):
+                timer_id = next(self._timer_ids)
+                self._timers[timer_id] = asyncio.get_running_loop().call_later(
+                    delay_s, self._fire_timer, timer_id, name)
+            case _:
+                raise TypeError(f"core returned {action!r}, not an action")
 
     def _deliver(self, client: str, msg: Message) -> None:
         writer = self._clients.get(client)

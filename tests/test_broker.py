@@ -285,6 +285,15 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
     received = [r for r in records(tmp_path, "solo", "recv", link="fuzzer") if r["type"] != "HELLO"]
     assert len(received) == len(after) + sum(n for n, _ in outcomes)
 
+    # a frame the core cannot handle costs only that event, not the connection
+    bad_subscribe = encode(Message(MsgType.SUBSCRIBE, 1, "confused", 0, {"no": "filter"}))
+    _raw_exchange(ov.addr["solo"], _hello("confused", "client") + bad_subscribe + good)
+    wait_for(lambda: records(tmp_path, "solo", "error", stage="core"), 2, "a core error")
+    assert [r["type"] for r in records(tmp_path, "solo", "recv", link="confused")] == [
+        "HELLO", "SUBSCRIBE", "PUBLISH"]
+    assert records(tmp_path, "solo", "link", link="confused", state="down",
+                   reason="closed by peer")
+
     # and the broker still serves well-behaved clients
     pub, sub = pub_sub(ov, spawn, "solo", "solo", count=5, rate_per_s=50)
     assert len(records(tmp_path, sub, "recv", type="PUBLISH", origin=pub)) == 5
