@@ -117,6 +117,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool) -> None:
+    if with_spec:
+        parser.add_argument("spec",
+                            help="shipped spec name (experiments/specs/NAME.yaml) or path")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override one spec field, e.g. --set scale=0.1 (repeatable)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_RUNS,
+                        help="folder for run folders (default ./runs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pubsublab",
@@ -147,11 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run a spec's workload through the deterministic "
                                     "simulator hosting the same routing cores; one subfolder "
                                     "per algorithm with logs and summary.json.")
-    sm.add_argument("spec", help="shipped spec name (experiments/specs/NAME.yaml) or path")
-    sm.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                    help="override one spec field, e.g. --set scale=0.1 (repeatable)")
-    sm.add_argument("--out", type=Path, default=DEFAULT_RUNS,
-                    help="folder for run folders (default ./runs)")
+    _spec_arguments(sm, with_spec=True)
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
     sm.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -173,12 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         r = sub.add_parser(name, help=helptext, description=helptext + ". Leaves a run folder "
                            "with manifest.json (resolved spec, seed, git revision, probe, link "
                            "mechanisms, fidelity measurements).")
-        if name == "run":
-            r.add_argument("spec", help="shipped spec name (experiments/specs/NAME.yaml) or path")
-        r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                       help="override one spec field, e.g. --set scale=0.1 (repeatable)")
-        r.add_argument("--out", type=Path, default=DEFAULT_RUNS,
-                       help="folder for run folders (default ./runs)")
+        _spec_arguments(r, with_spec=name == "run")
         r.add_argument("--cli", action="store_true",
                        help="open the Mininet CLI on the live network before teardown")
         r.add_argument("--json", action="store_true", help="print one JSON object as the last line")

@@ -53,7 +53,8 @@ Behaviour (design choices):
   simulator, a link's ``queue`` record is written only in windows where it was active
   or was active in the window before (so every return to idle is visible); a missing
   window means all zeros. The log is flushed at every window.
-- **Records.** ``send``/``recv`` for every frame on a connection (HELLOs included,
+- **Records.** ``record`` kind ``tables`` (srt, prt sizes) at stop when the core has
+  ``table_sizes()``; ``send``/``recv`` for every frame on a connection (HELLOs included,
   ``link`` = neighbour or client name); ``deliver`` when a notification is written to a
   local client (with ``t_pub``); ``drop``; ``link`` (``configured`` with the link's
   delay/loss and whether this broker emulates them, ``up``, ``down``, ``dial_failed``;
@@ -258,6 +259,10 @@ class Broker:
             await stop.wait()
         finally:
             server.close()
+            sizes = getattr(self._core, "table_sizes", None)
+            if sizes is not None:
+                # Routing-table sizes at the end of the run, for summary.json (srt/prt).
+                log_now(self._log, "record", kind="tables", **sizes())
             await self._shutdown()
 
     # ---- connections ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from experiments.plan import build_workload, overlay_links
 from experiments.runner import run_experiment, spec_graph
 from experiments.spec import parse_spec
 from experiments.workload import expected_deliveries
-from nodes.sim import simulate
+from nodes.sim import simulate, summarize
 
 pytestmark = pytest.mark.usefixtures("root")
 
@@ -67,6 +67,9 @@ def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
     # Flooding over a spanning tree of 9 brokers: 8 inter-broker copies per publication.
     assert summary["ims_by_type"]["PUBLISH"] == 8 * summary["published"]
     assert manifest["summaries"]["flood"]["delivered"] == len(expected)
+    sim_summary = summarize(sim, expected_deliveries(workload))
+    assert summary["prt_size"] == sim_summary["prt_size"]
+    assert summary["ims_by_type"] == sim_summary["ims_by_type"]
 
 
 def test_killed_broker_is_noticed_and_teardown_is_clean(tmp_path: Path) -> None:
