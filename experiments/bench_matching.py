@@ -112,3 +112,14 @@ def run(
 
 if __name__ == "__main__":
     print(json.dumps(run()))
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The benchmark as a table: index and linear scan side by side, and their ratio."""
+    lines = [f"{'mode':9} {'subs':>7} {'index/s':>10} {'linear/s':>10} {'ratio':>7}  agree"]
+    for mode, m in sorted(result["modes"].items()):
+        for r in m["results"]:
+            lines.append(f"{mode:9} {r['subscriptions']:7} {r['index_per_s']:10.0f} "
+                         f"{r['linear_per_s']:10.1f} {r['speedup']:6.1f}x  {r['agree']}")
+        lines.append(f"{'':9} measured selectivity {100 * m['selectivity']:.2f} %")
+    return "\n".join(lines)

@@ -111,3 +111,13 @@ def run(
 
 if __name__ == "__main__":
     print(json.dumps(run()))
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The benchmark as a table of simulated events and inter-broker messages per second."""
+    lines = [f"{'overlay':15} {'nodes':>6} {'IMs':>8} {'events/s':>10} {'IMs/s':>10} {'sim_s':>7}"]
+    for r in result["runs"]:
+        lines.append(f"{r['overlay']:15} {r['nodes']:6} {r['ims']:8} {r['events_per_s']:10} "
+                     f"{r['ims_per_s']:10} {r['simulate_s']:7.2f}")
+    lines.append(f"target ({result['target']}): {'met' if result['target_met'] else 'NOT met'}")
+    return "\n".join(lines)

@@ -220,13 +220,17 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
         log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
             f"over {duration_s:.1f} s")
         codes = run.wait_clients(START_MARGIN_S + duration_s + 30.0)
-        failed = {c: code for c, code in codes.items() if code != 0}
-        if failed:
-            log(f"{algorithm}: clients exited with errors: {failed}")
     finally:
         run.stop_brokers()
+    failed = {c: code for c, code in sorted(codes.items()) if code != 0}
+    if 2 in failed.values():
+        raise RuntimeError(f"{algorithm}: clients rejected their configs: {failed} "
+                           f"(see {out_dir}/<client>.stderr)")
+    if failed:
+        log(f"WARNING {algorithm}: clients lost their broker: {failed}")
     summary = summarize_logs(out_dir, emu.graph, workload, algorithm, spec.scale)
     summary["links_up_s"] = round(up_s, 3)
+    summary["client_failures"] = failed
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 

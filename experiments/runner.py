@@ -60,6 +60,7 @@ def spec_graph(spec: Spec) -> nx.Graph:
 
 def new_run_dir(base: Path, name: str) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = base.resolve()  # configs handed to processes on hosts carry absolute paths
     run_dir = base / f"{stamp}-{name}"
     n = 1
     while run_dir.exists():
