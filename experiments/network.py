@@ -19,15 +19,16 @@ Mechanisms (chosen from the capability probe and written to the manifest):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import subprocess
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import IO, Any
 
 import networkx as nx
 
-from experiments.leftovers import RunState, remove_network_leftovers, sweep_stale
+from experiments.leftovers import STATE_DIR, RunState, remove_network_leftovers, sweep_stale
 from topologies.links import LinkParams
 
 Log = Callable[[str], None]
@@ -66,6 +67,18 @@ def _interrupt_pending_commands(net: Any) -> None:
         node.waiting = False
 
 
+def machine_lock(log: Log) -> IO[str]:
+    """An exclusive lock on this machine's Mininet, held until the returned file closes."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fh = open(STATE_DIR / "mininet.lock", "w")  # noqa: SIM115 - held for the emulation's life
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log("another emulation is running on this machine; waiting for it to finish")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
+
+
 class Emulation:
     """A Mininet network built from a topology graph, with its processes."""
 
@@ -77,15 +90,20 @@ class Emulation:
         self.net: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
         self.state: RunState | None = None
+        self._lock: IO[str] | None = None
         self.build_s = 0.0
 
     # -- life cycle ----------------------------------------------------------------
     def start(self) -> None:
+        """Build and start the network. Only one emulation runs on a machine at a time:
+        Mininet node names and interfaces are machine-wide, so a second run waits here
+        for the first to finish instead of colliding with it."""
         from mininet.log import setLogLevel
         from mininet.net import Mininet
 
         from topologies.mininet_topo import GraphTopo, HighBwTCLink
 
+        self._lock = machine_lock(self.log)
         stale = sweep_stale()
         if stale:
             self.log(f"cleaned leftovers of an earlier run: {', '.join(stale)}")
@@ -179,3 +197,6 @@ class Emulation:
         if self.state is not None:
             self.state.remove()
             self.state = None
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
