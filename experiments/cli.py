@@ -96,6 +96,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sim(args: argparse.Namespace) -> int:
     from experiments.simrun import run_simulation, summary_table
 
+    if args.sweep:
+        from experiments.simrun import run_sweep
+
+        key, _, raw = args.sweep.partition("=")
+        values = [v for v in raw.split(",") if v]
+        if not key or not values:
+            raise SpecError(f"--sweep {args.sweep!r}: expected key.path=V1,V2,...")
+        sweep_dir, results = run_sweep(args.spec, args.set, key, values, args.out,
+                                       log_messages=not args.no_logs)
+        text = "\n".join(f"{key}={v}\n{summary_table(s)}" for v, s in results.items())
+        _emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
+        return 0
     spec = load_spec(args.spec, args.set)
     run_dir, summaries = run_simulation(spec, args.out, log_messages=not args.no_logs)
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
@@ -109,6 +121,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = module.run()
     _emit(args, result, module.format_result(result) if hasattr(module, "format_result")
           else json.dumps(result, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from experiments.compare import load_summaries, table
+
+    try:
+        summaries = load_summaries(args.runs)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    _emit(args, summaries, table(summaries))
     return 0
 
 
@@ -158,10 +181,21 @@ def build_parser() -> argparse.ArgumentParser:
                                     "simulator hosting the same routing cores; one subfolder "
                                     "per algorithm with logs and summary.json.")
     _spec_arguments(sm, with_spec=True)
+    sm.add_argument("--sweep", metavar="KEY.PATH=V1,V2,...",
+                    help="one run per value of a spec field, with line figures over it, "
+                         "e.g. --sweep workload.n_publishers=100,200,300")
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
     sm.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     sm.set_defaults(func=cmd_sim)
+
+    c = sub.add_parser("compare", help="the summaries of several runs side by side",
+                       description="Print a side-by-side table of summary.json figures. "
+                                   "Each RUN is a run folder (all its algorithms) or a "
+                                   "summary.json file.")
+    c.add_argument("runs", nargs="+", metavar="RUN")
+    c.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    c.set_defaults(func=cmd_compare)
 
     b = sub.add_parser("bench", help="benchmarks that print figures",
                        description="matching: index vs linear scan at 500/5,000/50,000 "

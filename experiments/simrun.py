@@ -7,19 +7,21 @@ subfolder per algorithm with the per-node logs and ``summary.json``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from analysis.paper_figures import draw
 from experiments.plan import algorithm_params, build_workload, overlay_links, workload_params
 from experiments.runner import git_revision, log, new_run_dir, spec_graph, write_json
-from experiments.spec import Spec, SpecError
+from experiments.spec import Spec, SpecError, load_spec
 from experiments.workload import expected_deliveries, workload_to_jsonl
 from nodes.cores import CORES
 from nodes.sim import simulate, summarize
 
 
-def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True
-                   ) -> tuple[Path, dict[str, dict[str, Any]]]:
+def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True,
+                   label: str | None = None) -> tuple[Path, dict[str, dict[str, Any]]]:
     """Simulate every algorithm of ``spec``; returns the run folder and the summaries."""
     graph = spec_graph(spec)
     for name in spec.routing.algorithms:
@@ -29,7 +31,7 @@ def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True
     workload = build_workload(spec, graph)
     overlay = overlay_links(graph, spec.links)
     expected = expected_deliveries(workload)
-    run_dir = new_run_dir(out_base, f"{spec.name}-sim")
+    run_dir = new_run_dir(out_base, label or f"{spec.name}-sim")
     workload_to_jsonl(workload, run_dir / "workload.jsonl")
     manifest: dict[str, Any] = {
         "run": run_dir.name, "runtime": "simulated", "spec": spec.to_dict(),
@@ -52,7 +54,30 @@ def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True
         log(f"{name}: delivered {summary['delivered']} of {summary['expected_deliveries']}, "
             f"missing {summary['missing']}, duplicates {summary['duplicates']}")
     write_json(run_dir / "manifest.json", manifest)
+    draw([(None, summaries)], run_dir)
     return run_dir, summaries
+
+
+def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
+              out_base: Path, *, log_messages: bool = True
+              ) -> tuple[Path, dict[str, dict[str, dict[str, Any]]]]:
+    """Simulate ``spec_arg`` once per value of the spec field ``key`` (as the papers'
+    x axes sweep the number of advertisements or subscribers); one run folder per value
+    inside a sweep folder, and line figures over the swept value."""
+    first = load_spec(spec_arg, [*overrides, f"{key}={values[0]}"])
+    sweep_dir = new_run_dir(out_base, f"{first.name}-sim-sweep")
+    points, results = [], {}
+    for i, value in enumerate(values, 1):
+        spec = load_spec(spec_arg, [*overrides, f"{key}={value}"])
+        log(f"sweep {key}={value} ({i} of {len(values)})")
+        label = re.sub(r"[^A-Za-z0-9._-]", "_", f"{key.rsplit('.', 1)[-1]}-{value}")
+        _, summaries = run_simulation(spec, sweep_dir, log_messages=log_messages, label=label)
+        points.append((float(value), summaries))
+        results[str(value)] = summaries
+    write_json(sweep_dir / "sweep.json", {"key": key, "values": values, "summaries": results})
+    figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1])
+    log(f"figures: {', '.join(str(f) for f in figures)}")
+    return sweep_dir, results
 
 
 def summary_table(summaries: dict[str, dict[str, Any]]) -> str:

@@ -40,3 +40,26 @@ def test_sim_json_maps_algorithm_to_summary(tmp_path: Path) -> None:
     assert s["missing"] == 0 and s["duplicates"] == 0 and s["delivered"] > 0
     (run,) = tmp_path.iterdir()
     assert json.loads((run / "flood" / "summary.json").read_text()) == s
+
+
+def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
+    for seed in (1, 2):
+        _json("sim", "demo", "--out", str(tmp_path), "--json", "--set", f"seed={seed}")
+    runs = sorted(str(p) for p in tmp_path.iterdir())
+    d = _json("compare", *runs, "--json")
+    assert len(d) == 2 and all(label.endswith("/flood") for label in d)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "compare", *runs],
+                         capture_output=True, text=True, timeout=60, check=False)
+    header, *rows = res.stdout.splitlines()
+    assert all(Path(r).name in header for r in runs)
+    assert any(r.startswith("delivered") for r in rows)
+    assert any(r.startswith("delay_ms.notification.p95") for r in rows)
+
+
+def test_sweep_draws_line_figures_over_the_swept_value(tmp_path: Path) -> None:
+    d = _json("sim", "demo", "--out", str(tmp_path), "--json",
+              "--sweep", "workload.n_subscribers=4,8")
+    assert sorted(d) == ["4", "8"]
+    (sweep,) = tmp_path.iterdir()
+    assert (sweep / "fig-end-to-end.png").stat().st_size > 10_000
+    assert json.loads((sweep / "sweep.json").read_text())["values"] == ["4", "8"]
