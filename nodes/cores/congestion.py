@@ -1,0 +1,86 @@
+"""Congestion detection on output queues: OctopiA's Link Status Table (LST).
+
+Every statistics window W (default 50 ms) the runtime reports, per overlay link, the
+messages that entered the output queue (``count_in``), those that left it onto the wire
+(``count_out``) and the queue length ``q`` at the end of the window. The paper's
+congestion element is ``CE = count_in / count_out``: above 1 the queue grew in the
+window, below 1 it shrank; a queue is congestion-free when CE is 1 and q is 0.
+
+The paper's Eq. 10 (when IDR treats a link as overloaded) is lost from its text. Our
+reading, with both parameters configurable:
+
+    overloaded  <=>  q > theta  and  CE >= ce_min        (defaults theta = 10, ce_min = 1)
+
+``q > theta``: messages are waiting beyond a tolerance. ``CE >= ce_min`` rather than
+``CE > 1``: a link saturated in steady state moves as many messages out as come in
+(CE = 1) while its queue stays long, and it is still the link to avoid; once the queue
+drains (CE < 1) the link is given back. Edge cases of the ratio: a window with nothing
+out but something in, or a non-empty queue, is a stalled link (CE = infinity); a window
+with nothing in, nothing out and an empty queue is idle (CE = 1, congestion-free).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from nodes.core import LinkWindow
+
+DEFAULT_THETA = 10
+DEFAULT_CE_MIN = 1.0
+
+
+def congestion_element(w: LinkWindow) -> float:
+    """CE of one window (see the module docstring for the edge cases)."""
+    if w.count_out == 0:
+        return math.inf if (w.count_in > 0 or w.queue_len > 0) else 1.0
+    return w.count_in / w.count_out
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatus:
+    """One row of the Link Status Table: the last window's figures and the verdict."""
+
+    ce: float
+    queue_len: int
+    overloaded: bool
+
+
+FREE = LinkStatus(ce=1.0, queue_len=0, overloaded=False)
+
+
+class LinkStatusTable:
+    """The LST of one broker, updated once per statistics window."""
+
+    def __init__(self, theta: int = DEFAULT_THETA, ce_min: float = DEFAULT_CE_MIN) -> None:
+        if theta < 0 or ce_min <= 0:
+            raise ValueError(f"theta must be >= 0 and ce_min > 0, got {theta}, {ce_min}")
+        self.theta = theta
+        self.ce_min = ce_min
+        self._rows: dict[str, LinkStatus] = {}
+
+    def update(self, links: Mapping[str, LinkWindow]) -> None:
+        """Replace the rows of the links reported for the window just ended."""
+        for link, w in links.items():
+            ce = congestion_element(w)
+            self._rows[link] = LinkStatus(
+                ce=ce, queue_len=w.queue_len,
+                overloaded=w.queue_len > self.theta and ce >= self.ce_min)
+
+    def status(self, link: str) -> LinkStatus:
+        """The link's row; a link never reported is free."""
+        return self._rows.get(link, FREE)
+
+    def overloaded(self, link: str) -> bool:
+        return self.status(link).overloaded
+
+    def least_loaded(self, links: Iterable[str]) -> str | None:
+        """The link with the shortest queue (ties: lowest CE, then name), or None."""
+        candidates = sorted(links, key=lambda n: (self.status(n).queue_len,
+                                                  self.status(n).ce, n))
+        return candidates[0] if candidates else None
+
+    def rows(self) -> dict[str, LinkStatus]:
+        """All rows, by link name (sorted), for logging the table each window."""
+        return dict(sorted(self._rows.items()))
