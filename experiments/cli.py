@@ -135,6 +135,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_throttle(args: argparse.Namespace) -> int:
+    import os
+
+    from experiments.throttle import throttle
+
+    if os.geteuid() != 0:
+        raise PermissionError("throttle changes tc on Mininet hosts: run with sudo")
+    try:
+        result = throttle(args.a, args.b, args.bw_mbps)
+    except (LookupError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    _emit(args, result, f"{args.a}-{args.b}: {args.bw_mbps:g} Mbit/s on "
+                        f"{', '.join(result['interfaces'])}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     args.spec = "demo"
     return cmd_run(args)
@@ -196,6 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("runs", nargs="+", metavar="RUN")
     c.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     c.set_defaults(func=cmd_compare)
+
+    th = sub.add_parser("throttle", help="change a live overlay link's rate (root)",
+                        description="Set the rate of the emulated link between brokers A and "
+                                    "B on the running network (overlay-as-links mode), e.g. "
+                                    "from a second terminal during `pubsublab run SPEC --cli`.")
+    th.add_argument("a", help="one broker, e.g. a0")
+    th.add_argument("b", help="the other broker, e.g. a1")
+    th.add_argument("--bw-mbps", type=float, required=True, help="new rate in Mbit/s")
+    th.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    th.set_defaults(func=cmd_throttle)
 
     b = sub.add_parser("bench", help="benchmarks that print figures",
                        description="matching: index vs linear scan at 500/5,000/50,000 "

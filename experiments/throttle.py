@@ -1,0 +1,87 @@
+"""Change an overlay link's rate on a live network, from anywhere on the machine.
+
+`sudo pubsublab throttle A B --bw-mbps R` finds the Mininet hosts of brokers A and B by
+their shells (``bash ... mininet:A``), finds the two ends of their own link (in
+overlay-as-links mode each overlay edge is a host-to-host link with its own /30, so the
+ends are the interfaces of A and B that share a subnet), and changes the HTB class that
+shapes each end. Queued packets are kept: this is ``tc class change``, not a rebuild.
+It works while a run is live (for example from a second terminal during
+``pubsublab run SPEC --cli``) and is what a spec's scheduled link changes use.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from pathlib import Path
+
+HTB_PARENT = "5:0"  # Mininet's TCIntf layout: root qdisc 5:0, one class 5:1
+HTB_CLASS = "5:1"
+
+
+def mininet_host_pid(name: str) -> int:
+    """The pid of the shell of Mininet host ``name`` (LookupError if none runs)."""
+    marker = f"mininet:{name}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in args and b"bash" in args[0]:
+            return int(d.name)
+    raise LookupError(f"no Mininet host named {name!r} is running")
+
+
+def _in_ns(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mnexec", "-a", str(pid), *argv], capture_output=True, text=True,
+                          check=False)
+
+
+def _addresses(pid: int) -> list[tuple[str, ipaddress.IPv4Interface]]:
+    out = _in_ns(pid, ["ip", "-o", "-4", "addr", "show"]).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "inet" and parts[1] != "lo":
+            found.append((parts[1], ipaddress.IPv4Interface(parts[3])))
+    return found
+
+
+def link_interfaces(a: str, b: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """((pid, interface) of a, (pid, interface) of b) for the link joining a and b."""
+    pa, pb = mininet_host_pid(a), mininet_host_pid(b)
+    for ia, addr_a in _addresses(pa):
+        for ib, addr_b in _addresses(pb):
+            if addr_a.network == addr_b.network and addr_a.network.prefixlen >= 30:
+                return (pa, ia), (pb, ib)
+    raise LookupError(f"{a} and {b} share no host-to-host link (throttling needs an "
+                      "overlay-as-links topology: mode: overlay)")
+
+
+def set_rate(pid: int, intf: str, bw_mbps: float) -> None:
+    """Set the HTB rate of ``intf`` in the namespace of ``pid`` (adding HTB if the link
+    was unshaped)."""
+    rate = ["htb", "rate", f"{bw_mbps:g}Mbit", "burst", "15k", "quantum", "200000"]
+    res = _in_ns(pid, ["tc", "class", "change", "dev", intf, "parent", HTB_PARENT,
+                       "classid", HTB_CLASS, *rate])
+    if res.returncode == 0:
+        return
+    for argv in (["tc", "qdisc", "add", "dev", intf, "root", "handle", HTB_PARENT, "htb",
+                  "default", "1"],
+                 ["tc", "class", "add", "dev", intf, "parent", HTB_PARENT, "classid",
+                  HTB_CLASS, *rate]):
+        res = _in_ns(pid, argv)
+        if res.returncode != 0:
+            raise RuntimeError(f"tc on {intf}: {res.stderr.strip()}")
+
+
+def throttle(a: str, b: str, bw_mbps: float) -> dict[str, object]:
+    """Set the rate of the link between brokers a and b, both directions."""
+    if not 0 < bw_mbps <= 100_000:
+        raise ValueError(f"bw_mbps: bad value {bw_mbps}; allowed: (0, 100000]")
+    ends = link_interfaces(a, b)
+    for pid, intf in ends:
+        set_rate(pid, intf, bw_mbps)
+    return {"a": a, "b": b, "bw_mbps": bw_mbps, "interfaces": [i for _, i in ends]}
