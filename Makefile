@@ -29,6 +29,7 @@ bench: setup
 	$(BIN)/pubsublab bench matching
 	$(BIN)/pubsublab bench sim
 	$(BIN)/pubsublab bench broker
+	$(BIN)/pubsublab bench analysis
 
 clean-runs:
 	rm -rf runs

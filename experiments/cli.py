@@ -79,7 +79,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, args.set)
     phases = ()
-    if spec.workload:
+    if spec.workload.get("kind") == "bulk":
+        from experiments.lbdd_run import bulk_phase
+
+        phases = (bulk_phase(spec),)
+    elif spec.workload:
         phases = (broker_phase(spec, build_workload(spec, spec_graph(spec)), log),)
     run_dir, manifest = run_experiment(spec, args.out, cli=args.cli, phases=phases)
     summaries = manifest.get("summaries", {})
@@ -148,6 +152,55 @@ def cmd_throttle(args: argparse.Namespace) -> int:
         raise SpecError(str(exc)) from None
     _emit(args, result, f"{args.a}-{args.b}: {args.bw_mbps:g} Mbit/s on "
                         f"{', '.join(result['interfaces'])}")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from analysis.pipeline import format_result, run_analysis
+    from analysis.session import spark_session
+
+    if not args.run_dir.is_dir():
+        raise SpecError(f"analyze: {args.run_dir} is not a folder (give a run folder, "
+                        "e.g. runs/20260101-120000-demo)")
+    spark = spark_session(args.master)
+    try:
+        result = run_analysis(spark, args.run_dir, report=not args.no_report)
+    finally:
+        spark.stop()
+    _emit(args, result, format_result(result))
+    return 0
+
+
+def _ipv4(text: str, where: str) -> str:
+    """A dotted-quad IPv4 address exactly as LBDD hashes it (no leading zeros, no blanks)."""
+    import ipaddress
+
+    try:
+        if str(ipaddress.IPv4Address(text)) == text:
+            return text
+    except ValueError:
+        pass
+    raise SpecError(f"{where}: bad address {text!r}; allowed: a dotted-quad IPv4 address "
+                    "such as 10.3.17.74")
+
+
+def cmd_lbdd_tree(args: argparse.Namespace) -> int:
+    from nodes.cores.lbdd import buckets, lbdd_tree, tree_stats
+
+    source = _ipv4(args.source, "--source")
+    members = [_ipv4(m.strip(), "--members") for m in args.members.split(",") if m.strip()]
+    if not members or len(set(members)) != len(members) or source in members:
+        raise SpecError("--members: give distinct addresses, other than the source")
+    parent = lbdd_tree(source, members)
+    by_bucket = buckets(source, members)
+    result = {"source": source, "parent": parent, **tree_stats(source, parent),
+              "buckets": {str(k): ips for k, ips in by_bucket.items()}}
+    lines = [f"source {source} (bucket 0), depth {result['depth']}, mean out-degree "
+             f"{result['mean_out_degree']} (Theorem 2 counts the nodes that send to a next "
+             f"bucket)"]
+    for k, ips in by_bucket.items():
+        lines.append(f"bucket {k}: " + ", ".join(f"{ip} <- {parent[ip]}" for ip in ips))
+    _emit(args, result, "\n".join(lines))
     return 0
 
 
@@ -223,12 +276,37 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     th.set_defaults(func=cmd_throttle)
 
+    an = sub.add_parser("analyze", help="Spark over a run folder: Parquet metrics, the "
+                                        "wire/log cross-check, report.html",
+                        description="Parse the run's pcaps and logs with Spark, write Parquet "
+                                    "metrics under RUN_DIR/metrics/ and RUN_DIR/report.html; "
+                                    "the same job runs on a cluster as `spark-submit "
+                                    "analysis/job.py RUN_DIR`.")
+    an.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    an.add_argument("--master", help="Spark master URL (default local[2])")
+    an.add_argument("--no-report", action="store_true", help="metrics only, no report.html")
+    an.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    an.set_defaults(func=cmd_analyze)
+
+    lt = sub.add_parser("lbdd-tree", help="print the LBDD tree of a source and members",
+                        description="The MD5 dissemination tree LBDD's agents build "
+                                    "(nodes.cores.lbdd.lbdd_tree): each member's parent, "
+                                    "the buckets, the depth and the mean out-degree.")
+    lt.add_argument("--source", required=True, metavar="IP", help="the publisher's address")
+    lt.add_argument("--members", required=True, metavar="IP,IP,...",
+                    help="the subscribers' addresses, comma-separated")
+    lt.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    lt.set_defaults(func=cmd_lbdd_tree)
+
     b = sub.add_parser("bench", help="benchmarks that print figures",
                        description="matching: index vs linear scan at 500/5,000/50,000 "
                                    "subscriptions; sim: simulated messages/s at 1,000 and "
                                    "10,000 nodes; broker: one broker's zero-loss rate in "
-                                   "Mininet (root).")
-    b.add_argument("which", choices=["matching", "sim", "broker"])
+                                   "Mininet (root); controller: the SDN controller's start-up, "
+                                   "flow set-up latency and port-statistics accuracy in "
+                                   "Mininet (root); analysis: pcap to Parquet packets/s with "
+                                   "Spark beside tshark and scapy.")
+    b.add_argument("which", choices=["matching", "sim", "broker", "controller", "analysis"])
     b.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     b.set_defaults(func=cmd_bench)
 

@@ -12,6 +12,7 @@ simulator uses.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -23,12 +24,13 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.capture import Capture, CapturePlan, manifest_entry, plan_capture
 from experiments.network import Emulation
 from experiments.plan import algorithm_params
 from experiments.spec import Spec
 from experiments.workload import Workload, expected_deliveries, workload_to_jsonl
 from nodes.cores import overlay_params
-from nodes.summary import build_summary
+from nodes.summary import CARRIES, PROPAGATED_KINDS, OpKey, build_summary, propagation_delays
 from topologies.graph import brokers, endpoint_ip, overlay_of, path_links
 from topologies.links import LinkParams
 
@@ -51,7 +53,7 @@ def broker_configs(graph: nx.Graph, algorithm: str, params: dict[str, Any], *,
                    emulate_link: bool, log_dir: Path, seed: int) -> dict[str, dict[str, Any]]:
     """One broker config (see :mod:`nodes.broker`) per broker of ``graph``."""
     overlay = overlay_of(graph)
-    derived = overlay_params(algorithm, sorted(tuple(sorted(e)) for e in overlay.edges))
+    derived = overlay_params(algorithm, overlay)
     configs = {}
     for b in brokers(graph):
         neighbours = {}
@@ -129,10 +131,16 @@ class BrokerRun:
         for client, broker in sorted(workload.clients.items()):
             ops_path = self.config_dir / f"{client}.ops.jsonl"
             ops_path.write_text("\n".join(ops_by_client[client]) + "\n")
-            self.clients[client] = self._start(broker, "nodes.client", client, {
-                "client": client, "broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
-                "log_dir": str(self.out_dir), "ops": str(ops_path),
-                "start_at_wall": start_at_wall, "duration_s": duration_s})
+            self.start_client(client, broker, {"ops": str(ops_path),
+                                               "start_at_wall": start_at_wall,
+                                               "duration_s": duration_s})
+
+    def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
+        """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;
+        ``settings`` complete its config (ops or a role, timing; see :mod:`nodes.client`)."""
+        self.clients[client] = self._start(broker, "nodes.client", client, {
+            "client": client, "broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
+            "log_dir": str(self.out_dir), **settings})
 
     def wait_clients(self, timeout_s: float) -> dict[str, int]:
         deadline = time.monotonic() + timeout_s
@@ -160,14 +168,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
     """What the clients' logs say: notifications received per (origin, msg_id) with the
-    receiving subscribers (duplicates kept), notification delays, publications sent, and
-    the wall-clock span from the first publication to the last receipt."""
+    receiving subscribers (duplicates kept), notification delays, publications sent, the
+    wall-clock span from the first publication to the last receipt, and the send times
+    (``t_wall``) of advertisements and subscriptions by (type, origin, msg_id)."""
     deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
     delays: list[float] = []
+    sent_s: dict[OpKey, float] = {}
     published = 0
     t_first, t_last = math.inf, -math.inf
     for client in sorted(workload.clients):
         for r in _read_jsonl(out_dir / f"{client}.jsonl"):
+            if r["ev"] == "send" and r.get("type") in PROPAGATED_KINDS:
+                sent_s[(r["type"], r["origin"], r["msg_id"])] = r["t_wall"]
             if r.get("type") != "PUBLISH":
                 continue
             if r["ev"] == "send":
@@ -178,50 +190,66 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
                 delays.append(r["t_wall"] - r["t_pub"])
                 t_last = max(t_last, r["t_wall"])
     return {"deliveries": dict(deliveries), "delays_s": delays, "published": published,
-            "span_s": (t_last - t_first) if t_last > t_first else 0.0}
+            "span_s": (t_last - t_first) if t_last > t_first else 0.0, "sent_s": sent_s}
 
 
 def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm: str,
                    scale: float) -> dict[str, Any]:
-    """summary.json of an emulated run, from the broker and client logs."""
+    """summary.json of an emulated run, from the broker and client logs.
+
+    Advertisement and subscription delays follow :mod:`nodes.summary`: per client
+    operation, the latest over brokers of its first inter-broker ``recv`` (of a message
+    type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``.
+    """
     names = set(brokers(graph))
     got = client_receipts(out_dir, workload)
     ims: dict[str, int] = defaultdict(int)
     tables: dict[str, list[int]] = defaultdict(list)
+    reached_s: dict[OpKey, float] = {}
     for b in sorted(names):
+        seen: set[OpKey] = set()
         for r in _read_jsonl(out_dir / f"{b}.jsonl"):
             if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
                 ims[r["type"]] += 1
+            elif r["ev"] == "recv" and r.get("link") in names and r.get("type") in CARRIES:
+                key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
+                if key not in seen:  # a broker's log is in time order: this is the first
+                    seen.add(key)
+                    reached_s[key] = max(reached_s.get(key, -math.inf), r["t_wall"])
             elif r["ev"] == "record" and r.get("kind") == "tables":
                 for kind in ("srt", "prt"):
                     tables[kind].append(int(r.get(kind, 0)))
+    delays = {"notification": got["delays_s"], **propagation_delays(got["sent_s"], reached_s)}
     return build_summary(
         algorithm=algorithm, runtime="emulated", scale=scale, published=got["published"],
         expected=expected_deliveries(workload), deliveries=got["deliveries"],
-        ims_by_type=ims, delays_s={"notification": got["delays_s"]}, table_sizes=tables,
-        duration_s=got["span_s"])
+        ims_by_type=ims, delays_s=delays, table_sizes=tables, duration_s=got["span_s"])
 
 
 def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str,
-                  out_dir: Path, *, log: Any, link_timeout_s: float = 60.0) -> dict[str, Any]:
-    """Run ``workload`` with ``algorithm`` on the live network; returns the summary."""
+                  out_dir: Path, *, log: Any, link_timeout_s: float = 60.0,
+                  capture: CapturePlan | None = None) -> dict[str, Any]:
+    """Run ``workload`` with ``algorithm`` on the live network; returns the summary.
+    With ``capture``, tcpdump records ``out_dir/pcap/`` from before the brokers start
+    until after they stop."""
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
     configs = broker_configs(emu.graph, algorithm, dict(algorithm_params(spec, algorithm)),
                              emulate_link=emulate, log_dir=out_dir, seed=spec.seed)
     run = BrokerRun(emu, out_dir)
-    try:
-        run.start_brokers(configs)
-        up_s = run.wait_links_up(link_timeout_s)
-        log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s")
-        last_op_s = max((op.t_s for op in workload.ops), default=0.0)
-        duration_s = last_op_s + SETTLE_S
-        run.start_clients(workload, start_at_wall=time.time() + START_MARGIN_S,
-                          duration_s=duration_s)
-        log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
-            f"over {duration_s:.1f} s")
-        codes = run.wait_clients(START_MARGIN_S + duration_s + 30.0)
-    finally:
-        run.stop_brokers()
+    with Capture(emu, capture, out_dir / "pcap", log) if capture else contextlib.nullcontext():
+        try:
+            run.start_brokers(configs)
+            up_s = run.wait_links_up(link_timeout_s)
+            log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s")
+            last_op_s = max((op.t_s for op in workload.ops), default=0.0)
+            duration_s = last_op_s + SETTLE_S
+            run.start_clients(workload, start_at_wall=time.time() + START_MARGIN_S,
+                              duration_s=duration_s)
+            log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
+                f"over {duration_s:.1f} s")
+            codes = run.wait_clients(START_MARGIN_S + duration_s + 30.0)
+        finally:
+            run.stop_brokers()
     failed = {c: code for c, code in sorted(codes.items()) if code != 0}
     if 2 in failed.values():
         raise RuntimeError(f"{algorithm}: clients rejected their configs: {failed} "
@@ -237,16 +265,26 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
 
 def broker_phase(spec: Spec, workload: Workload, log: Any) -> Any:
     """A runner phase running every algorithm of ``spec`` in turn; the summaries go to
-    ``<run>/<algorithm>/summary.json`` and into the manifest."""
+    ``<run>/<algorithm>/summary.json`` and into the manifest, and so does the capture
+    (its limit, and per algorithm what was captured, dropped and overwritten)."""
 
     def phase(emu: Emulation, run_dir: Path, manifest: dict[str, Any]) -> None:
         workload_to_jsonl(workload, run_dir / "workload.jsonl")
         manifest["workload"] = dict(workload.meta)
         summaries = manifest.setdefault("summaries", {})
+        plan = None
+        manifest["capture"] = {"enabled": False}
+        if spec.capture.enabled:
+            plan = plan_capture(spec.capture, brokers(emu.graph), BROKER_PORT)
+            manifest["capture"] = {**plan.describe(), "algorithms": {}}
         for algorithm in spec.routing.algorithms:
             out = run_dir / algorithm
             out.mkdir()
-            s = run_algorithm(emu, spec, workload, algorithm, out, log=log)
+            try:
+                s = run_algorithm(emu, spec, workload, algorithm, out, log=log, capture=plan)
+            finally:
+                if plan:
+                    manifest["capture"]["algorithms"][algorithm] = manifest_entry(out / "pcap")
             summaries[algorithm] = s
             log(f"{algorithm}: delivered {s['delivered']} of {s['expected_deliveries']}, "
                 f"missing {s['missing']}, duplicates {s['duplicates']}, IMs {s['ims_total']}")

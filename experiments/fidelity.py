@@ -88,24 +88,30 @@ def sample_links(graph: nx.Graph, n: int, seed: int) -> list[tuple[str, str]]:
     return sorted(rng.sample(edges, min(n, len(edges))))
 
 
-def iperf_pair(net: Any, graph: nx.Graph, a: str, b: str, duration_s: float) -> dict[str, Any]:
-    """One iperf3 TCP run from a to b; the achieved rate against the configured one."""
-    ip = endpoint_ip(graph, a, b)
+def iperf3_json(net: Any, a: str, b: str, ip: str, client_args: str) -> dict[str, Any]:
+    """One iperf3 TCP run from host a to the server it starts on host b at ``ip``;
+    ``client_args`` choose the length (``-t SECONDS`` or ``-n BYTES``). iperf3's JSON."""
     server = net[b].popen(["iperf3", "-s", "-1", "-B", ip, "-p", str(IPERF_PORT)])
     try:
         out = ""
         for _ in range(50):  # the server needs a moment to listen
-            out = net[a].cmd(f"iperf3 -c {ip} -p {IPERF_PORT} -t {duration_s:g} -O 1 -J")
+            out = net[a].cmd(f"iperf3 -c {ip} -p {IPERF_PORT} {client_args} -J")
             if '"error"' not in out:
                 break
             time.sleep(0.1)
         result = json.loads(out)
         if "error" in result:
             raise RuntimeError(f"iperf3 {a}->{b}: {result['error']}")
-        achieved = result["end"]["sum_received"]["bits_per_second"] / 1e6
+        return result
     finally:
         server.kill()
         server.wait()
+
+
+def iperf_pair(net: Any, graph: nx.Graph, a: str, b: str, duration_s: float) -> dict[str, Any]:
+    """One iperf3 TCP run from a to b; the achieved rate against the configured one."""
+    result = iperf3_json(net, a, b, endpoint_ip(graph, a, b), f"-t {duration_s:g} -O 1")
+    achieved = result["end"]["sum_received"]["bits_per_second"] / 1e6
     configured = configured_rate_mbps(graph, a, b)
     ratio = achieved / configured if configured else None
     return {

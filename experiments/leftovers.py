@@ -40,6 +40,16 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _settled_cmdline(pid: int, timeout_s: float = 1.0) -> str:
+    """The command line of a process just started. Python starts children with vfork, and
+    the parent resumes while the child's exec is still setting up: for that moment /proc
+    shows an empty command line, which the sweep would never match, so wait it out."""
+    deadline = time.monotonic() + timeout_s
+    while not (cmd := _cmdline(pid)) and _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return cmd
+
+
 class RunState:
     """The state file of this runner process."""
 
@@ -65,7 +75,7 @@ class RunState:
         self._save()
 
     def add_proc(self, pid: int) -> None:
-        self.data["procs"].append([pid, _cmdline(pid)[:200]])
+        self.data["procs"].append([pid, _settled_cmdline(pid)[:200]])
         self._save()
 
     def remove(self) -> None:

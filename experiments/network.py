@@ -13,7 +13,12 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   the HTB class;
 - switches: a Linux bridge by default (fastest here), Open vSwitch when asked for (userspace
   datapath when there is no kernel module, with checksum offload switched off on every
-  interface, without which TCP over veth hangs).
+  interface, without which TCP over veth hangs);
+- controller: none by default (OVS in standalone fail mode learns by itself); with a
+  :class:`~experiments.controller_proc.ControllerProcess`, the controller is started
+  before the network and every OVS switch connects to it (OpenFlow 1.3, fail mode
+  secure, so a switch never forwards behind the controller's back), and the network
+  counts as up only once every switch has connected.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import IO, Any
 
 import networkx as nx
 
+from experiments.controller_proc import ControllerProcess
 from experiments.leftovers import STATE_DIR, RunState, remove_network_leftovers, sweep_stale
 from topologies.links import LinkParams
 
@@ -67,6 +73,22 @@ def _interrupt_pending_commands(net: Any) -> None:
         node.waiting = False
 
 
+def _remote_controller(host: str, port: int) -> Any:
+    """Mininet's RemoteController for our controller process, without Mininet's check.
+
+    That check opens a telnet connection to the port, which the controller would take for
+    a switch that never finishes its handshake; the runner has already seen the port
+    listen.
+    """
+    from mininet.node import RemoteController
+
+    class ListeningController(RemoteController):
+        def checkListening(self) -> None:
+            return None
+
+    return partial(ListeningController, ip=host, port=port)
+
+
 def machine_lock(log: Log) -> IO[str]:
     """An exclusive lock on this machine's Mininet, held until the returned file closes."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -82,9 +104,13 @@ def machine_lock(log: Log) -> IO[str]:
 class Emulation:
     """A Mininet network built from a topology graph, with its processes."""
 
-    def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log) -> None:
+    def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log,
+                 controller: ControllerProcess | None = None) -> None:
+        if controller is not None and switch != "ovs":
+            raise ValueError(f"a controller needs switch 'ovs', not {switch!r}")
         self.graph = graph
         self.switch = switch
+        self.controller = controller
         self.probe = probe
         self.log = log
         self.net: Any = None
@@ -117,14 +143,23 @@ class Emulation:
             self.state.add_bridges(switches)
         # Our own names might still be taken by something a sweep could not attribute.
         remove_network_leftovers(list(self.graph.nodes), switches if self.switch == "ovs" else [])
+        remote = None
+        if self.controller is not None:
+            self.state.add_proc(self.controller.start())
+            self.controller.wait_listening()
+            remote = _remote_controller(self.controller.host, self.controller.port)
         t0 = time.monotonic()
         self.net = Mininet(topo=topo, link=HighBwTCLink, switch=self._switch_class(),
-                           controller=None, autoSetMacs=True, build=False,
+                           controller=remote, autoSetMacs=True, build=False,
                            waitConnected=False)
         self.net.build()
         for h in self.net.hosts:
             self.state.add_proc(h.pid)
+        t_switches = time.monotonic()
         self.net.start()
+        if self.controller is not None:
+            self.controller.wait_connected({s.name: s.dpid for s in self.net.switches},
+                                           since_mono=t_switches)
         if self.switch == "ovs" and self.probe["mechanisms"]["ovs_datapath"] == "user":
             self._checksum_offload_off()
         if not netem:
@@ -142,8 +177,10 @@ class Emulation:
         if datapath is None:
             raise RuntimeError("switch: ovs requested but Open vSwitch is not running "
                                "(run `sudo make setup`, or use switch: bridge)")
-        return partial(OVSSwitch, datapath="user" if datapath == "user" else "kernel",
-                       failMode="standalone")
+        kind = "user" if datapath == "user" else "kernel"
+        if self.controller is None:
+            return partial(OVSSwitch, datapath=kind, failMode="standalone")
+        return partial(OVSSwitch, datapath=kind, failMode="secure", protocols="OpenFlow13")
 
     def _checksum_offload_off(self) -> None:
         for node in self.net.hosts + self.net.switches:
@@ -185,15 +222,21 @@ class Emulation:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
-        if self.net is not None:
-            net, self.net = self.net, None
-            try:
-                _interrupt_pending_commands(net)
-                net.stop()
-            finally:
-                switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
-                remove_network_leftovers(list(self.graph.nodes),
-                                         switches if self.switch == "ovs" else [])
+        try:
+            if self.net is not None:
+                net, self.net = self.net, None
+                try:
+                    _interrupt_pending_commands(net)
+                    net.stop()
+                finally:
+                    switches = [n for n, d in self.graph.nodes(data=True)
+                                if d["kind"] == "switch"]
+                    remove_network_leftovers(list(self.graph.nodes),
+                                             switches if self.switch == "ovs" else [])
+        finally:
+            # After the network, so that no switch is left without its controller meanwhile.
+            if self.controller is not None:
+                self.controller.stop()
         if self.state is not None:
             self.state.remove()
             self.state = None

@@ -21,6 +21,7 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.controller_proc import ControllerProcess
 from experiments.doctor import probe
 from experiments.fidelity import IdleSampler, iperf_pair, sample_links
 from experiments.network import Emulation, link_mechanisms
@@ -110,12 +111,16 @@ def run_experiment(spec: Spec, out_base: Path, *, cli: bool = False,
             "(recorded in the manifest)")
     write_json(run_dir / "manifest.json", manifest)
     log(f"run folder {run_dir}")
-    emu = Emulation(graph, switch=spec.switch, probe=found, log=log)
+    controller = ControllerProcess(run_dir / "controller", log=log) if spec.controller else None
+    emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller)
     t_start = time.monotonic()
     try:
         log(f"building {graph.number_of_nodes()} nodes, {graph.number_of_edges()} links")
         emu.start()
         manifest["timing"] = {"build_s": round(emu.build_s, 2)}
+        if controller is not None:
+            manifest["controller"] = controller.summary()
+            manifest["timing"]["controller_start_s"] = manifest["controller"]["startup_s"]
         log(f"network up in {emu.build_s:.1f} s")
         # Idle CPU is sampled while the network carries traffic, not while it is built.
         with IdleSampler() as idle:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.paper_figures import draw
+from experiments.lbdd_run import run_bulk_simulation
 from experiments.plan import algorithm_params, build_workload, overlay_links, workload_params
 from experiments.runner import git_revision, log, new_run_dir, spec_graph, write_json
 from experiments.spec import Spec, SpecError, load_spec
@@ -22,7 +23,10 @@ from nodes.sim import simulate, summarize
 
 def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True,
                    label: str | None = None) -> tuple[Path, dict[str, dict[str, Any]]]:
-    """Simulate every algorithm of ``spec``; returns the run folder and the summaries."""
+    """Simulate every algorithm of ``spec``; returns the run folder and the summaries.
+    A bulk workload (LBDD, point-to-point) is run by :mod:`experiments.lbdd_run`."""
+    if workload_params(spec)["kind"] == "bulk":
+        return run_bulk_simulation(spec, out_base, label=label)
     graph = spec_graph(spec)
     for name in spec.routing.algorithms:
         if name not in CORES:

@@ -78,6 +78,20 @@ class FidelitySpec:
 
 
 @dataclass(frozen=True)
+class CaptureSpec:
+    """Packet capture on the broker hosts (see :mod:`experiments.capture`): ``snaplen``
+    bytes per packet, at most ``max_mb`` megabytes (10^6 bytes) over all hosts, in files
+    of ``file_mb``. The default snap length is tcpdump's whole packet: the analysis
+    reassembles overlay frames from the wire, and a shorter snap length cuts segments
+    that carry several frames, which turns the wire's message counts into lower bounds."""
+
+    enabled: bool = True
+    snaplen: int = 262144
+    max_mb: float = 200.0
+    file_mb: int = 10
+
+
+@dataclass(frozen=True)
 class RoutingSpec:
     algorithms: tuple[str, ...] = ("flood",)
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -95,6 +109,7 @@ class Spec:
     scale: float = 1.0
     description: str = ""
     fidelity: FidelitySpec = field(default_factory=FidelitySpec)
+    capture: CaptureSpec = field(default_factory=CaptureSpec)
     workload: Mapping[str, Any] = field(default_factory=dict)
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     link_overrides: tuple[tuple[str, str, LinkParams], ...] = ()
@@ -109,7 +124,8 @@ class Spec:
             "topology": {"name": self.topology.name, "params": dict(self.topology.params)},
             "links": lp(self.links), "switch": self.switch, "controller": self.controller,
             "duration_s": self.duration_s, "seed": self.seed, "scale": self.scale,
-            "fidelity": vars(self.fidelity).copy(), "workload": dict(self.workload),
+            "fidelity": vars(self.fidelity).copy(), "capture": vars(self.capture).copy(),
+            "workload": dict(self.workload),
             "routing": {"algorithms": list(self.routing.algorithms),
                         "params": dict(self.routing.params)},
             "link_overrides": [{"a": a, "b": b, **lp(p)} for a, b, p in self.link_overrides],
@@ -117,7 +133,7 @@ class Spec:
 
 
 _TOP = {"name", "description", "topology", "links", "switch", "controller", "duration_s",
-        "seed", "scale", "fidelity", "workload", "routing", "link_overrides"}
+        "seed", "scale", "fidelity", "capture", "workload", "routing", "link_overrides"}
 
 
 def _link_params(d: Any, where: str) -> LinkParams:
@@ -139,18 +155,32 @@ def parse_spec(data: Any) -> Spec:
     tparams = topo.get("params") or {}
     if not isinstance(tparams, Mapping):
         raise _fail("topology.params", tparams, "a mapping")
-    switch = d.get("switch", "bridge")
-    if switch not in SWITCH_KINDS:
-        raise _fail("switch", switch, ", ".join(SWITCH_KINDS))
     controller = d.get("controller")
     if controller not in CONTROLLERS:
         raise _fail("controller", controller, "os-ken or absent")
+    # A controller needs Open vSwitch; without one, the faster Linux bridge is the default.
+    switch = d.get("switch", "ovs" if controller else "bridge")
+    if switch not in SWITCH_KINDS:
+        raise _fail("switch", switch, ", ".join(SWITCH_KINDS))
+    if controller and switch != "ovs":
+        raise _fail("switch", switch, "ovs (or absent) when a controller is given")
     fid = _take(d.get("fidelity") or {}, "fidelity", {"links", "iperf_s", "min_idle_pct"})
     fidelity = FidelitySpec(
         links=int(_number(fid.get("links", 3), "fidelity.links", lo=0, hi=50, integer=True)),
         iperf_s=_number(fid.get("iperf_s", 2.0), "fidelity.iperf_s", lo=0.5, hi=60),
         min_idle_pct=_number(fid.get("min_idle_pct", 35.0), "fidelity.min_idle_pct",
                              lo=0, hi=100),
+    )
+    cap = _take(d.get("capture") or {}, "capture", {"enabled", "snaplen", "max_mb", "file_mb"})
+    if not isinstance(cap.get("enabled", True), bool):
+        raise _fail("capture.enabled", cap["enabled"], "true or false")
+    capture = CaptureSpec(
+        enabled=cap.get("enabled", True),
+        snaplen=int(_number(cap.get("snaplen", 262144), "capture.snaplen", lo=96, hi=262144,
+                            integer=True)),
+        max_mb=_number(cap.get("max_mb", 200.0), "capture.max_mb", lo=1, hi=1e6),
+        file_mb=int(_number(cap.get("file_mb", 10), "capture.file_mb", lo=1, hi=10000,
+                            integer=True)),
     )
     rout = _take(d.get("routing") or {}, "routing", {"algorithms", "params"})
     algos = rout.get("algorithms", ["flood"])
@@ -187,6 +217,7 @@ def parse_spec(data: Any) -> Spec:
         seed=int(_number(d.get("seed", 1), "seed", lo=0, hi=2**32 - 1, integer=True)),
         scale=_number(d.get("scale", 1.0), "scale", lo=1e-6, hi=1.0),
         fidelity=fidelity,
+        capture=capture,
         workload=dict(workload),
         routing=routing,
         link_overrides=tuple(overrides),

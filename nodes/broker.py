@@ -54,13 +54,14 @@ Behaviour (design choices):
   or was active in the window before (so every return to idle is visible); a missing
   window means all zeros. The log is flushed at every window.
 - **Records.** ``record`` kind ``tables`` (srt, prt sizes) at stop when the core has
-  ``table_sizes()``; ``send``/``recv`` for every frame on a connection (HELLOs included,
-  ``link`` = neighbour or client name); ``deliver`` when a notification is written to a
-  local client (with ``t_pub``); ``drop``; ``link`` (``configured`` with the link's
-  delay/loss and whether this broker emulates them, ``up``, ``down``, ``dial_failed``;
-  ``role`` says broker or client); ``queue``; ``record`` (core records, their fields
-  flattened next to ``kind``); ``error``. Inter-broker messages are the ``send`` records
-  whose type is not HELLO.
+  ``table_sizes()``, and kind ``counters`` when it has ``counters()`` (the bulk agents'
+  slices received, duplicate and sent); ``send``/``recv`` for every frame on a
+  connection (HELLOs included, ``link`` = neighbour or client name); ``deliver`` when a
+  notification is written to a local client (with ``t_pub``); ``drop``; ``link``
+  (``configured`` with the link's delay/loss and whether this broker emulates them,
+  ``up``, ``down``, ``dial_failed``; ``role`` says broker or client); ``queue``;
+  ``record`` (core records, their fields flattened next to ``kind``); ``error``.
+  Inter-broker messages are the ``send`` records whose type is not HELLO.
 - **Readiness.** ``<log_dir>/<broker>.status.json`` is rewritten (atomically) whenever
   the broker starts listening, a link or client comes or goes, and at stop: ``state``
   (``running``, ``stopped``, ``failed``), ``neighbours``, ``up``, ``missing``,
@@ -263,6 +264,9 @@ class Broker:
             if sizes is not None:
                 # Routing-table sizes at the end of the run, for summary.json (srt/prt).
                 log_now(self._log, "record", kind="tables", **sizes())
+            counters = getattr(self._core, "counters", None)
+            if counters is not None:
+                log_now(self._log, "record", kind="counters", **counters())
             await self._shutdown()
 
     # ---- connections ----------------------------------------------------------------

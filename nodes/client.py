@@ -23,6 +23,11 @@ Config (one JSON object; missing required and unknown keys are errors)::
     role               "publisher":  publish (payload), count, rate_per_s or burst: true,
                                      start_s = 0.5, advertise (payload, optional, sent at 0)
                        "subscriber": subscribe (payload), at_s = 0
+                       "bulk-publisher": topic, data_bytes, slice_bytes = 65536,
+                                     data_seed = 1, start_s = 0.5: ADVERTISE {"topic"} at
+                                     0, then the whole data as DATA slices at start_s
+                                     (nodes.bulkdata), back to back, each written when TCP
+                                     takes it
 
 Design choices:
 
@@ -38,6 +43,10 @@ Design choices:
 - Records: ``send`` per op (with ``t_pub`` for PUBLISH), ``recv`` per frame from the
   broker (with the notification's ``t_pub``, ``origin`` and ``msg_id``), HELLOs
   included; ``link`` up, down, ``dial_failed``; ``error`` for a bad frame from the broker.
+  DATA ``send`` and ``recv`` records also carry the slice's ``index``, ``sha256`` and
+  whether it is a ``duplicate``; when the last slice of a data item has been sent or
+  received, a ``record`` of kind ``data_send`` or ``data_recv`` gives its checksum,
+  slices, bytes and duplicates (:class:`nodes.bulkdata.DataLog`), and the log is flushed.
 - The client retries its first connection (the broker may still be starting) with
   exponential backoff until the run ends. It does not reconnect after losing the broker:
   its subscriptions died with the connection, so carrying on would silently change the
@@ -59,6 +68,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nodes.bulkdata import SLICE_BYTES, DataLog, data_messages
 from nodes.frames import FrameError, encode
 from nodes.logs import JsonlLog, message_fields
 from nodes.messages import Message, MsgType
@@ -118,7 +128,8 @@ def load_ops(path: Path | str, client: str, broker: str) -> list[Op]:
 
 _PUBLISHER_KEYS = {"publish", "count", "rate_per_s", "burst", "start_s", "advertise"}
 _SUBSCRIBER_KEYS = {"subscribe", "at_s"}
-_ROLE_KEYS = _PUBLISHER_KEYS | _SUBSCRIBER_KEYS
+_BULK_KEYS = {"topic", "data_bytes", "slice_bytes", "data_seed", "start_s"}
+_ROLE_KEYS = _PUBLISHER_KEYS | _SUBSCRIBER_KEYS | _BULK_KEYS
 
 
 def role_ops(client: str, role: str, spec: dict[str, Any]) -> list[Op]:
@@ -127,8 +138,17 @@ def role_ops(client: str, role: str, spec: dict[str, Any]) -> list[Op]:
         check_keys(spec, {"subscribe"}, _SUBSCRIBER_KEYS, "subscriber role")
         return [Op(float(spec.get("at_s", 0.0)),
                    Message(MsgType.SUBSCRIBE, 1, client, 0, spec["subscribe"]))]
+    if role == "bulk-publisher":
+        check_keys(spec, {"topic", "data_bytes"}, _BULK_KEYS, "bulk-publisher role")
+        start_s = float(spec.get("start_s", 0.5))
+        data = data_messages(client, str(spec["topic"]), int(spec["data_bytes"]),
+                             int(spec.get("slice_bytes", SLICE_BYTES)),
+                             int(spec.get("data_seed", 1)))
+        advertise = Message(MsgType.ADVERTISE, 1, client, 0, {"topic": spec["topic"]})
+        return [Op(0.0, advertise), *(Op(start_s, msg) for msg in data)]
     if role != "publisher":
-        raise ValueError(f"role must be 'publisher' or 'subscriber', got {role!r}")
+        raise ValueError(f"role must be 'publisher', 'subscriber' or 'bulk-publisher', "
+                         f"got {role!r}")
     check_keys(spec, {"publish", "count"}, _PUBLISHER_KEYS, "publisher role")
     if spec.get("burst", False) == ("rate_per_s" in spec):
         raise ValueError("publisher role: give either rate_per_s or burst: true")
@@ -234,21 +254,37 @@ async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event
     connected.set()
     log_now(log, "link", link=config.broker, role="broker", state="up")
     log.flush()
-    sender = asyncio.create_task(_send_ops(config, writer, log))
+    data_log = DataLog()
+    sender = asyncio.create_task(_send_ops(config, writer, log, data_log))
     try:
         reason = await read_frames(config.broker, reader, writer, log,
-                                   lambda msg: _received(config.broker, log, msg))
+                                   lambda msg: _received(config.broker, log, data_log, msg))
     finally:
         sender.cancel()
     log_now(log, "link", link=config.broker, role="broker", state="down", reason=reason)
     log.flush()
 
 
-def _received(broker: str, log: JsonlLog, msg: Message) -> None:
-    log_now(log, "recv", link=broker, t_pub=msg.payload.get("t_pub"), **message_fields(msg))
+def _log_message(log: JsonlLog, ev: str, broker: str, msg: Message, data_log: DataLog,
+                 **extra: Any) -> None:
+    """Log a frame sent to or received from the broker; a DATA message is checked too, and
+    the data's checksum logged (and the log flushed) once the data is complete."""
+    done = None
+    if msg.type is MsgType.DATA:
+        fields, done = data_log.add(msg)
+        extra.update(fields)
+    log_now(log, ev, link=broker, **extra, **message_fields(msg))
+    if done is not None:
+        log_now(log, "record", kind=f"data_{ev}", **done)
+        log.flush()
 
 
-async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: JsonlLog) -> None:
+def _received(broker: str, log: JsonlLog, data_log: DataLog, msg: Message) -> None:
+    _log_message(log, "recv", broker, msg, data_log, t_pub=msg.payload.get("t_pub"))
+
+
+async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: JsonlLog,
+                    data_log: DataLog) -> None:
     loop = asyncio.get_running_loop()
     t0_mono = loop.time() + (config.start_at_wall - time.time())
     # A failed write ends the connection, which the reader reports.
@@ -263,7 +299,7 @@ async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: Jso
                 extra["t_pub"] = time.time()
                 msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
             writer.write(encode(msg))
-            log_now(log, "send", link=config.broker, **extra, **message_fields(msg))
+            _log_message(log, "send", config.broker, msg, data_log, **extra)
             await writer.drain()
 
 

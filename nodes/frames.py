@@ -1,17 +1,22 @@
-"""Binary frame encoding of overlay messages (version 1).
+"""Binary frame encoding of overlay messages (versions 1 and 2).
 
 A frame is a 4-byte big-endian length (of everything after it) followed by::
 
-    version  u8    (FRAME_VERSION)
+    version  u8    (FRAME_VERSION, or BODY_FRAME_VERSION)
     type     u8    (MsgType code)
     hops     u16
     msg_id   u64
     origin   u8 length + UTF-8 bytes (1..255)
-    payload  compact JSON (UTF-8), the rest of the frame
+    version 1:  payload      compact JSON (UTF-8), the rest of the frame
+    version 2:  payload_len  u32, then payload (compact JSON, that many bytes),
+                body         raw bytes, the rest of the frame
 
-The length prefix lets a reader split a TCP byte stream into frames; the version byte
-lets a later encoding coexist. Anything that does not decode raises :class:`FrameError`,
-which the runtime logs before dropping the connection.
+A message without a body (every message but a bulk data slice) is written as version 1,
+byte for byte what it was before version 2 existed; a message with a body (a 64 KB
+slice) is written as version 2, so its bytes travel raw instead of inside JSON. The
+length prefix lets a reader split a TCP byte stream into frames; :func:`decode_body`
+reads both versions. Anything that does not decode raises :class:`FrameError`, which the
+runtime logs before dropping the connection.
 """
 
 from __future__ import annotations
@@ -22,29 +27,40 @@ import struct
 from nodes.messages import Message, MsgType
 
 FRAME_VERSION = 1
+BODY_FRAME_VERSION = 2
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a bulk slice of 64 KB fits many times over
 _LEN = struct.Struct("!I")
 _HEAD = struct.Struct("!BBHQB")
+_PAYLOAD_LEN = struct.Struct("!I")
 
 
 class FrameError(ValueError):
     """A frame that cannot be decoded (bad version, type, length or payload)."""
 
 
-def encode(msg: Message) -> bytes:
-    """The frame for ``msg``, length prefix included."""
+def _parts(msg: Message) -> list[bytes]:
+    """The frame body of ``msg`` in pieces (joined once, so a slice is copied once)."""
     origin = msg.origin.encode()
     if not 1 <= len(origin) <= 255:
         raise FrameError(f"origin must be 1..255 bytes, got {len(origin)}")
     payload = json.dumps(msg.payload, separators=(",", ":")).encode()
-    body = _HEAD.pack(FRAME_VERSION, int(msg.type), msg.hops, msg.msg_id, len(origin))
-    body += origin + payload
-    return _LEN.pack(len(body)) + body
+    version = BODY_FRAME_VERSION if msg.body else FRAME_VERSION
+    head = _HEAD.pack(version, int(msg.type), msg.hops, msg.msg_id, len(origin))
+    if not msg.body:
+        return [head, origin, payload]
+    return [head, origin, _PAYLOAD_LEN.pack(len(payload)), payload, msg.body]
+
+
+def encode(msg: Message) -> bytes:
+    """The frame for ``msg``, length prefix included."""
+    parts = _parts(msg)
+    return b"".join([_LEN.pack(sum(map(len, parts))), *parts])
 
 
 def frame_size(msg: Message) -> int:
-    """Bytes ``msg`` takes on the wire as a frame (what the simulator serialises)."""
-    return len(encode(msg))
+    """Bytes ``msg`` takes on the wire as a frame (what the simulator serialises and the
+    logs record), computed without building the frame."""
+    return _LEN.size + sum(map(len, _parts(msg)))
 
 
 def decode_body(body: bytes) -> Message:
@@ -52,7 +68,7 @@ def decode_body(body: bytes) -> Message:
     if len(body) < _HEAD.size:
         raise FrameError(f"frame body too short: {len(body)} bytes")
     version, code, hops, msg_id, olen = _HEAD.unpack_from(body)
-    if version != FRAME_VERSION:
+    if version not in (FRAME_VERSION, BODY_FRAME_VERSION):
         raise FrameError(f"unknown frame version {version}")
     try:
         mtype = MsgType(code)
@@ -61,16 +77,27 @@ def decode_body(body: bytes) -> Message:
     end = _HEAD.size + olen
     if olen == 0 or len(body) < end:
         raise FrameError("truncated origin")
+    raw = b""
+    payload_end = len(body)
+    if version == BODY_FRAME_VERSION:
+        if len(body) < end + _PAYLOAD_LEN.size:
+            raise FrameError("truncated payload length")
+        (plen,) = _PAYLOAD_LEN.unpack_from(body, end)
+        end += _PAYLOAD_LEN.size
+        payload_end = end + plen
+        if len(body) < payload_end:
+            raise FrameError(f"payload of {plen} bytes runs past the frame")
+        raw = body[payload_end:]
     try:
-        origin = body[_HEAD.size : end].decode()
-        payload = json.loads(body[end:]) if len(body) > end else {}
+        origin = body[_HEAD.size : _HEAD.size + olen].decode()
+        payload = json.loads(body[end:payload_end]) if payload_end > end else {}
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad UTF-8, bad JSON and integers over Python's digit limit;
         # RecursionError, JSON nested deeper than the interpreter's stack allows.
         raise FrameError(f"bad origin or payload: {exc}") from None
     if not isinstance(payload, dict):
         raise FrameError("payload is not a JSON object")
-    return Message(mtype, msg_id, origin, hops, payload)
+    return Message(mtype, msg_id, origin, hops, payload, raw)
 
 
 def body_length(prefix: bytes) -> int:

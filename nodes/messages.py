@@ -27,6 +27,10 @@ class MsgType(enum.IntEnum):
     DATA = 10  # bulk data slice (LBDD and point-to-point)
     HEARTBEAT = 11
     JOIN = 12
+    CIB_CLEAR = 13  # OctopiA: a secondary cluster tells the host broker to clear its CIV bit
+    DATA_ACK = 14  # bulk data: a receiver acknowledges one slice to the node that sent it
+    HAVE = 15  # bulk data: a receiver tells a sender which slices it already holds
+    HAVE_QUERY = 16  # bulk data: a sender asks a new child which slices it already holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +38,14 @@ class Message:
     """One overlay message.
 
     ``msg_id`` is unique per ``origin`` (the origin's own sequence number), so the pair
-    ``(origin, msg_id)`` identifies a message system-wide. ``hops`` counts overlay hops
+    ``(origin, msg_id)`` identifies a message system-wide. A message a broker makes on
+    behalf of a client's operation (OctopiA's ADV_REPLY, CIB_SET and CIB_CLEAR) keeps that
+    operation's origin and msg_id: with the type, the triple tells them apart, and the
+    pair ties them to the operation they serve. ``hops`` counts overlay hops
     taken so far. ``payload`` must be JSON-serialisable (str keys; str, int, float,
-    bool, None, lists and dicts of those).
+    bool, None, lists and dicts of those). ``body`` is raw bytes carried beside the
+    payload (a bulk data slice); empty for every other message, and then the frame is
+    exactly the JSON-only frame of version 1 (see :mod:`nodes.frames`).
     """
 
     type: MsgType
@@ -44,6 +53,7 @@ class Message:
     origin: str
     hops: int = 0
     payload: dict[str, Any] = field(default_factory=dict)
+    body: bytes = field(default=b"", repr=False)  # 64 KB in a repr helps nobody
 
     @property
     def key(self) -> tuple[str, int]:
@@ -51,7 +61,7 @@ class Message:
         return (self.origin, self.msg_id)
 
     def forwarded(self, payload: dict[str, Any] | None = None) -> Message:
-        """A copy one hop further on, optionally with a new payload."""
+        """A copy one hop further on, optionally with a new payload (the body stays)."""
         # The constructor, not dataclasses.replace: this runs once per hop, ~3x cheaper.
         return Message(self.type, self.msg_id, self.origin, self.hops + 1,
-                       self.payload if payload is None else payload)
+                       self.payload if payload is None else payload, self.body)

@@ -14,6 +14,10 @@ analysis does not care which runtime produced a run. Modelling choices:
   to serialise (the frame of :mod:`nodes.frames`, length prefix included, no TCP/IP
   headers) and arrives ``delay_ms`` after its last bit left. Queues are unbounded, like
   the emulated broker's application-level output queue.
+- **NICs.** A broker with a ``nic_mbps`` node attribute sends every frame, on any of its
+  links, through that one interface as well (a host on a switch has one access link for
+  all its overlay links): frames leave in enqueue order, each when both its link and
+  the NIC are free, at the slower of the two rates. Without it, links are independent.
 - **Loss.** With ``loss_pct`` > 0 a message that leaves the queue is lost on the wire
   with that probability, drawn from the link's own ``random.Random(f"{seed}:{src}:{dst}")``
   (the emulated broker seeds its links the same way), so one link's drops do not depend
@@ -45,13 +49,19 @@ analysis does not care which runtime produced a run. Modelling choices:
   ``t_pub``), client ``send`` (with ``t_pub`` for PUBLISH) and broker ``recv`` for a
   client operation, ``record`` for a core's :class:`~nodes.core.Record`, ``queue`` per
   window. ``log_messages=False`` writes only the ``queue`` records.
-- **Delays** come from simulated times, not from the rounded logs: notification delay
-  is delivery time minus the publication's send time. Advertisement and subscription
-  delay is, per message, the time from the client's send to the last inter-broker
-  arrival of a message of the same type and (origin, msg_id); a message that never
-  crosses a broker link has no sample.
+- **Delays** come from simulated times, not from the rounded logs, with the
+  definitions of :mod:`nodes.summary`: notification delay is delivery time minus the
+  publication's send time; advertisement and subscription delay run from the client's
+  send until the last broker the operation reaches has it (per broker the first
+  inter-broker arrival of a message carrying it, see :data:`nodes.summary.CARRIES`).
 - **Table sizes** are read at the end of the run from cores that have a
-  ``table_sizes() -> Mapping[str, int]`` method (keys ``srt``, ``prt``); others count 0.
+  ``table_sizes() -> Mapping[str, int]`` method (keys ``srt``, ``prt``); others count 0,
+  and per-broker counters from cores that have a ``counters() -> Mapping[str, int]``.
+- **Failures.** ``kill_at`` maps a broker to the time its process dies (SIGKILL in the
+  emulated runtime): from then on its core gets no event, its clients' operations are
+  not carried out, and messages from or to it that arrive later are dropped (a killed
+  process's sockets are reset, so what it had not yet delivered is lost). Its
+  neighbours are not told: they must notice by themselves, as in the emulated runtime.
 """
 
 from __future__ import annotations
@@ -61,7 +71,7 @@ import math
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,7 +95,7 @@ from nodes.cores import CoreFactory, make_core, overlay_params
 from nodes.frames import frame_size
 from nodes.logs import JsonlLog, message_fields
 from nodes.messages import Message, MsgType
-from nodes.summary import TABLE_KINDS, MsgKey, build_summary
+from nodes.summary import CARRIES, TABLE_KINDS, MsgKey, build_summary, propagation_delays
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
     from experiments.workload import ClientOp, Workload
@@ -94,8 +104,8 @@ SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depe
 MAX_OPEN_LOGS = 512  # log files kept open at once; others are reopened in append mode
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
-_OP, _ARRIVE, _TIMER, _DEPART = 0, 1, 2, 3
-_PROPAGATED = {MsgType.ADVERTISE: "advertisement", MsgType.SUBSCRIBE: "subscription"}
+_OP, _ARRIVE, _TIMER, _DEPART, _KILL = 0, 1, 2, 3, 4
+_CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
@@ -112,6 +122,7 @@ class SimResult:
     ``subscription``: one per propagated message). ``table_sizes`` lists, per table kind,
     one size per broker in sorted broker order. ``events`` counts client operations,
     arrivals and timers processed; ``end_s`` is the time of the last of them.
+    ``counters`` maps each broker whose core counts (``counters()``) to its counters.
     """
 
     algorithm: str
@@ -124,6 +135,7 @@ class SimResult:
     lost: int
     events: int
     end_s: float
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class _Logs:
@@ -165,14 +177,17 @@ def simulate(
     default_bw_mbps: float | None = None,
     default_delay_ms: float = 0.0,
     default_loss_pct: float = 0.0,
+    kill_at: Mapping[str, float] | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
-    ``core`` is a name from :data:`nodes.cores.CORES` (its overlay-derived params, see
+    ``core`` is a name from :data:`nodes.cores.CORES` (the params it derives from the
+    overlay graph, node and edge attributes included, see
     :func:`nodes.cores.overlay_params`, are merged under ``core_params``) or a factory.
     ``core_params`` is one mapping for every broker or a function of the broker name.
     With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
     Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
+    ``kill_at`` maps brokers to the times they die (see the module docstring).
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -186,6 +201,7 @@ def simulate(
         window_s=window_ms / 1000.0,
         log_messages=log_messages,
         defaults=(default_bw_mbps, default_delay_ms, default_loss_pct),
+        kill_at=kill_at or {},
     )
     try:
         return sim.run(until_s)
@@ -240,12 +256,18 @@ class _Sim:
         window_s: float,
         log_messages: bool,
         defaults: tuple[float | None, float, float],
+        kill_at: Mapping[str, float],
     ) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
             raise ValueError("overlay nodes must be broker names (str)")
         self.brokers = brokers
         self.bidx = bidx = {b: i for i, b in enumerate(brokers)}
+        strangers = sorted(set(kill_at) - set(bidx))
+        if strangers:
+            raise ValueError(f"kill_at names brokers not in the overlay: {strangers}")
+        self.kill_at = {bidx[b]: float(t) for b, t in kill_at.items()}
+        self.dead: set[int] = set()
         self.window_s = window_s
         self.workload = workload
 
@@ -275,6 +297,11 @@ class _Sim:
         ]
         n_links = len(directed)
         self.busy_until = [0.0] * n_links
+        nics = [overlay.nodes[b].get("nic_mbps") for b in brokers]
+        self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (_link_number("nic_mbps", bw, 1e-9,
+                                                                          math.inf) * 1e6)
+                               for bw in nics]
+        self.nic_busy_until = [0.0] * len(brokers)
         self.tx_starts: list[deque[float]] = [deque() for _ in range(n_links)]
         self.count_in = [0] * n_links
         self.active: set[int] = set()  # links with figures to report at the next window
@@ -297,10 +324,9 @@ class _Sim:
                                  f"{op.broker} in the workload's client map")
 
         # ---- cores
-        edges = sorted((a, b) for a, b in overlay.edges if a != b)
         if isinstance(core, str):
             self.algorithm = core
-            derived = overlay_params(core, edges)
+            derived = overlay_params(core, overlay)
             factory: CoreFactory = partial(make_core, core)
         else:
             self.algorithm = getattr(core, "__name__", type(core).__name__)
@@ -331,7 +357,10 @@ class _Sim:
         self.records: Counter[str] = Counter()
         self.notification_delays: list[float] = []
         self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
-        self.last_arrival: dict[_SentKey, float] = {}  # of propagated ADVERTISE/SUBSCRIBE
+        # Per advertisement/subscription: the brokers it has reached, and the time the
+        # latest of them was first reached.
+        self.reached_by: dict[_SentKey, set[int]] = {}
+        self.reached_at: dict[_SentKey, float] = {}
         self.lost = 0
         self.published = 0
         # Frame sizes by (type, origin, msg_id), valid while the payload object is the same
@@ -344,8 +373,11 @@ class _Sim:
         ops = self.workload.ops
         heap = self.heap
         heap.extend((op.t_s, i, _OP, op, None) for i, op in enumerate(ops))
+        heap.extend((t, len(ops) + i, _KILL, bi, None)
+                    for i, (bi, t) in enumerate(sorted(self.kill_at.items())))
         heapq.heapify(heap)
-        self.seq = len(ops)
+        self.seq = len(heap)
+        dead = self.dead
         horizon = math.inf if until_s is None else until_s
         window_s = self.window_s
         k = 1
@@ -358,9 +390,10 @@ class _Sim:
         act = self._act
         pop = heapq.heappop
         log = self.log
-        propagated = _PROPAGATED
+        carries = _CARRIES
         sent_at = self.sent_at
-        last_arrival = self.last_arrival
+        reached_by = self.reached_by
+        reached_at = self.reached_at
         while True:
             t = heap[0][0] if heap else math.inf
             if self.active and window_t <= t:
@@ -376,15 +409,24 @@ class _Sim:
                 k = max(k + 1, int(t // window_s))
                 window_t = k * window_s
             t, _, kind, a, b = pop(heap)
+            if kind == _KILL:
+                dead.add(a)
+                continue
+            if dead and self._at_dead_broker(kind, a):
+                continue
             if kind == _ARRIVE:
                 dst = link_dst[a]
                 src = link_src_name[a]
                 if log is not None:
                     log(self.brokers[dst], "recv", t, link=src, **message_fields(b))
-                if b.type in propagated:
-                    key = (b.type, b.origin, b.msg_id)
+                op_type = carries.get(b.type)
+                if op_type is not None:
+                    key = (op_type, b.origin, b.msg_id)
                     if key in sent_at:
-                        last_arrival[key] = t
+                        reached = reached_by.setdefault(key, set())
+                        if dst not in reached:  # later copies reach no new broker
+                            reached.add(dst)
+                            reached_at[key] = t
                 act(dst, cores[dst].handle(Arrived(src, b), t), t)
             elif kind == _OP:
                 self._client_op(a, t)
@@ -396,6 +438,17 @@ class _Sim:
             events += 1
             end_s = t
         return self._result(events, end_s)
+
+    def _at_dead_broker(self, kind: int, a: Any) -> bool:
+        """Whether a heap entry concerns a dead broker, and so never happens."""
+        if kind == _TIMER:
+            return a in self.dead
+        if kind == _OP:
+            return self.bidx[a.broker] in self.dead
+        # a is a link: a dead sender's frames are lost, and so is what reaches the dead.
+        if kind == _DEPART:
+            return self.link_src[a] in self.dead
+        return self.link_src[a] in self.dead or self.link_dst[a] in self.dead
 
     def _client_op(self, op: ClientOp, t: float) -> None:
         """A client sends ``op.msg`` to its broker at ``t``."""
@@ -434,7 +487,12 @@ class _Sim:
                 start = self.busy_until[lid]
                 if start < now:
                     start = now
-                end = start + size * self.s_per_byte[lid]
+                nic = self.nic_s_per_byte[bi]
+                if nic:
+                    start = max(start, self.nic_busy_until[bi])
+                    end = self.nic_busy_until[bi] = start + size * max(nic, self.s_per_byte[lid])
+                else:
+                    end = start + size * self.s_per_byte[lid]
                 self.busy_until[lid] = end
                 self.tx_starts[lid].append(start)
                 self.count_in[lid] += 1
@@ -508,7 +566,7 @@ class _Sim:
         self.active = still_active
         window_ms = self.window_s * 1000.0
         zero = LinkWindow(0, 0, 0)
-        for bi in sorted({self.link_src[lid] for lid in figures}):
+        for bi in sorted({self.link_src[lid] for lid in figures} - self.dead):
             links: dict[str, LinkWindow] = {}
             for nb, lid in self.out_links[bi].items():
                 fig = figures.get(lid)
@@ -524,13 +582,13 @@ class _Sim:
             self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
 
     def _result(self, events: int, end_s: float) -> SimResult:
-        delays: dict[str, list[float]] = {"notification": self.notification_delays}
-        for mtype, kind in _PROPAGATED.items():
-            delays[kind] = [
-                self.last_arrival[key] - self.sent_at[key]
-                for key in sorted(self.last_arrival)
-                if key[0] is mtype
-            ]
+        delays: dict[str, list[float]] = {
+            "notification": self.notification_delays,
+            **propagation_delays(
+                {(t.name, o, i): s for (t, o, i), s in self.sent_at.items()},
+                {(t.name, o, i): s for (t, o, i), s in self.reached_at.items()},
+            ),
+        }
         tables: dict[str, list[int]] = {kind: [] for kind in TABLE_KINDS}
         for c in self.cores:
             sizes: Mapping[str, int] = c.table_sizes() if hasattr(c, "table_sizes") else {}
@@ -547,4 +605,6 @@ class _Sim:
             lost=self.lost,
             events=events,
             end_s=end_s,
+            counters={b: dict(c.counters()) for b, c in zip(self.brokers, self.cores, strict=True)
+                      if hasattr(c, "counters")},
         )

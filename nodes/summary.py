@@ -11,7 +11,24 @@ kind, and per-broker routing-table sizes. Definitions:
 - ``missing``: expected pairs never delivered;
 - ``delay_ms``: per kind, ``p50``/``p95`` by linear interpolation between order
   statistics (numpy's and pandas' default, so figures made with pandas agree), ``max``
-  and ``mean``; ``null`` for a kind without samples;
+  and ``mean``; ``null`` for a kind without samples. The kinds:
+
+  - ``notification``: one sample per delivery, from the publisher's send to the
+    subscriber's receipt (end to end);
+  - ``advertisement`` and ``subscription``: one sample per client ADVERTISE or SUBSCRIBE
+    that crossed a broker link, from the client's send until the last broker it reaches
+    has it: per broker, the *first* inter-broker arrival of a message carrying it, and the
+    latest of those over brokers (the paper's "maximum time elapsed ... to reach every
+    broker" / "... to brokers hosting publishers that issued matching advertisements").
+    A message carries the client operation with the same origin and msg_id if its type
+    maps to that operation's in :data:`CARRIES`: copies of the ADVERTISE and SUBSCRIBE,
+    and OctopiA's CIB_SET, which takes a subscription to a publisher's host broker.
+    Later copies (the duplicates of TID flooding) reach no new broker and do not count;
+    OctopiA's ADV_REPLY is a reply, not the advertisement, and does not count either.
+    An operation that never crosses a broker link has no sample. Both runtimes apply
+    this definition: the simulator to simulated arrival times, the emulated runtime to
+    the brokers' ``recv`` and the clients' ``send`` records (``t_wall``; brokers and
+    clients share the machine's clock);
 - ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables).
 """
 
@@ -23,8 +40,16 @@ from typing import Any
 
 DELAY_KINDS = ("advertisement", "subscription", "notification")
 TABLE_KINDS = ("srt", "prt")
+# Inter-broker message type -> the client operation type it carries (see the module doc).
+CARRIES: dict[str, str] = {
+    "ADVERTISE": "ADVERTISE",
+    "SUBSCRIBE": "SUBSCRIBE",
+    "CIB_SET": "SUBSCRIBE",
+}
+PROPAGATED_KINDS: dict[str, str] = {"ADVERTISE": "advertisement", "SUBSCRIBE": "subscription"}
 
 MsgKey = tuple[str, int]
+OpKey = tuple[str, str, int]  # (client operation type name, origin, msg_id)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -46,6 +71,19 @@ def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
         "max": round(ms[-1], 6),
         "mean": round(math.fsum(ms) / len(ms), 6),
     }
+
+
+def propagation_delays(
+    sent_s: Mapping[OpKey, float], reached_s: Mapping[OpKey, float]
+) -> dict[str, list[float]]:
+    """Advertisement and subscription delay samples in seconds, in key order: for every
+    client operation in ``reached_s`` (the time the last broker it reaches has it) that
+    is also in ``sent_s`` (the client's send time), the difference."""
+    delays: dict[str, list[float]] = {kind: [] for kind in PROPAGATED_KINDS.values()}
+    for key in sorted(reached_s):
+        if key in sent_s:
+            delays[PROPAGATED_KINDS[key[0]]].append(reached_s[key] - sent_s[key])
+    return delays
 
 
 def _mean_max(values: Sequence[int]) -> dict[str, float]:

@@ -6,7 +6,9 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
-APT_PACKAGES=(mininet openvswitch-switch tcpdump bridge-utils ethtool iperf3
+# tshark is the reference of `pubsublab bench analysis`; under DEBIAN_FRONTEND=noninteractive
+# wireshark-common's question about capture by non-root users takes its default (no).
+APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
               python3-venv python3-pip python3-networkx python3-yaml)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import pytest
 
 from nodes.broker import read_status, wait_until_ready
@@ -117,7 +118,7 @@ class Overlay:
             addr[1] = free_port(addr[0])
         self.edges = edges
         self.extra = extra
-        self.params = overlay_params("flood", edges)
+        self.params = overlay_params("flood", nx.Graph(edges))
 
     def config(self, name: str, delay_ms: float = 0.0, loss_pct: float = 0.0) -> dict[str, Any]:
         nbs = sorted({b for a, b in self.edges if a == name}

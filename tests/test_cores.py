@@ -90,7 +90,7 @@ def test_make_core_names_the_allowed_cores() -> None:
     with pytest.raises(ValueError, match=r"allowed: .*flood"):
         make_core("nope", "b0", (), {})
     with pytest.raises(ValueError, match="allowed"):
-        overlay_params("nope", [])
+        overlay_params("nope", nx.Graph())
     assert "flood" in CORES
 
 
@@ -126,7 +126,7 @@ def test_spanning_forest_of_a_disconnected_overlay() -> None:
 
 def test_flood_overlay_params_are_the_tree() -> None:
     edges = [("a", "b"), ("b", "c"), ("c", "a")]
-    assert overlay_params("flood", edges) == {
+    assert overlay_params("flood", nx.Graph(edges)) == {
         b: {"tree_neighbours": nbs} for b, nbs in spanning_tree_neighbours(edges).items()
     }
 

@@ -1,20 +1,26 @@
-"""Frame encoding: every message round-trips; anything else decodes to FrameError only."""
+"""Frame encoding: every message round-trips (with or without a raw body); anything else
+decodes to FrameError only."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodes.frames import (
+    BODY_FRAME_VERSION,
+    FRAME_VERSION,
     MAX_FRAME_BYTES,
     PREFIX_BYTES,
     FrameError,
     body_length,
     decode_body,
     encode,
+    frame_size,
 )
 from nodes.messages import Message, MsgType
 from nodes.runtime import message_from_json, message_to_json
@@ -123,3 +129,66 @@ def test_length_prefix_checks() -> None:
     with pytest.raises(FrameError):
         body_length(b"\x00\x01")  # a prefix cut short
     assert body_length(MAX_FRAME_BYTES.to_bytes(PREFIX_BYTES, "big")) == MAX_FRAME_BYTES
+
+
+# ---- version 2: a raw body beside the JSON payload (bulk data slices) -----------------
+
+bodied = st.builds(lambda m, body: Message(m.type, m.msg_id, m.origin, m.hops, m.payload, body),
+                   messages, st.binary(min_size=1, max_size=2000))
+
+
+@given(bodied)
+def test_body_round_trip(msg: Message) -> None:
+    frame = encode(msg)
+    assert frame[PREFIX_BYTES] == BODY_FRAME_VERSION
+    assert frame_size(msg) == len(frame)
+    assert decode_frame(frame) == msg
+    assert frame.endswith(msg.body)  # the body travels raw, after the payload
+
+
+@given(messages)
+def test_messages_without_body_keep_version_1(msg: Message) -> None:
+    frame = encode(msg)
+    assert frame[PREFIX_BYTES] == FRAME_VERSION
+    assert frame_size(msg) == len(frame)
+    # Byte for byte the version-1 layout: header, origin, then the JSON payload.
+    origin = msg.origin.encode()
+    body = struct.pack("!BBHQB", 1, msg.type, msg.hops, msg.msg_id, len(origin))
+    body += origin + json.dumps(msg.payload, separators=(",", ":")).encode()
+    assert frame == struct.pack("!I", len(body)) + body
+
+
+def test_a_64_kb_slice_costs_a_few_dozen_bytes_of_framing() -> None:
+    body = bytes(range(256)) * 256
+    msg = Message(MsgType.DATA, 7, "pub-pc1", 3, {"topic": "bulk", "index": 5}, body)
+    frame = encode(msg)
+    assert len(frame) - len(body) < 100
+    assert decode_frame(frame).body == body
+
+
+@given(bodied, st.data())
+def test_truncated_body_frames(msg: Message, data: st.DataObject) -> None:
+    body = encode(msg)[PREFIX_BYTES:]
+    cut = data.draw(st.integers(0, len(body) - 1))
+    try:
+        got = decode_body(body[:cut])
+    except FrameError:
+        return
+    # A cut inside the body still decodes: the body is the rest of the frame (the length
+    # prefix, checked by the reader, is what guards a stream against cut frames).
+    assert got.payload == msg.payload and msg.body.startswith(got.body)
+
+
+@pytest.mark.parametrize("plen", [2**32 - 1, 10_000])
+def test_payload_length_past_the_frame(plen: int) -> None:
+    body = bytes([BODY_FRAME_VERSION, MsgType.DATA]) + bytes(10) + b"\x01x"
+    body += plen.to_bytes(4, "big") + b"{}"
+    with pytest.raises(FrameError, match="runs past"):
+        decode_body(body)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300), st.sampled_from(MsgType))
+def test_random_version_2_bodies(rest: bytes, mtype: MsgType) -> None:
+    with contextlib.suppress(FrameError):
+        decode_body(bytes([BODY_FRAME_VERSION, mtype]) + rest)

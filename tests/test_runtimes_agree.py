@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scot_cases import AGREE_SPEC, pairs
 
 from experiments.doctor import probe
 from experiments.emulated import (
@@ -29,20 +30,7 @@ from nodes.sim import simulate, summarize
 
 pytestmark = pytest.mark.usefixtures("root")
 
-SPEC = {
-    "name": "agree",
-    "topology": {"name": "scot", "params": {"tree": "a-b,b-c", "m": 3, "mode": "overlay"}},
-    "links": {"bw_mbps": 20, "delay_ms": 2},
-    "seed": 11,
-    "fidelity": {"links": 1, "iperf_s": 1},
-    "workload": {"n_publishers": 3, "n_subscribers": 12, "pubs_per_publisher": 25,
-                 "publish_rate_hz": 20, "selectivity": 0.1},
-    "routing": {"algorithms": ["flood"]},
-}
-
-
-def _pairs(deliveries: dict) -> list[tuple]:
-    return sorted((key, sub) for key, subs in deliveries.items() for sub in subs)
+SPEC = {**AGREE_SPEC, "routing": {"algorithms": ["flood"]}}
 
 
 def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
@@ -53,11 +41,11 @@ def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
     assert len(expected) > 50, "the workload should exercise many deliveries"
 
     sim = simulate(overlay_links(graph, spec.links), workload, "flood", seed=spec.seed)
-    sim_pairs = _pairs(sim.deliveries)
+    sim_pairs = pairs(sim.deliveries)
 
     run_dir, manifest = run_experiment(spec, tmp_path,
                                        phases=(broker_phase(spec, workload, print),))
-    emu_pairs = _pairs(client_receipts(run_dir / "flood", workload)["deliveries"])
+    emu_pairs = pairs(client_receipts(run_dir / "flood", workload)["deliveries"])
 
     assert sim_pairs == expected  # exactly the oracle's set, each once (a list, not a set)
     assert emu_pairs == expected

@@ -93,6 +93,20 @@ def test_phases_timing_and_message_ids(workload: Workload) -> None:
         assert all(math.isclose(b - a, 1 / rate) for a, b in itertools.pairwise(ts))
 
 
+def test_spread_phases_stay_in_their_half_gap() -> None:
+    w = stock_workload(BROKERS, n_publishers=8, n_subscribers=10, pubs_per_publisher=2,
+                       publish_rate_hz=5.0, seed=2, phase_gap_s=2.0, advertise_spread_s=0.8,
+                       subscribe_spread_s=0.5)
+    adv_times = [op.t_s for op in _of(w, MsgType.ADVERTISE)]
+    assert adv_times == [0.8 * i / 8 for i in range(8)]  # publisher i at i / n of the spread
+    assert all(2.0 <= op.t_s < 2.5 for op in _of(w, MsgType.SUBSCRIBE))
+    assert (w.meta["advertise_spread_s"], w.meta["subscribe_spread_s"]) == (0.8, 0.5)
+    for bad in ({"advertise_spread_s": 1.5}, {"subscribe_spread_s": -0.1}):
+        with pytest.raises(ValueError, match="phase_gap_s / 2"):
+            stock_workload(BROKERS, n_publishers=2, n_subscribers=2, pubs_per_publisher=2,
+                           publish_rate_hz=5.0, seed=2, phase_gap_s=2.0, **bad)
+
+
 def test_oracle_agrees_with_brute_force(workload: Workload) -> None:
     subs = [
         (op.client, filter_from_json(op.msg.payload["filter"]))

@@ -23,14 +23,17 @@ Modelling choices:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from nodes.core import Action, Arrived, Deliver, Event, FromClient, Record, Send
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 _IGNORED = frozenset({MsgType.ADVERTISE, MsgType.UNADVERTISE})
 
@@ -109,9 +112,10 @@ class FloodCore:
         return [Record("unhandled", fields)]
 
 
-def overlay_params(overlay_edges: Iterable[tuple[str, str]]) -> dict[str, dict[str, Any]]:
-    """Per-broker params the host derives from the overlay: each broker's tree neighbours."""
+def overlay_params(overlay: nx.Graph) -> dict[str, dict[str, Any]]:
+    """Per-broker params the host derives from the overlay: each broker's tree neighbours
+    (only the edges matter; node and edge attributes are not read)."""
     return {
         broker: {"tree_neighbours": nbs}
-        for broker, nbs in spanning_tree_neighbours(overlay_edges).items()
+        for broker, nbs in spanning_tree_neighbours(overlay.edges).items()
     }

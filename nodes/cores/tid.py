@@ -1,0 +1,333 @@
+"""PADRES-style TID-based static routing on an unclustered overlay: OctopiA's baseline.
+
+Registry name ``tid-static``. Paper: the OctopiA paper's Sections II and VIII
+(``../shared/seeds/octopia-scot-idr.txt``), after Li, Muthusamy and Jacobsen, "Adaptive
+content-based routing in general overlay topologies" (Middleware 2008, its ref. [20]).
+The paper runs it on the same SCOT "left unclustered": every overlay link is alike, so
+this core needs no params and runs on any overlay. Our readings and choices:
+
+Advertisements
+    The publisher's host broker gives the advertisement a tree id (TID): the
+    advertisement's own id ``(publisher, msg_id of its ADVERTISE)``, unique system-wide.
+    It stores it in its SRT (last hop: the publisher) and sends it on every link. A
+    broker that receives a TID for the first time stores it with the link it came from
+    as last hop and sends it on every other link; a later copy is a duplicate and is
+    dropped. Duplicates are messages on the wire and count as IMs like any other. Which
+    copy comes first depends on link delays and queues, so the tree is the first-arrival
+    tree and may be longer than the shortest one (the paper's Fig. 1(b)).
+
+Subscriptions
+    The subscriber's host broker stores the subscription and binds to it the TIDs of all
+    advertisements in its SRT that it overlaps. It sends the subscription towards each
+    bound advertisement's last hop, one SUBSCRIBE per next hop carrying the TIDs that go
+    that way. A broker that receives it binds those TIDs with the link it came from as
+    last hop and sends each TID on towards its own last hop for that advertisement, up
+    to the publisher's host broker. One subscription may reach a broker over several
+    links with different TIDs (the paper's Fig. 1(c)). When an advertisement arrives after
+    a subscription, the subscriber's host broker binds its overlapping local
+    subscriptions to the new TID and sends them along it (only the host binds, so every
+    path still ends at a subscriber).
+
+Notifications
+    The publisher's host broker tags a publication with the TID of the publisher's
+    advertisement it matches; when several do, the smallest id: a subscription the
+    publication matches overlaps every one of them, so one tree reaches all subscribers
+    and a second would only duplicate. Every broker on the way matches the publication
+    against its PRT (content-based routing: the paper remarks that PADRES matches at the
+    publisher's and subscribers' host brokers; matching also in between changes no
+    delivery, only prunes copies no subscriber wants), delivers once to each matching
+    local subscriber bound to the TID and sends one copy to each distinct last hop of the
+    matching subscriptions bound to the TID (reverse path). A publication matching none
+    of its publisher's advertisements has no tree: it is dropped with a ``no_tree``
+    record. Every broker that matches reports a ``match`` record, as the flood core does.
+
+Unsubscribe and unadvertise (our choices)
+    UNSUBSCRIBE (payload ``sub_id``: the msg_id of the SUBSCRIBE) retraces the
+    subscription: from the host it goes towards each bound TID's last hop, one message
+    per next hop carrying those TIDs; each broker drops the bindings that came over that
+    link, the PRT entry with the last one, and sends the TIDs on.
+
+    UNADVERTISE (payload ``adv_id``: the msg_id of the ADVERTISE) is flooded like the
+    advertisement, except that the first time a broker gets it, it sends it on every
+    link, the one it came on included. The broker drops the SRT entry and every binding
+    of the TID in its PRT, then keeps the TID as *withdrawn* until the UNADVERTISE has
+    come in over each of its links. Each neighbour sends exactly one, after any copy of
+    the advertisement it sent (links are FIFO), so a late duplicate of the advertisement
+    is recognised and dropped, and once all have come none can still arrive: the broker
+    forgets the TID. (With "every link but the sender's" a broker could not tell when the
+    last late copy has passed, and a late copy would re-create the entry.)
+
+Overlap
+    :func:`nodes.model.overlaps` without a schema, as in :mod:`nodes.cores.octopia`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.core import Action, Arrived, Event, FromClient, Record, Send
+from nodes.cores.actions import fan_out, unhandled
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import Filter, filter_from_json, matches, overlaps
+
+Tid = tuple[str, int]
+SubId = tuple[str, int]
+
+
+@dataclass(slots=True)
+class _Adv:
+    filter: Filter
+    last_hop: str  # the neighbour it first came from, or the local publisher
+
+
+@dataclass(slots=True)
+class _Sub:
+    filter: Filter
+    filter_json: Any  # as it travels in SUBSCRIBE payloads
+    hops: dict[Tid, str]  # bound TID -> last hop (a neighbour, or the local subscriber)
+
+
+def _tids(raw: Iterable[Sequence[Any]]) -> list[Tid]:
+    return [(str(pub), int(n)) for pub, n in raw]
+
+
+class TidCore:
+    """One broker running TID-based static routing; see the module docstring."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        self.broker = broker
+        self.neighbours = tuple(sorted(neighbours))
+        self._neighbour_set = frozenset(self.neighbours)
+        self._srt: dict[Tid, _Adv] = {}
+        self._hosted: dict[str, set[int]] = {}  # local publisher -> its advertisements' ids
+        self._withdrawn: dict[Tid, set[str]] = {}  # TID -> links its UNADVERTISE must come on
+        self._prt: dict[SubId, _Sub] = {}
+        self._local: dict[SubId, str] = {}  # subscriptions of local clients -> the client
+        self._index = SubscriptionIndex()
+
+    def table_sizes(self) -> dict[str, int]:
+        """``srt``: advertisements stored (every broker stores every one); ``prt``:
+        (subscription, last hop) entries: a subscription bound to TIDs over two links
+        counts twice; a local subscription counts once, bound or not. Withdrawn TIDs are
+        not entries (they leave once the unadvertisement has drained)."""
+        prt = 0
+        for sub_id, sub in self._prt.items():
+            last_hops = set(sub.hops.values())
+            if sub_id in self._local:
+                last_hops.add(self._local[sub_id])
+            prt += len(last_hops)
+        return {"srt": len(self._srt), "prt": prt}
+
+    def state(self) -> dict[str, Any]:
+        """The routing state as plain data, for tests and debugging: ``srt``: TID -> last
+        hop; ``prt``: sub id -> sorted (TID, last hop) bindings; ``local``: sorted (sub id,
+        local subscriber); ``withdrawn``: TID -> links its unadvertisement is still awaited on."""
+        return {
+            "srt": {t: adv.last_hop for t, adv in sorted(self._srt.items())},
+            "prt": {s: sorted(sub.hops.items()) for s, sub in sorted(self._prt.items())},
+            "local": sorted(self._local.items()),
+            "withdrawn": {t: sorted(links) for t, links in sorted(self._withdrawn.items())},
+        }
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        """Process one event; see the module docstring for the rules."""
+        if isinstance(event, FromClient):
+            return self._from_client(event.client, event.msg)
+        if isinstance(event, Arrived):
+            return self._arrived(event.link, event.msg)
+        return []  # static routing: statistics windows, timers and lost links change nothing
+
+    def _from_client(self, client: str, msg: Message) -> list[Action]:
+        t = msg.type
+        if t is MsgType.PUBLISH:
+            return self._publish(msg)
+        if t is MsgType.SUBSCRIBE:
+            return self._subscribe(client, msg)
+        if t is MsgType.UNSUBSCRIBE:
+            return self._unsubscribe_local(msg)
+        if t is MsgType.ADVERTISE:
+            return self._advertise(msg, last_hop=client)
+        if t is MsgType.UNADVERTISE:
+            tid = (msg.origin, int(msg.payload["adv_id"]))
+            return self._withdraw(msg, tid, came_from=None) if tid in self._srt else []
+        return [unhandled(msg, "not a client operation")]
+
+    def _arrived(self, link: str, msg: Message) -> list[Action]:
+        t = msg.type
+        if t is MsgType.PUBLISH:
+            return self._route(msg, _tids([msg.payload["tid"]])[0])
+        if t is MsgType.SUBSCRIBE:
+            return self._subscribe_forwarded(link, msg)
+        if t is MsgType.UNSUBSCRIBE:
+            return self._unsubscribe_forwarded(link, msg)
+        if t is MsgType.ADVERTISE:
+            tid = (msg.origin, msg.msg_id)
+            if tid in self._srt or tid in self._withdrawn:
+                return []  # a duplicate: detected by its TID and dropped
+            return self._advertise(msg, last_hop=link)
+        if t is MsgType.UNADVERTISE:
+            return self._unadvertise_forwarded(link, msg)
+        return [unhandled(msg, "not expected between TID brokers")]
+
+    # ---- advertisements ---------------------------------------------------------------
+
+    def _advertise(self, msg: Message, last_hop: str) -> list[Action]:
+        tid = (msg.origin, msg.msg_id)
+        if tid in self._srt:
+            return [unhandled(msg, "advertisement already stored")]
+        adv = self._srt[tid] = _Adv(filter_from_json(msg.payload["filter"]), last_hop)
+        if last_hop not in self._neighbour_set:
+            self._hosted.setdefault(msg.origin, set()).add(msg.msg_id)
+        actions: list[Action] = []
+        onward = [nb for nb in self.neighbours if nb != last_hop]
+        if onward:
+            copy = msg.forwarded()
+            actions.extend(Send(nb, copy) for nb in onward)
+        # A late advertisement: local subscriptions bind to it and go up its tree.
+        for sub_id, client in sorted(self._local.items()):
+            sub = self._prt[sub_id]
+            if overlaps(adv.filter, sub.filter):
+                actions.extend(self._bind(sub_id, sub, 0, [tid], client))
+        return actions
+
+    def _withdraw(self, msg: Message, tid: Tid, came_from: str | None) -> list[Action]:
+        """Drop ``tid`` and its bindings, send the unadvertisement on every link, and
+        await it on every link but ``came_from``."""
+        del self._srt[tid]
+        hosted = self._hosted.get(tid[0])
+        if hosted is not None:
+            hosted.discard(tid[1])
+            if not hosted:
+                del self._hosted[tid[0]]
+        for sub_id in sorted(self._prt):
+            sub = self._prt[sub_id]
+            if sub.hops.pop(tid, None) is not None:
+                self._drop_if_unbound(sub_id, sub)
+        waiting = self._neighbour_set - {came_from}
+        if waiting:
+            self._withdrawn[tid] = set(waiting)
+        if not self.neighbours:
+            return []
+        copy = msg.forwarded()
+        return [Send(nb, copy) for nb in self.neighbours]
+
+    def _unadvertise_forwarded(self, link: str, msg: Message) -> list[Action]:
+        tid = (msg.origin, int(msg.payload["adv_id"]))
+        waiting = self._withdrawn.get(tid)
+        if waiting is not None:
+            waiting.discard(link)
+            if not waiting:
+                del self._withdrawn[tid]
+            return []
+        if tid in self._srt:
+            return self._withdraw(msg, tid, came_from=link)
+        return [unhandled(msg, "unadvertisement of an unknown advertisement")]
+
+    # ---- subscriptions ----------------------------------------------------------------
+
+    def _subscribe(self, client: str, msg: Message) -> list[Action]:
+        sub_id = (msg.origin, msg.msg_id)
+        if sub_id in self._prt:
+            return [unhandled(msg, "subscription already stored")]
+        f = filter_from_json(msg.payload["filter"])
+        sub = self._prt[sub_id] = _Sub(f, msg.payload["filter"], {})
+        self._local[sub_id] = client
+        self._index.add(sub_id, f)
+        tids = [t for t, adv in sorted(self._srt.items()) if overlaps(adv.filter, f)]
+        return self._bind(sub_id, sub, msg.hops, tids, client)
+
+    def _subscribe_forwarded(self, link: str, msg: Message) -> list[Action]:
+        sub_id = (msg.origin, msg.msg_id)
+        sub = self._prt.get(sub_id)
+        new = sub is None
+        if sub is None:
+            sub = _Sub(filter_from_json(msg.payload["filter"]), msg.payload["filter"], {})
+        actions = self._bind(sub_id, sub, msg.hops, _tids(msg.payload["tids"]), link)
+        if new and sub.hops:
+            self._prt[sub_id] = sub
+            self._index.add(sub_id, sub.filter)
+        return actions
+
+    def _bind(self, sub_id: SubId, sub: _Sub, hops: int, tids: list[Tid], last_hop: str
+              ) -> list[Action]:
+        """Bind ``tids`` (those still in the SRT) to ``sub`` with ``last_hop``; one
+        SUBSCRIBE per next hop towards their publishers carries them on."""
+        ahead: dict[str, list[list[Any]]] = {}
+        for tid in tids:
+            adv = self._srt.get(tid)
+            if adv is None:
+                continue  # withdrawn while the subscription was on its way
+            sub.hops[tid] = last_hop
+            if adv.last_hop in self._neighbour_set:
+                ahead.setdefault(adv.last_hop, []).append(list(tid))
+        return [
+            Send(nb, Message(MsgType.SUBSCRIBE, sub_id[1], sub_id[0], hops + 1,
+                             {"filter": sub.filter_json, "tids": tids_json}))
+            for nb, tids_json in sorted(ahead.items())
+        ]
+
+    def _unsubscribe_local(self, msg: Message) -> list[Action]:
+        sub_id = (msg.origin, int(msg.payload["sub_id"]))
+        if self._local.pop(sub_id, None) is None:
+            return []  # un-subscribing twice is harmless
+        sub = self._prt.pop(sub_id)
+        self._index.remove(sub_id)
+        return self._unbind(msg, sorted(sub.hops))
+
+    def _unsubscribe_forwarded(self, link: str, msg: Message) -> list[Action]:
+        sub_id = (msg.origin, int(msg.payload["sub_id"]))
+        sub = self._prt.get(sub_id)
+        if sub is None:
+            return []  # every binding went with an unadvertisement meanwhile
+        gone = [t for t in _tids(msg.payload["tids"]) if sub.hops.get(t) == link]
+        for tid in gone:
+            del sub.hops[tid]
+        self._drop_if_unbound(sub_id, sub)
+        return self._unbind(msg, gone)
+
+    def _unbind(self, msg: Message, tids: list[Tid]) -> list[Action]:
+        """One UNSUBSCRIBE per next hop towards the publishers of ``tids``."""
+        ahead: dict[str, list[list[Any]]] = {}
+        for tid in tids:
+            adv = self._srt.get(tid)
+            if adv is not None and adv.last_hop in self._neighbour_set:
+                ahead.setdefault(adv.last_hop, []).append(list(tid))
+        return [
+            Send(nb, msg.forwarded({"sub_id": msg.payload["sub_id"], "tids": tids_json}))
+            for nb, tids_json in sorted(ahead.items())
+        ]
+
+    def _drop_if_unbound(self, sub_id: SubId, sub: _Sub) -> None:
+        """A forwarded subscription with no binding left is no PRT entry any more."""
+        if not sub.hops and sub_id not in self._local:
+            del self._prt[sub_id]
+            self._index.remove(sub_id)
+
+    # ---- notifications ----------------------------------------------------------------
+
+    def _publish(self, msg: Message) -> list[Action]:
+        attrs = msg.payload["attrs"]
+        tids = [(msg.origin, n) for n in sorted(self._hosted.get(msg.origin, ()))
+                if matches(self._srt[(msg.origin, n)].filter, attrs)]
+        if not tids:
+            return [Record("no_tree", {"origin": msg.origin, "msg_id": msg.msg_id})]
+        tid = tids[0]
+        tagged = Message(msg.type, msg.msg_id, msg.origin, msg.hops,
+                         {**msg.payload, "tid": list(tid)})
+        return self._route(tagged, tid)
+
+    def _route(self, msg: Message, tid: Tid) -> list[Action]:
+        """Deliver to local subscribers and forward along the subscriptions bound to ``tid``."""
+        if not len(self._index):
+            return []
+        clients: set[str] = set()
+        onward: set[str] = set()
+        for sub_id in self._index.match(msg.payload["attrs"]):
+            hop = self._prt[sub_id].hops.get(tid)
+            if hop is not None:
+                (onward if hop in self._neighbour_set else clients).add(hop)
+        return fan_out(msg, clients, onward, len(self._index))
+
