@@ -11,7 +11,9 @@ the metrics hold. Choices:
 - **Figures**: IMs by type (wire beside logs); per-link throughput as a heat map (one row
   per link direction, time across; readable at any number of links, where a line per
   link is not); the output-queue length of every link that ever queued (saying so
-  when none did); the notification delay CDF with p50/p95 marked; the paper-style
+  when none did); with the SDN controller, per-port utilization from its port
+  statistics beside them (the switch-side view of the same congestion); the
+  notification delay CDF with p50/p95 marked; the paper-style
   summary figures of :mod:`analysis.paper_figures` when the summaries have their metrics.
 - Time axes are seconds since the algorithm's first bin, so runs line up.
 """
@@ -154,6 +156,53 @@ def fig_queues(queue: pd.DataFrame, ts: pd.DataFrame) -> plt.Figure | None:
         ax.set_ylabel("messages queued")
         ax.set_title(f"{alg}: output-queue length (broker queue windows)")
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def port_utilization(port_stats: pd.DataFrame) -> pd.DataFrame:
+    """Per switch port and poll interval: Mbit/s into and out of the switch.
+
+    The controller's counters are cumulative (controller/l2_monitor.py), so a rate is the
+    difference of consecutive polls of one (dpid, port) over the difference of their
+    ``t_mono``; a counter that went backwards (a recreated port) starts a new series.
+    """
+    if port_stats.empty:
+        return pd.DataFrame(columns=["t_wall", "switch", "port_name", "rx_mbps", "tx_mbps"])
+    d = port_stats.sort_values(["dpid", "port", "t_mono"])
+    g = d.groupby(["dpid", "port"])
+    dt = g["t_mono"].diff()
+    out = d[["t_wall", "switch", "port_name"]].copy()
+    for col in ("rx", "tx"):
+        dbytes = g[f"{col}_bytes"].diff()
+        out[f"{col}_mbps"] = (8 * dbytes / dt / 1e6).where((dt > 0) & (dbytes >= 0))
+    return out.dropna(subset=["rx_mbps", "tx_mbps"]).reset_index(drop=True)
+
+
+def fig_ports(run_dir: Path, ts: pd.DataFrame) -> plt.Figure | None:
+    """Switch-side view from the SDN controller's port statistics: per-port utilization
+    (the busier direction of each port), beside the brokers' output queues above."""
+    path = run_dir / "controller" / "port_stats.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    util = port_utilization(pd.DataFrame(rows))
+    if util.empty:
+        return None
+    # Same origin as the throughput figure (its t_bin_s is wall-clock seconds).
+    t0 = util["t_wall"].min() if ts.empty else float(ts["t_bin_s"].min())
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    busiest = (util.assign(mbps=util[["rx_mbps", "tx_mbps"]].max(axis=1))
+               .groupby("port_name")["mbps"].max().sort_values(ascending=False))
+    for name in busiest.index[:12]:
+        u = util[util["port_name"] == name]
+        ax.plot(u["t_wall"] - t0, u[["rx_mbps", "tx_mbps"]].max(axis=1), label=name)
+    ax.set_xlabel("time since the first packet (s)")
+    ax.set_ylabel("Mbit/s (busier direction)")
+    ax.set_title("switch ports: utilization from the controller's port statistics"
+                 + (f" (12 busiest of {len(busiest)})" if len(busiest) > 12 else ""))
+    ax.legend(fontsize=7, ncol=4)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
@@ -306,6 +355,8 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
                ("Per-link throughput over time", fig_throughput(ts, bin_s)),
                ("Output-queue length over time", fig_queues(_read(metrics, "queue"), ts)),
                ("Notification delay CDF", fig_delay_cdf(_read(metrics, "delays")))]
+    if (run_dir / "controller").is_dir():
+        figures.insert(3, ("Switch port utilization (SDN controller)", fig_ports(run_dir, ts)))
     summaries = {alg: json.loads((run_dir / alg / "summary.json").read_text())
                  for alg in result["algorithms"] if (run_dir / alg / "summary.json").exists()}
     paper = []

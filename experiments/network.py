@@ -73,12 +73,18 @@ def _interrupt_pending_commands(net: Any) -> None:
         node.waiting = False
 
 
-def _remote_controller(host: str, port: int) -> Any:
-    """Mininet's RemoteController for our controller process, without Mininet's check.
+CONTROLLER_NODE = "ofctl"  # no trailing digit: cannot collide with a broker (x + cluster)
 
-    That check opens a telnet connection to the port, which the controller would take for
-    a switch that never finishes its handshake; the runner has already seen the port
-    listen.
+
+def _add_remote_controller(net: Any, host: str, port: int) -> None:
+    """Mininet's RemoteController for our controller process, with three fixes.
+
+    - Mininet's listening check opens a telnet connection to the port, which the
+      controller would take for a switch that never finishes its handshake; the runner
+      has already seen the port listen.
+    - ``RemoteController.stop`` does nothing, so the node's own shell (``bash ...
+      mininet:<name>``) outlives the network; ``stop`` terminates it.
+    - Mininet names its default controller ``c0``, the name of SCOT broker B(c, 0).
     """
     from mininet.node import RemoteController
 
@@ -86,7 +92,10 @@ def _remote_controller(host: str, port: int) -> Any:
         def checkListening(self) -> None:
             return None
 
-    return partial(ListeningController, ip=host, port=port)
+        def stop(self) -> None:
+            self.terminate()
+
+    net.addController(CONTROLLER_NODE, controller=ListeningController, ip=host, port=port)
 
 
 def machine_lock(log: Log) -> IO[str]:
@@ -143,15 +152,15 @@ class Emulation:
             self.state.add_bridges(switches)
         # Our own names might still be taken by something a sweep could not attribute.
         remove_network_leftovers(list(self.graph.nodes), switches if self.switch == "ovs" else [])
-        remote = None
         if self.controller is not None:
             self.state.add_proc(self.controller.start())
             self.controller.wait_listening()
-            remote = _remote_controller(self.controller.host, self.controller.port)
         t0 = time.monotonic()
         self.net = Mininet(topo=topo, link=HighBwTCLink, switch=self._switch_class(),
-                           controller=remote, autoSetMacs=True, build=False,
+                           controller=None, autoSetMacs=True, build=False,
                            waitConnected=False)
+        if self.controller is not None:
+            _add_remote_controller(self.net, self.controller.host, self.controller.port)
         self.net.build()
         for h in self.net.hosts:
             self.state.add_proc(h.pid)

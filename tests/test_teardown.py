@@ -42,7 +42,9 @@ def _mininet_shells() -> list[int]:
 
 def _assert_clean() -> None:
     assert _our_interfaces() == []
-    assert _mininet_shells() == []
+    shells = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+              for pid in _mininet_shells() if Path(f"/proc/{pid}").exists()}
+    assert not shells, f"Mininet shells left: {shells}"
     assert not [b for b in ovs_bridges() if b in DEMO_NODES]
     assert not list(STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else True
 
