@@ -79,8 +79,10 @@ def discover(run_dir: Path) -> dict[str, Any]:
     for d in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         logs = sorted(d.glob("*.jsonl"))
         pcap_dir = d / "pcap"
-        # An algorithm's folder holds its brokers' configs; controller/ and metrics/ do not.
-        if not (d / "config").is_dir() or (not logs and not pcap_dir.is_dir()):
+        # An algorithm's folder holds its brokers' configs (emulated) or its summary
+        # (simulated); controller/ and metrics/ hold neither.
+        is_algorithm = (d / "config").is_dir() or (d / "summary.json").exists()
+        if not is_algorithm or (not logs and not pcap_dir.is_dir()):
             continue
         alg = d.name
         found["algorithms"].append(alg)

@@ -160,6 +160,10 @@ def fig_queues(queue: pd.DataFrame, ts: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
+PORT_STATS_FIELDS = frozenset({"t_wall", "t_mono", "dpid", "switch", "port", "port_name",
+                               "rx_bytes", "tx_bytes"})
+
+
 def port_utilization(port_stats: pd.DataFrame) -> pd.DataFrame:
     """Per switch port and poll interval: Mbit/s into and out of the switch.
 
@@ -185,7 +189,14 @@ def fig_ports(run_dir: Path, ts: pd.DataFrame) -> plt.Figure | None:
     path = run_dir / "controller" / "port_stats.jsonl"
     if not path.exists():
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut off when the controller was killed mid-write
+        if isinstance(row, dict) and row.keys() >= PORT_STATS_FIELDS:
+            rows.append(row)
     util = port_utilization(pd.DataFrame(rows))
     if util.empty:
         return None

@@ -241,7 +241,11 @@ def test_job_on_a_simulated_run(spark: SparkSession, tmp_path: Path) -> None:
     run_dir, summaries = run_simulation(spec, tmp_path)
     with (run_dir / "flood" / "a0.jsonl").open("a") as fh:
         fh.write("not json\n")
+    # A controller's folder (JSON lines, but no algorithm) must not pass for an algorithm.
+    (run_dir / "controller").mkdir()
+    (run_dir / "controller" / "port_stats.jsonl").write_text('{"dpid": "1", "port": 1}\n')
     result = run_analysis(spark, run_dir)
+    assert sorted(result["algorithms"]) == ["flood"]
     a = result["algorithms"]["flood"]
     assert result["wire_matches_logs"] is False and a["captured"] is False
     assert a["log_sends_by_type"] == summaries["flood"]["ims_by_type"]
