@@ -209,6 +209,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object as the last line")
+
+
 def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool) -> None:
     if with_spec:
         parser.add_argument("spec",
@@ -230,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check what this machine can emulate and what to install",
                        description="Probe root, Mininet, Open vSwitch, netem/htb/tbf, Java, "
                                    "cgroups, memory and cores; say what to install when missing.")
-    d.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(d)
     d.set_defaults(func=cmd_doctor)
 
     t = sub.add_parser("topo", help="list topologies or show one's brokers and links",
@@ -242,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="topology parameter, e.g. -p m=3 -p tree=a-b,b-c (repeatable)")
     t.add_argument("--bw-mbps", type=float, help="link bandwidth (default: the topology's)")
     t.add_argument("--delay-ms", type=float, help="link delay (default: the topology's)")
-    t.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(t)
     t.set_defaults(func=cmd_topo)
 
     sm = sub.add_parser("sim", help="run a spec through the discrete-event simulator (no root)",
@@ -255,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "e.g. --sweep workload.n_publishers=100,200,300")
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
-    sm.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(sm)
     sm.set_defaults(func=cmd_sim)
 
     c = sub.add_parser("compare", help="the summaries of several runs side by side",
@@ -263,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Each RUN is a run folder (all its algorithms) or a "
                                    "summary.json file.")
     c.add_argument("runs", nargs="+", metavar="RUN")
-    c.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(c)
     c.set_defaults(func=cmd_compare)
 
     th = sub.add_parser("throttle", help="change a live overlay link's rate (root)",
@@ -273,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("a", help="one broker, e.g. a0")
     th.add_argument("b", help="the other broker, e.g. a1")
     th.add_argument("--bw-mbps", type=float, required=True, help="new rate in Mbit/s")
-    th.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(th)
     th.set_defaults(func=cmd_throttle)
 
     an = sub.add_parser("analyze", help="Spark over a run folder: Parquet metrics, the "
@@ -285,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     an.add_argument("--master", help="Spark master URL (default local[2])")
     an.add_argument("--no-report", action="store_true", help="metrics only, no report.html")
-    an.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(an)
     an.set_defaults(func=cmd_analyze)
 
     lt = sub.add_parser("lbdd-tree", help="print the LBDD tree of a source and members",
@@ -295,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--source", required=True, metavar="IP", help="the publisher's address")
     lt.add_argument("--members", required=True, metavar="IP,IP,...",
                     help="the subscribers' addresses, comma-separated")
-    lt.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(lt)
     lt.set_defaults(func=cmd_lbdd_tree)
 
     b = sub.add_parser("bench", help="benchmarks that print figures",
@@ -307,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Mininet (root); analysis: pcap to Parquet packets/s with "
                                    "Spark beside tshark and scapy.")
     b.add_argument("which", choices=["matching", "sim", "broker", "controller", "analysis"])
-    b.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    _json_flag(b)
     b.set_defaults(func=cmd_bench)
 
     for name, func, helptext in (
@@ -320,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         _spec_arguments(r, with_spec=name == "run")
         r.add_argument("--cli", action="store_true",
                        help="open the Mininet CLI on the live network before teardown")
-        r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+        _json_flag(r)
         r.set_defaults(func=func)
     return p
 

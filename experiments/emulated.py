@@ -29,6 +29,7 @@ from experiments.network import Emulation
 from experiments.plan import algorithm_params
 from experiments.spec import Spec
 from experiments.workload import Workload, expected_deliveries, workload_to_jsonl
+from nodes.broker import read_status, wait_until_ready
 from nodes.cores import overlay_params
 from nodes.summary import CARRIES, PROPAGATED_KINDS, OpKey, build_summary, propagation_delays
 from topologies.graph import brokers, endpoint_ip, overlay_of, path_links
@@ -95,10 +96,7 @@ class BrokerRun:
             self.brokers[b] = self._start(b, "nodes.broker", b, cfg)
 
     def status(self, broker: str) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.out_dir / f"{broker}.status.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
+        return read_status(self.out_dir, broker)
 
     def wait_links_up(self, timeout_s: float) -> float:
         """Seconds until every broker reports all its overlay links up; RuntimeError
@@ -109,15 +107,15 @@ class BrokerRun:
             if dead:
                 raise RuntimeError(f"broker(s) exited during start-up: {', '.join(dead)} "
                                    f"(see {self.out_dir}/<broker>.stderr)")
-            statuses = {b: self.status(b) for b in self.brokers}
-            if all(s and s.get("all_up") for s in statuses.values()):
+            # One look (timeout 0): this loop also watches for brokers that died.
+            missing = wait_until_ready(self.out_dir, self.brokers, timeout_s=0.0)
+            if not missing:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout_s:
-                missing = sorted({"-".join(sorted((b, n)))
-                                  for b, s in statuses.items()
-                                  for n in (s.get("missing", []) if s else ["(no status)"])})
+                links = sorted({"-".join(sorted((b, n))) for b, ns in missing.items()
+                                for n in ns})
                 raise RuntimeError(f"overlay links not up after {timeout_s:.0f} s: "
-                                   f"{', '.join(missing)}")
+                                   f"{', '.join(links)}")
             time.sleep(0.1)
 
     def start_clients(self, workload: Workload, *, start_at_wall: float,
@@ -160,7 +158,7 @@ class BrokerRun:
         return {b: p.wait(timeout=15) for b, p in self.brokers.items()}
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -177,7 +175,7 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
     published = 0
     t_first, t_last = math.inf, -math.inf
     for client in sorted(workload.clients):
-        for r in _read_jsonl(out_dir / f"{client}.jsonl"):
+        for r in read_jsonl(out_dir / f"{client}.jsonl"):
             if r["ev"] == "send" and r.get("type") in PROPAGATED_KINDS:
                 sent_s[(r["type"], r["origin"], r["msg_id"])] = r["t_wall"]
             if r.get("type") != "PUBLISH":
@@ -208,7 +206,7 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
     reached_s: dict[OpKey, float] = {}
     for b in sorted(names):
         seen: set[OpKey] = set()
-        for r in _read_jsonl(out_dir / f"{b}.jsonl"):
+        for r in read_jsonl(out_dir / f"{b}.jsonl"):
             if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
                 ims[r["type"]] += 1
             elif r["ev"] == "recv" and r.get("link") in names and r.get("type") in CARRIES:
