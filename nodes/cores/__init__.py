@@ -10,7 +10,8 @@ overlay is an ``nx.Graph`` over broker names carrying the topology contract's at
 runtime hands them to each broker process in its config file.
 
 Registered cores: ``flood`` (the reference), ``snr`` (OctopiA's static notification
-routing on a clustered SCOT, :mod:`nodes.cores.octopia`) and ``tid-static`` (PADRES's
+routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
+dynamic routing, :mod:`nodes.cores.idr`) and ``tid-static`` (PADRES's
 TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`), and the
 bulk-data agents ``lbdd`` (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel``
 (:mod:`nodes.cores.p2p`), which need every broker's ``ip`` node attribute.
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nodes.core import RoutingCore
-from nodes.cores import flood, lbdd, octopia, p2p, tid
+from nodes.cores import flood, idr, lbdd, octopia, p2p, tid
 from nodes.cores.dissemination import agent_ips
 from nodes.cores.overlay import spanning_tree_neighbours
 
@@ -35,6 +36,7 @@ OverlayParams = Callable[["nx.Graph"], dict[str, dict[str, Any]]]
 CORES: dict[str, CoreFactory] = {
     "flood": flood.FloodCore,
     "snr": octopia.OctopiaCore,
+    "idr": idr.IdrCore,
     "tid-static": tid.TidCore,
     "lbdd": lbdd.LbddCore,
     "p2p": p2p.P2PCore,
@@ -43,6 +45,7 @@ CORES: dict[str, CoreFactory] = {
 OVERLAY_PARAMS: dict[str, OverlayParams] = {
     "flood": flood.overlay_params,
     "snr": octopia.overlay_params,
+    "idr": octopia.overlay_params,
     "lbdd": agent_ips,
     "p2p": agent_ips,
     "p2p-parallel": agent_ips,

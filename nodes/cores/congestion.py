@@ -75,11 +75,15 @@ class LinkStatusTable:
     def overloaded(self, link: str) -> bool:
         return self.status(link).overloaded
 
+    def load_key(self, link: str) -> tuple[int, float, str]:
+        """Order of load: queue length, then CE, then the name (so ties are
+        deterministic)."""
+        row = self.status(link)
+        return (row.queue_len, row.ce, link)
+
     def least_loaded(self, links: Iterable[str]) -> str | None:
         """The link with the shortest queue (ties: lowest CE, then name), or None."""
-        candidates = sorted(links, key=lambda n: (self.status(n).queue_len,
-                                                  self.status(n).ce, n))
-        return candidates[0] if candidates else None
+        return min(links, key=self.load_key, default=None)
 
     def rows(self) -> dict[str, LinkStatus]:
         """All rows, by link name (sorted), for logging the table each window."""

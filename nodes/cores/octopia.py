@@ -320,11 +320,7 @@ class OctopiaCore:
 
     def _publish(self, msg: Message) -> list[Action]:
         actions = self._route(msg, came_from=None)
-        attrs = msg.payload["attrs"]
-        clusters: set[int] = set()
-        for adv in self._hosted.get(msg.origin, {}).values():
-            if matches(adv.filter, attrs):
-                clusters |= adv.civ
+        clusters = self._target_clusters(msg)
         if clusters:
             copy = msg.forwarded()
             actions.extend(Send(self._ilink[c], copy) for c in sorted(clusters))
@@ -334,6 +330,13 @@ class OctopiaCore:
         """Reverse-path forwarding inside this broker's cluster, plus local delivery."""
         if not len(self._index):
             return []
+        clients, onward = self._in_cluster_targets(msg, came_from)
+        return fan_out(msg, clients, onward, len(self._index))
+
+    def _in_cluster_targets(self, msg: Message, came_from: str | None
+                            ) -> tuple[set[str], set[str]]:
+        """(local subscribers, primary neighbours) the publication in ``msg`` goes to by
+        reverse-path forwarding, never back to ``came_from``."""
         clients: set[str] = set()
         onward: set[str] = set()
         for sub_id in self._index.match(msg.payload["attrs"]):
@@ -341,7 +344,17 @@ class OctopiaCore:
             if hop == came_from:
                 continue  # that subscriber lies back where the publication came from
             (onward if hop in self._primary_set else clients).add(hop)
-        return fan_out(msg, clients, onward, len(self._index))
+        return clients, onward
+
+    def _target_clusters(self, msg: Message) -> set[int]:
+        """Clusters whose bit is on in the CIVs of the publisher's advertisements that
+        the publication matches (the host broker's target clusters)."""
+        attrs = msg.payload["attrs"]
+        clusters: set[int] = set()
+        for adv in self._hosted.get(msg.origin, {}).values():
+            if matches(adv.filter, attrs):
+                clusters |= adv.civ
+        return clusters
 
 
 
