@@ -36,6 +36,18 @@ OCTOPIA_FIGURES: tuple[tuple[str, str, tuple[tuple[str, str, tuple[str, ...]], .
     )),
 )
 
+# The burst experiment over a swept burst rate (the paper's 100K, 80K and 60K a minute);
+# one run's burst figures are analysis.burst.draw_burst's.
+BURST_FIGURES: tuple[tuple[str, str, tuple[tuple[str, str, tuple[str, ...]], ...]], ...] = (
+    ("fig-burst-rates", "High-rate publisher burst", (
+        ("Notification delay", "mean delay (ms)", ("burst", "delay_ms_mean")),
+        ("Delivered under 1 s", "share of deliveries", ("burst", "share_under")),
+        ("Queue on the HRP broker's links", "mean length (messages)",
+         ("burst", "queue", "mean_len")),
+        ("Back to normal", "s after the burst", ("burst", "normal", "return_s")),
+    )),
+)
+
 
 def metric(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
     """The figure at ``path`` in a summary (None where absent); IMs per notification is

@@ -4,10 +4,13 @@ hosts, one algorithm after another on the same network.
 For each algorithm: write one config per broker (overlay neighbours with the address to
 dial and the link's delay/loss, which the broker applies itself where the kernel has no
 netem), start the brokers, wait until every overlay link is up (a timeout names the
-missing links), start one client process per workload client on its broker's host
-(connected over the host's loopback), wait for the clients to finish their schedule,
-stop the brokers, and turn the logs into ``summary.json`` with the same code the
-simulator uses.
+missing links), start one client process per broker host that runs all of that
+broker's workload clients (a :mod:`nodes.client` group: each client still has its own
+connection over the host's loopback, HELLO name and ``<client>.jsonl``, so brokers and
+cores see the same clients as with one process each, but the 2-core machine runs 70
+interpreters instead of hundreds), wait for the clients to finish their schedule, stop
+the brokers, and turn the logs into ``summary.json`` with the same code the simulator
+uses.
 """
 
 from __future__ import annotations
@@ -19,25 +22,40 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
+from analysis.burst import burst_metrics, draw_burst
 from experiments.capture import Capture, CapturePlan, manifest_entry, plan_capture
 from experiments.network import Emulation
 from experiments.plan import algorithm_params
 from experiments.spec import Spec
+from experiments.throttle import ScheduledRates
 from experiments.workload import Workload, expected_deliveries, workload_to_jsonl
 from nodes.broker import read_status, wait_until_ready
+from nodes.client import read_group_status
 from nodes.cores import overlay_params
 from nodes.summary import CARRIES, PROPAGATED_KINDS, OpKey, build_summary, propagation_delays
 from topologies.graph import brokers, endpoint_ip, overlay_of, path_links
 from topologies.links import LinkParams
 
 BROKER_PORT = 7000
-START_MARGIN_S = 2.0  # clients' t_s = 0 lies this far after they are started
+START_MARGIN_S = 2.0  # clients' t_s = 0 lies at least this far after they are started
+# ... plus this much per client process: one costs about 80 ms of CPU to start (measured
+# on the 2-core machines), and 70 of them start while 70 brokers run; a client that
+# starts late sends its subscriptions late, possibly after the publications.
+CLIENT_PROCESS_START_S = 0.1
 SETTLE_S = 2.0  # clients keep listening this long after the last scheduled op
+
+
+def start_margin_s(workload: Workload) -> float:
+    """How long before the schedule's t_s = 0 the clients of ``workload`` are started:
+    :data:`START_MARGIN_S`, plus :data:`CLIENT_PROCESS_START_S` per process (one per
+    broker host with clients, see :meth:`BrokerRun.start_clients`)."""
+    return START_MARGIN_S + CLIENT_PROCESS_START_S * len(set(workload.clients.values()))
 
 
 def path_delay_loss(graph: nx.Graph, a: str, b: str) -> tuple[float, float]:
@@ -50,8 +68,15 @@ def path_delay_loss(graph: nx.Graph, a: str, b: str) -> tuple[float, float]:
     return delay_ms, round(100.0 * (1.0 - keep), 6)
 
 
+def configured_rates(graph: nx.Graph) -> dict[tuple[str, str], float | None]:
+    """The configured rate (Mbit/s) of every overlay link, by its two brokers."""
+    return {(a, b): graph.edges[a, b]["params"].bw_mbps if graph.has_edge(a, b) else None
+            for a, b in overlay_of(graph).edges}
+
+
 def broker_configs(graph: nx.Graph, algorithm: str, params: dict[str, Any], *,
-                   emulate_link: bool, log_dir: Path, seed: int) -> dict[str, dict[str, Any]]:
+                   emulate_link: bool, log_dir: Path, seed: int,
+                   write_buffer_bytes: int | None = None) -> dict[str, dict[str, Any]]:
     """One broker config (see :mod:`nodes.broker`) per broker of ``graph``."""
     overlay = overlay_of(graph)
     derived = overlay_params(algorithm, overlay)
@@ -66,6 +91,7 @@ def broker_configs(graph: nx.Graph, algorithm: str, params: dict[str, Any], *,
             "broker": b, "listen": ["0.0.0.0", BROKER_PORT], "neighbours": neighbours,
             "core": {"name": algorithm, "params": {**derived.get(b, {}), **params}},
             "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": seed,
+            "write_buffer_bytes": write_buffer_bytes,
         }
     return configs
 
@@ -79,7 +105,9 @@ class BrokerRun:
         self.config_dir = out_dir / "config"
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.brokers: dict[str, Any] = {}
+        # Client name -> its process; the clients of a group share one.
         self.clients: dict[str, Any] = {}
+        self._group_status: dict[str, Path] = {}  # grouped client -> its group's status file
 
     def _start(self, host: str, module: str, name: str, config: dict[str, Any]) -> Any:
         path = self.config_dir / f"{name}.json"
@@ -120,35 +148,77 @@ class BrokerRun:
 
     def start_clients(self, workload: Workload, *, start_at_wall: float,
                       duration_s: float) -> None:
+        """Start ``workload``'s clients: one process per broker host runs all of that
+        broker's clients (see :meth:`start_client_group`), each with its own ops file."""
         ops_by_client: dict[str, list[str]] = defaultdict(list)
         for op in workload.ops:
             m = op.msg
             ops_by_client[op.client].append(json.dumps(
                 {"t_s": op.t_s, "type": m.type.name, "msg_id": m.msg_id, "origin": m.origin,
                  "payload": m.payload}, sort_keys=True))
+        by_broker: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for client, broker in sorted(workload.clients.items()):
             ops_path = self.config_dir / f"{client}.ops.jsonl"
             ops_path.write_text("\n".join(ops_by_client[client]) + "\n")
-            self.start_client(client, broker, {"ops": str(ops_path),
-                                               "start_at_wall": start_at_wall,
-                                               "duration_s": duration_s})
+            by_broker[broker].append({"client": client, "ops": str(ops_path)})
+        for broker, clients in sorted(by_broker.items()):
+            self.start_client_group(broker, clients, {"start_at_wall": start_at_wall,
+                                                      "duration_s": duration_s})
+
+    def _client_config(self, broker: str) -> dict[str, Any]:
+        """What every client on ``broker``'s host has in its config: its broker, over the
+        host's loopback, and the log folder."""
+        return {"broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
+                "log_dir": str(self.out_dir)}
 
     def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
         """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;
         ``settings`` complete its config (ops or a role, timing; see :mod:`nodes.client`)."""
         self.clients[client] = self._start(broker, "nodes.client", client, {
-            "client": client, "broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
-            "log_dir": str(self.out_dir), **settings})
+            "client": client, **self._client_config(broker), **settings})
+
+    def start_client_group(self, broker: str, clients: list[dict[str, Any]],
+                           settings: dict[str, Any]) -> None:
+        """Start one process on ``broker``'s host for ``clients`` (each a client config's
+        own part: ``client``, and ops or a role), all connected to ``broker`` over the
+        host's loopback; ``settings`` are common to them (timing). Its config, standard
+        error and status file are ``<broker>.clients.*``."""
+        name = f"{broker}.clients"
+        status = self.out_dir / f"{name}.status.json"
+        proc = self._start(broker, "nodes.client", name, {
+            "clients": clients, "common": {**self._client_config(broker), **settings},
+            "status_file": str(status)})
+        for entry in clients:
+            self.clients[entry["client"]] = proc
+            self._group_status[entry["client"]] = status
 
     def wait_clients(self, timeout_s: float) -> dict[str, int]:
+        """Each client's exit status (see :mod:`nodes.client`: 1 lost or never reached its
+        broker, 2 bad config), once every client process has ended; a process still
+        running at the timeout is killed. A grouped client's status comes from its
+        group's status file, or is the process's when the group wrote none (rejected or
+        killed)."""
         deadline = time.monotonic() + timeout_s
-        codes = {}
-        for c, p in self.clients.items():
+        exit_codes: dict[Any, int] = {}  # by process: a group's is shared
+        for p in self.clients.values():
+            if p in exit_codes:
+                continue
             try:
-                codes[c] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                exit_codes[p] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
-                codes[c] = p.wait()
+                exit_codes[p] = p.wait()
+        codes = {}
+        statuses: dict[Path, dict[str, Any] | None] = {}
+        for c, p in self.clients.items():
+            codes[c] = exit_codes[p]
+            path = self._group_status.get(c)
+            if path is not None:
+                if path not in statuses:
+                    statuses[path] = read_group_status(path)
+                status = statuses[path]
+                if status is not None:
+                    codes[c] = int(status["codes"].get(c, codes[c]))
         return codes
 
     def stop_brokers(self) -> dict[str, int]:
@@ -162,6 +232,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """Notification copies (PUBLISH and IDR's CIV_NOTIFY) that left each broker's output
+    queue onto the given overlay links, per direction: ``{"a>b": n, "b>a": m}``, from the
+    brokers' ``send`` records (the same records in both runtimes)."""
+    counts: dict[str, int] = {}
+    for a, b in links:
+        for src, dst in ((a, b), (b, a)):
+            counts[f"{src}>{dst}"] = sum(
+                1 for r in read_jsonl(out_dir / f"{src}.jsonl")
+                if r["ev"] == "send" and r.get("link") == dst
+                and r.get("type") in ("PUBLISH", "CIV_NOTIFY"))
+    return counts
 
 
 def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
@@ -197,16 +281,20 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
 
     Advertisement and subscription delays follow :mod:`nodes.summary`: per client
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message
-    type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``.
+    type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``. Matching
+    delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
     """
     names = set(brokers(graph))
     got = client_receipts(out_dir, workload)
     ims: dict[str, int] = defaultdict(int)
     tables: dict[str, list[int]] = defaultdict(list)
     reached_s: dict[OpKey, float] = {}
+    matching_s: list[float] = []
     for b in sorted(names):
         seen: set[OpKey] = set()
         for r in read_jsonl(out_dir / f"{b}.jsonl"):
+            if "matching_ms" in r:
+                matching_s.append(r["matching_ms"] / 1000.0)
             if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
                 ims[r["type"]] += 1
             elif r["ev"] == "recv" and r.get("link") in names and r.get("type") in CARRIES:
@@ -217,7 +305,8 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
             elif r["ev"] == "record" and r.get("kind") == "tables":
                 for kind in ("srt", "prt"):
                     tables[kind].append(int(r.get(kind, 0)))
-    delays = {"notification": got["delays_s"], **propagation_delays(got["sent_s"], reached_s)}
+    delays = {"notification": got["delays_s"], "matching": matching_s,
+              **propagation_delays(got["sent_s"], reached_s)}
     return build_summary(
         algorithm=algorithm, runtime="emulated", scale=scale, published=got["published"],
         expected=expected_deliveries(workload), deliveries=got["deliveries"],
@@ -232,8 +321,10 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
     until after they stop."""
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
     configs = broker_configs(emu.graph, algorithm, dict(algorithm_params(spec, algorithm)),
-                             emulate_link=emulate, log_dir=out_dir, seed=spec.seed)
+                             emulate_link=emulate, log_dir=out_dir, seed=spec.seed,
+                             write_buffer_bytes=spec.broker.write_buffer_bytes)
     run = BrokerRun(emu, out_dir)
+    rates: ScheduledRates | None = None
     with Capture(emu, capture, out_dir / "pcap", log) if capture else contextlib.nullcontext():
         try:
             run.start_brokers(configs)
@@ -241,22 +332,35 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
             log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s")
             last_op_s = max((op.t_s for op in workload.ops), default=0.0)
             duration_s = last_op_s + SETTLE_S
-            run.start_clients(workload, start_at_wall=time.time() + START_MARGIN_S,
-                              duration_s=duration_s)
+            margin_s = start_margin_s(workload)
+            t0_wall = time.time() + margin_s
+            run.start_clients(workload, start_at_wall=t0_wall, duration_s=duration_s)
+            if spec.link_schedule:
+                rates = ScheduledRates(spec.link_schedule, configured_rates(emu.graph),
+                                       t0_wall, log)
+                rates.start()
             log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
                 f"over {duration_s:.1f} s")
-            codes = run.wait_clients(START_MARGIN_S + duration_s + 30.0)
+            codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
+            if rates is not None:
+                rates.stop()
             run.stop_brokers()
     failed = {c: code for c, code in sorted(codes.items()) if code != 0}
     if 2 in failed.values():
         raise RuntimeError(f"{algorithm}: clients rejected their configs: {failed} "
-                           f"(see {out_dir}/<client>.stderr)")
+                           f"(see {out_dir}/<broker>.clients.stderr)")
     if failed:
         log(f"WARNING {algorithm}: clients lost their broker: {failed}")
     summary = summarize_logs(out_dir, emu.graph, workload, algorithm, spec.scale)
     summary["links_up_s"] = round(up_s, 3)
     summary["client_failures"] = failed
+    if "burst" in workload.meta:
+        summary["burst"] = burst_metrics(out_dir, workload, emu.graph)
+    if rates is not None:
+        summary["link_schedule"] = rates.applied
+        summary["scheduled_link_notifications"] = link_notifications(
+            out_dir, [(c.a, c.b) for c in spec.link_schedule])
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
@@ -286,5 +390,6 @@ def broker_phase(spec: Spec, workload: Workload, log: Any) -> Any:
             summaries[algorithm] = s
             log(f"{algorithm}: delivered {s['delivered']} of {s['expected_deliveries']}, "
                 f"missing {s['missing']}, duplicates {s['duplicates']}, IMs {s['ims_total']}")
+        draw_burst({a: sm.get("burst") for a, sm in summaries.items()}, run_dir)
 
     return phase

@@ -16,6 +16,9 @@ runs in seconds)::
     phase_gap_s: 1.0       # advertisements, then subscriptions, then publications
     advertise_spread_s: 0.0    # advertisements evenly over this long (<= phase_gap_s / 2)
     subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
+    burst: null            # a high-rate publisher's burst (OctopiA Fig. 11), e.g.
+                           # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
+                           # see experiments.burst
 
 ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point), with its own
 keys (:data:`BULK_DEFAULTS`), run by :mod:`experiments.lbdd_run`.
@@ -28,6 +31,7 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.burst import add_burst, burst_settings
 from experiments.spec import Spec, SpecError
 from experiments.workload import Workload, stock_workload
 from topologies.graph import brokers, overlay_of
@@ -37,6 +41,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
     "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
     "phase_gap_s": 1.0, "advertise_spread_s": 0.0, "subscribe_spread_s": None,
+    "burst": None,
 }
 BULK_DEFAULTS: dict[str, Any] = {
     "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
@@ -75,14 +80,17 @@ def workload_params(spec: Spec) -> dict[str, Any]:
     if unknown:
         raise SpecError(f"workload: unknown field(s) {', '.join(unknown)}; allowed: "
                         f"{', '.join(sorted(defaults))}")
-    return {**defaults, **spec.workload}
+    resolved = {**defaults, **spec.workload}
+    if kind == "stock":
+        resolved["burst"] = burst_settings(resolved["burst"])
+    return resolved
 
 
 def build_workload(spec: Spec, graph: nx.Graph) -> Workload:
     """The spec's workload over the graph's brokers, seeded with the spec's seed."""
     p = workload_params(spec)
     try:
-        return stock_workload(
+        w = stock_workload(
             brokers(graph), n_publishers=p["n_publishers"], n_subscribers=p["n_subscribers"],
             pubs_per_publisher=p["pubs_per_publisher"], publish_rate_hz=p["publish_rate_hz"],
             seed=spec.seed, mode=p["mode"], selectivity=p["selectivity"],
@@ -90,6 +98,14 @@ def build_workload(spec: Spec, graph: nx.Graph) -> Workload:
             subscribe_spread_s=p["subscribe_spread_s"])
     except (ValueError, TypeError) as exc:
         raise SpecError(f"workload: {exc}") from None
+    if p["burst"] is None:
+        return w
+    try:
+        return add_burst(w, graph, p["burst"], seed=spec.seed)
+    except SpecError:
+        raise  # already names its field
+    except ValueError as exc:
+        raise SpecError(f"workload.burst: {exc}") from None
 
 
 def algorithm_params(spec: Spec, algorithm: str) -> Mapping[str, Any]:

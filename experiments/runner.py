@@ -26,6 +26,7 @@ from experiments.doctor import probe
 from experiments.fidelity import IdleSampler, iperf_pair, sample_links
 from experiments.network import Emulation, link_mechanisms
 from experiments.spec import Spec, SpecError
+from topologies.graph import overlay_of
 from topologies.registry import build_graph
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,11 @@ def spec_graph(spec: Spec) -> nx.Graph:
             raise SpecError(f"link_overrides: no link between {a!r} and {b!r} in "
                             f"topology {spec.topology.name!r}")
         g.edges[a, b]["params"] = params
+    overlay = overlay_of(g)
+    for c in spec.link_schedule:
+        if not overlay.has_edge(c.a, c.b):
+            raise SpecError(f"link_schedule: no overlay link between {c.a!r} and {c.b!r} in "
+                            f"topology {spec.topology.name!r}")
     return g
 
 

@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from analysis.paper_figures import draw
+from analysis.burst import burst_metrics, draw_burst
+from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
+from experiments.emulated import link_notifications
 from experiments.lbdd_run import run_bulk_simulation
 from experiments.plan import algorithm_params, build_workload, overlay_links, workload_params
 from experiments.runner import git_revision, log, new_run_dir, spec_graph, write_json
@@ -51,14 +53,22 @@ def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True,
             f"{len(workload.ops)} client operations")
         result = simulate(overlay, workload, name, algorithm_params(spec, name),
                           seed=spec.seed, out_dir=out if log_messages else None,
-                          log_messages=log_messages)
+                          log_messages=log_messages,
+                          link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
+                                        for c in spec.link_schedule])
         summary = summarize(result, expected, scale=spec.scale)
+        if spec.link_schedule and log_messages:
+            summary["scheduled_link_notifications"] = link_notifications(
+                out, [(c.a, c.b) for c in spec.link_schedule])
+        if "burst" in workload.meta and log_messages:  # the metrics come from the logs
+            summary["burst"] = burst_metrics(out, workload, overlay)
         write_json(out / "summary.json", summary)
         summaries[name] = summary
         log(f"{name}: delivered {summary['delivered']} of {summary['expected_deliveries']}, "
             f"missing {summary['missing']}, duplicates {summary['duplicates']}")
     write_json(run_dir / "manifest.json", manifest)
     draw([(None, summaries)], run_dir)
+    draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
     return run_dir, summaries
 
 
@@ -79,17 +89,27 @@ def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
         points.append((float(value), summaries))
         results[str(value)] = summaries
     write_json(sweep_dir / "sweep.json", {"key": key, "values": values, "summaries": results})
-    figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1])
+    figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1],
+                   figures=OCTOPIA_FIGURES + BURST_FIGURES)
     log(f"figures: {', '.join(str(f) for f in figures)}")
     return sweep_dir, results
 
 
 def summary_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """A short human-readable table of per-algorithm summaries."""
-    rows = ["algorithm       delivered  expected  missing  dup  IMs      p50_ms   p95_ms"]
+    """A short human-readable table of per-algorithm summaries: deliveries, lost
+    (expected but never delivered), duplicates, inter-broker messages, notification
+    delays, and, when the spec scheduled link changes, the notification copies sent on
+    those links."""
+    throttled = any("scheduled_link_notifications" in s for s in summaries.values())
+    head = ("algorithm     delivered  expected   lost  dup      IMs   p50_ms   p95_ms   max_ms"
+            + ("  on_changed_links" if throttled else ""))
+    rows = [head]
     for name, s in summaries.items():
         d = (s.get("delay_ms") or {}).get("notification") or {}
-        rows.append(f"{name:15} {s['delivered']:9} {s['expected_deliveries']:9} "
-                    f"{s['missing']:8} {s['duplicates']:4} {s['ims_total']:8} "
-                    f"{d.get('p50', float('nan')):8.2f} {d.get('p95', float('nan')):8.2f}")
+        row = (f"{name:13} {s['delivered']:9} {s['expected_deliveries']:9} {s['missing']:6} "
+               f"{s['duplicates']:4} {s['ims_total']:8} {d.get('p50', float('nan')):8.2f} "
+               f"{d.get('p95', float('nan')):8.2f} {d.get('max', float('nan')):8.2f}")
+        if throttled:
+            row += f"  {sum((s.get('scheduled_link_notifications') or {}).values()):16}"
+        rows.append(row)
     return "\n".join(rows)

@@ -98,6 +98,27 @@ class RoutingSpec:
 
 
 @dataclass(frozen=True)
+class BrokerSpec:
+    """Settings of the emulated broker processes. ``write_buffer_bytes`` caps each overlay
+    socket's send buffer (see :mod:`nodes.overlay_link`): with the kernel's default the
+    socket absorbs megabytes behind a throttled link before the broker's own output queue
+    (where IDR looks for congestion) grows at all. ``None`` keeps the default."""
+
+    write_buffer_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """At ``at_s`` seconds on the workload's clock (its t = 0), the overlay link between
+    brokers ``a`` and ``b`` changes its rate to ``bw_mbps`` in both directions."""
+
+    at_s: float
+    a: str
+    b: str
+    bw_mbps: float
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     topology: TopologySpec
@@ -113,6 +134,8 @@ class Spec:
     workload: Mapping[str, Any] = field(default_factory=dict)
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     link_overrides: tuple[tuple[str, str, LinkParams], ...] = ()
+    link_schedule: tuple[LinkChange, ...] = ()
+    broker: BrokerSpec = field(default_factory=BrokerSpec)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved spec as plain data, for the manifest."""
@@ -129,11 +152,14 @@ class Spec:
             "routing": {"algorithms": list(self.routing.algorithms),
                         "params": dict(self.routing.params)},
             "link_overrides": [{"a": a, "b": b, **lp(p)} for a, b, p in self.link_overrides],
+            "link_schedule": [vars(c).copy() for c in self.link_schedule],
+            "broker": vars(self.broker).copy(),
         }
 
 
 _TOP = {"name", "description", "topology", "links", "switch", "controller", "duration_s",
-        "seed", "scale", "fidelity", "capture", "workload", "routing", "link_overrides"}
+        "seed", "scale", "fidelity", "capture", "workload", "routing", "link_overrides",
+        "link_schedule", "broker"}
 
 
 def _link_params(d: Any, where: str) -> LinkParams:
@@ -200,6 +226,23 @@ def parse_spec(data: Any) -> Spec:
         if not isinstance(a, str) or not isinstance(b, str):
             raise _fail(f"{where}.a/b", (a, b), "two node names")
         overrides.append((a, b, _link_params(o, where)))
+    schedule = []
+    for i, c in enumerate(d.get("link_schedule") or []):
+        where = f"link_schedule[{i}]"
+        c = _take(c, where, {"at_s", "a", "b", "bw_mbps"})
+        missing = sorted({"at_s", "a", "b", "bw_mbps"} - set(c))
+        if missing:
+            raise SpecError(f"{where}: missing field(s) {', '.join(missing)}")
+        if not isinstance(c["a"], str) or not isinstance(c["b"], str):
+            raise _fail(f"{where}.a/b", (c["a"], c["b"]), "two broker names")
+        schedule.append(LinkChange(
+            at_s=float(_number(c["at_s"], f"{where}.at_s", lo=0, hi=86400)),
+            a=c["a"], b=c["b"],
+            bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=1e-3, hi=100_000))))
+    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes"})
+    wbb = brk.get("write_buffer_bytes")
+    if wbb is not None:
+        wbb = int(_number(wbb, "broker.write_buffer_bytes", lo=1024, hi=2**30, integer=True))
     workload = d.get("workload") or {}
     if not isinstance(workload, Mapping):
         raise _fail("workload", workload, "a mapping")
@@ -221,6 +264,8 @@ def parse_spec(data: Any) -> Spec:
         workload=dict(workload),
         routing=routing,
         link_overrides=tuple(overrides),
+        link_schedule=tuple(sorted(schedule, key=lambda c: c.at_s)),
+        broker=BrokerSpec(write_buffer_bytes=wbb),
     )
 
 

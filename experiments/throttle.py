@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from experiments.spec import LinkChange
 
 HTB_PARENT = "5:0"  # Mininet's TCIntf layout: root qdisc 5:0, one class 5:1
 HTB_CLASS = "5:1"
@@ -85,3 +90,56 @@ def throttle(a: str, b: str, bw_mbps: float) -> dict[str, object]:
     for pid, intf in ends:
         set_rate(pid, intf, bw_mbps)
     return {"a": a, "b": b, "bw_mbps": bw_mbps, "interfaces": [i for _, i in ends]}
+
+
+class ScheduledRates:
+    """A spec's ``link_schedule`` carried out on the live network: each change fires at
+    ``t0_wall + at_s`` (``t0_wall``: the Unix time the workload's t = 0 stands for) on a
+    timer thread. :meth:`stop` cancels what has not fired and puts every changed link back
+    to its configured rate, so the next algorithm of a run starts on the same network.
+    ``applied`` lists what happened, for the summary: the change, when it took effect
+    (seconds on the workload clock) and the interfaces, or the error."""
+
+    def __init__(self, changes: Sequence[LinkChange], configured_mbps: Mapping[tuple[str, str],
+                 float | None], t0_wall: float, log: Callable[[str], None]) -> None:
+        self._changes = list(changes)
+        self._configured = configured_mbps
+        self._t0_wall = t0_wall
+        self._log = log
+        self._timers: list[threading.Timer] = []
+        self._lock = threading.Lock()
+        self.applied: list[dict[str, object]] = []
+
+    def start(self) -> None:
+        for c in self._changes:
+            delay_s = max(0.0, self._t0_wall + c.at_s - time.time())
+            timer = threading.Timer(delay_s, self._fire, args=(c,))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+
+    def _fire(self, c: LinkChange) -> None:
+        entry: dict[str, object] = {"at_s": c.at_s, "a": c.a, "b": c.b, "bw_mbps": c.bw_mbps}
+        try:
+            entry.update(throttle(c.a, c.b, c.bw_mbps))
+            entry["applied_at_s"] = round(time.time() - self._t0_wall, 3)
+            self._log(f"link {c.a}-{c.b} set to {c.bw_mbps:g} Mbit/s at "
+                      f"t = {entry['applied_at_s']} s")
+        except (LookupError, RuntimeError, ValueError) as exc:
+            entry["error"] = str(exc)
+            self._log(f"WARNING link {c.a}-{c.b}: scheduled rate change failed: {exc}")
+        with self._lock:
+            self.applied.append(entry)
+
+    def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        for timer in self._timers:
+            timer.join()
+        with self._lock:
+            changed = sorted({(str(e["a"]), str(e["b"])) for e in self.applied
+                              if "error" not in e})
+        for a, b in changed:
+            # An unshaped link gets a rate no overlay link reaches instead of its HTB gone.
+            bw = self._configured.get((a, b)) or self._configured.get((b, a)) or 100_000.0
+            throttle(a, b, bw)

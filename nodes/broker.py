@@ -62,6 +62,12 @@ Behaviour (design choices):
   ``up``, ``down``, ``dial_failed``; ``role`` says broker or client); ``queue``;
   ``record`` (core records, their fields flattened next to ``kind``); ``error``.
   Inter-broker messages are the ``send`` records whose type is not HELLO.
+- **Matching delay.** The ``recv`` record of a notification (a type in
+  :data:`nodes.summary.MATCHED_TYPES`, from a client or a neighbour) carries
+  ``matching_ms``: how long the core's ``handle`` took on ``time.perf_counter``, i.e.
+  matching it against the routing tables and choosing the next hops; carrying out the
+  actions (encoding, queueing, logging) is not included. The record keeps the arrival
+  time: it is stamped before the core runs and written after.
 - **Readiness.** ``<log_dir>/<broker>.status.json`` is rewritten (atomically) whenever
   the broker starts listening, a link or client comes or goes, and at stop: ``state``
   (``running``, ``stopped``, ``failed``), ``neighbours``, ``up``, ``missing``,
@@ -108,7 +114,7 @@ from nodes.core import (
 from nodes.cores import make_core
 from nodes.frames import FrameError, encode
 from nodes.logs import JsonlLog, message_fields
-from nodes.messages import Message
+from nodes.messages import Message, MsgType
 from nodes.overlay_link import OverlayLink
 from nodes.runtime import (
     Backoff,
@@ -126,6 +132,9 @@ from nodes.runtime import (
     read_frames,
     read_message,
 )
+from nodes.summary import MATCHED_TYPES
+
+_MATCHED = {MsgType[name] for name in MATCHED_TYPES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,20 +390,43 @@ class Broker:
     def _received(
         self, peer: str, event: Callable[[str, Message], Event], msg: Message
     ) -> None:
-        log_now(self._log, "recv", link=peer, **message_fields(msg))
-        self._dispatch(event(peer, msg))
-
-    def _dispatch(self, event: Event) -> None:
-        """Feed ``event`` to the core and carry out its actions."""
+        fields = message_fields(msg)
+        ev = event(peer, msg)
+        if msg.type not in _MATCHED:
+            log_now(self._log, "recv", link=peer, **fields)
+            self._dispatch(ev)
+            return
+        # Stamped on arrival but written once the core has run, so that it can carry the
+        # matching time, and before any of the core's actions, so the log stays in order.
+        t_mono, t_wall = time.monotonic(), time.time()
+        t0_s = time.perf_counter()
         try:
-            for action in self._core.handle(event, asyncio.get_running_loop().time()):
+            actions = self._core.handle(ev, asyncio.get_running_loop().time())
+        except Exception as exc:
+            self._log.write("recv", t_mono, t_wall, link=peer, **fields)
+            self._core_failed(ev, exc)
+            return
+        matching_ms = round((time.perf_counter() - t0_s) * 1000.0, 6)
+        self._log.write("recv", t_mono, t_wall, link=peer, matching_ms=matching_ms, **fields)
+        self._dispatch(ev, actions)
+
+    def _dispatch(self, event: Event, actions: list[Action] | None = None) -> None:
+        """Feed ``event`` to the core (unless ``actions`` is what it already returned for
+        it) and carry out its actions."""
+        try:
+            if actions is None:
+                actions = self._core.handle(event, asyncio.get_running_loop().time())
+            for action in actions:
                 self._act(action)
         except Exception as exc:
-            # A core bug (or an action the runtime cannot carry out, such as a payload
-            # that is not JSON) costs this one event, not the connection it came on.
-            log_now(self._log, "error", stage="core",
-                    reason=f"handling {type(event).__name__} failed: {exc!r}")
-            traceback.print_exc(file=sys.stderr)
+            self._core_failed(event, exc)
+
+    def _core_failed(self, event: Event, exc: Exception) -> None:
+        # A core bug (or an action the runtime cannot carry out, such as a payload
+        # that is not JSON) costs this one event, not the connection it came on.
+        log_now(self._log, "error", stage="core",
+                reason=f"handling {type(event).__name__} failed: {exc!r}")
+        traceback.print_exc(file=sys.stderr)
 
     def _act(self, action: Action) -> None:
         match action:

@@ -1,6 +1,7 @@
-"""A client process of the emulated runtime: a publisher or subscriber attached to one broker.
+"""A client process of the emulated runtime: publishers and subscribers attached to one broker.
 
-Run ``python -m nodes.client --config PATH``.
+Run ``python -m nodes.client --config PATH``. The config is one client's (below) or a
+group's: several clients in one process and one asyncio loop (see "Groups").
 
 Config (one JSON object; missing required and unknown keys are errors)::
 
@@ -53,6 +54,25 @@ Design choices:
   workload. It exits 1 then, and if it never reached the broker; 0 at the end of
   ``duration_s`` or on SIGTERM/SIGINT; 2 for a bad config. The log is flushed when the
   connection comes up or goes down, and closed at exit.
+
+Groups (one process for many clients, so that a workload of hundreds of clients does not
+need hundreds of interpreters on a 2-core machine)::
+
+    clients            [object, ...] client configs as above (at least one, names unique)
+    common             object = {}   keys merged under every client's own (e.g. broker,
+                                     broker_addr, log_dir, start_at_wall, duration_s)
+    status_file        path | null   written (atomically) when the group ends:
+                                     {"codes": {client: exit status}, "pid": ...}
+
+- Every client of a group keeps its own TCP connection, HELLO name, schedule and
+  ``<client>.jsonl`` with exactly the records it would write alone, so brokers, routing
+  cores and log readers cannot tell a grouped client from a lone one.
+- Every client config is checked as strictly as a lone one; one bad config rejects the
+  whole group (exit 2, each bad client named on standard error) before any connects.
+- Each client ends by its own rules and gets its own status, as above; a crash of one
+  client (a bug) costs that client (status 1, traceback on standard error), not the
+  group. The process exits 0 if every client's status is 0, else 1; the
+  ``status_file`` tells which clients failed.
 """
 
 from __future__ import annotations
@@ -61,8 +81,10 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -209,10 +231,57 @@ class ClientConfig:
         )
 
 
-def load_config(path: Path | str) -> ClientConfig:
-    """Read a client config file (a relative ``ops`` path is relative to the file)."""
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Several clients run by one process; see "Groups" in the module docstring."""
+
+    clients: tuple[ClientConfig, ...]
+    status_file: Path | None = None
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], base_dir: Path = Path(".")) -> GroupConfig:
+        """Validate and convert a group config; ``ValueError`` names every bad client."""
+        check_keys(obj, {"clients"}, {"common", "status_file"}, "client group config")
+        entries, common = obj["clients"], obj.get("common", {})
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("client group config: clients must be a non-empty list")
+        if not isinstance(common, dict):
+            raise ValueError("client group config: common must be an object")
+        configs, errors = [], []
+        for i, entry in enumerate(entries):
+            name = entry.get("client", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+            try:
+                if not isinstance(entry, dict):
+                    raise ValueError("not an object")
+                configs.append(ClientConfig.from_json({**common, **entry}, base_dir))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                errors.append(f"client {name}: {exc}")
+        names = [c.client for c in configs]
+        errors += [f"client {n}: named twice" for n in sorted({n for n in names
+                                                              if names.count(n) > 1})]
+        if errors:
+            raise ValueError("client group config: " + "; ".join(errors))
+        status_file = obj.get("status_file")
+        return cls(tuple(configs), None if status_file is None else Path(status_file))
+
+
+def load_config(path: Path | str) -> ClientConfig | GroupConfig:
+    """Read a client config file, or a group's (it has ``clients``); relative ``ops``
+    paths are relative to the file."""
     path = Path(path)
-    return ClientConfig.from_json(json.loads(path.read_text(encoding="utf-8")), path.parent)
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(obj, dict) and "clients" in obj:
+        return GroupConfig.from_json(obj, path.parent)
+    return ClientConfig.from_json(obj, path.parent)
+
+
+def read_group_status(path: Path | str) -> dict[str, Any] | None:
+    """A group's status file (see the module docstring); ``None`` if it was not written
+    (the group was rejected or killed)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
 
 
 async def run_client(config: ClientConfig, log: JsonlLog, stop: asyncio.Event) -> int:
@@ -303,26 +372,81 @@ async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: Jso
             await writer.drain()
 
 
+async def run_group(configs: Iterable[ClientConfig], logs: dict[str, JsonlLog],
+                    stop: asyncio.Event) -> dict[str, int]:
+    """Run every client in this loop until each has ended; their exit statuses by name."""
+    configs = list(configs)
+    results = await asyncio.gather(*(run_client(c, logs[c.client], stop) for c in configs),
+                                   return_exceptions=True)
+    codes = {}
+    for config, result in zip(configs, results, strict=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result  # KeyboardInterrupt, SystemExit: the process is going anyway
+            # One client's bug must not hide what its siblings did: it alone fails.
+            print(f"nodes.client: client {config.client} crashed:", file=sys.stderr)
+            traceback.print_exception(result, file=sys.stderr)
+            codes[config.client] = 1
+        else:
+            codes[config.client] = result
+    return codes
+
+
 async def _serve(config: ClientConfig, log: JsonlLog) -> int:
     stop = asyncio.Event()
     install_stop_signals(stop)
     return await run_client(config, log, stop)
 
 
+async def _serve_group(group: GroupConfig, logs: dict[str, JsonlLog]) -> dict[str, int]:
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    return await run_group(group.clients, logs, stop)
+
+
+def _open_log(config: ClientConfig) -> JsonlLog:
+    config.log_dir.mkdir(parents=True, exist_ok=True)
+    return JsonlLog(config.log_dir / f"{config.client}.jsonl", config.client)
+
+
+def _write_group_status(path: Path, codes: dict[str, int]) -> None:
+    status = {"codes": dict(sorted(codes.items())), "pid": os.getpid(), "t_wall": time.time()}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(status, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # a reader never sees half a file
+
+
+def _main_group(group: GroupConfig) -> int:
+    logs: dict[str, JsonlLog] = {}
+    try:
+        for config in group.clients:
+            logs[config.client] = _open_log(config)
+        codes = asyncio.run(_serve_group(group, logs))
+    finally:
+        for log in logs.values():
+            log.close()
+    if group.status_file is not None:
+        _write_group_status(group.status_file, codes)
+    return 0 if all(code == 0 for code in codes.values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0 at the end of the run or on a signal, 1 if the broker connection was
-    lost or never made, 2 for a bad config."""
+    lost or never made (for a group: if that happened to any of its clients), 2 for a
+    bad config."""
     parser = argparse.ArgumentParser(prog="python -m nodes.client",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, type=Path, help="client config (JSON)")
+    parser.add_argument("--config", required=True, type=Path,
+                        help="client or client group config (JSON)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"nodes.client: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
-    config.log_dir.mkdir(parents=True, exist_ok=True)
-    log = JsonlLog(config.log_dir / f"{config.client}.jsonl", config.client)
+    if isinstance(config, GroupConfig):
+        return _main_group(config)
+    log = _open_log(config)
     try:
         return asyncio.run(_serve(config, log))
     finally:

@@ -54,6 +54,10 @@ analysis does not care which runtime produced a run. Modelling choices:
   publication's send time; advertisement and subscription delay run from the client's
   send until the last broker the operation reaches has it (per broker the first
   inter-broker arrival of a message carrying it, see :data:`nodes.summary.CARRIES`).
+  Matching delay is the one measured figure: the wall time (``time.perf_counter``) a
+  core's ``handle`` takes for a notification on this machine, as the emulated broker
+  measures it; simulated time does not advance for it, and it stays out of the logs,
+  which therefore remain byte-identical for a seed.
 - **Table sizes** are read at the end of the run from cores that have a
   ``table_sizes() -> Mapping[str, int]`` method (keys ``srt``, ``prt``); others count 0,
   and per-broker counters from cores that have a ``counters() -> Mapping[str, int]``.
@@ -62,6 +66,10 @@ analysis does not care which runtime produced a run. Modelling choices:
   not carried out, and messages from or to it that arrive later are dropped (a killed
   process's sockets are reset, so what it had not yet delivered is lost). Its
   neighbours are not told: they must notice by themselves, as in the emulated runtime.
+- **Rate changes.** ``link_changes`` lists ``(t_s, a, b, bw_mbps)``: from ``t_s`` on, the
+  link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
+  enqueued before ``t_s`` keep the departure times they were given at the old rate (a
+  simplification: the emulated runtime's HTB class changes under the queued packets too).
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -95,7 +104,14 @@ from nodes.cores import CoreFactory, make_core, overlay_params
 from nodes.frames import frame_size
 from nodes.logs import JsonlLog, message_fields
 from nodes.messages import Message, MsgType
-from nodes.summary import CARRIES, TABLE_KINDS, MsgKey, build_summary, propagation_delays
+from nodes.summary import (
+    CARRIES,
+    MATCHED_TYPES,
+    TABLE_KINDS,
+    MsgKey,
+    build_summary,
+    propagation_delays,
+)
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
     from experiments.workload import ClientOp, Workload
@@ -104,8 +120,9 @@ SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depe
 MAX_OPEN_LOGS = 512  # log files kept open at once; others are reopened in append mode
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
-_OP, _ARRIVE, _TIMER, _DEPART, _KILL = 0, 1, 2, 3, 4
+_OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE = 0, 1, 2, 3, 4, 5
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
+_MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
@@ -136,6 +153,9 @@ class SimResult:
     events: int
     end_s: float
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The one figure that is not deterministic: seconds (time.perf_counter) each core
+    # handle of a notification took, the matching delay; left out of comparisons.
+    matching_s: list[float] = field(default_factory=list, compare=False, repr=False)
 
 
 class _Logs:
@@ -178,6 +198,7 @@ def simulate(
     default_delay_ms: float = 0.0,
     default_loss_pct: float = 0.0,
     kill_at: Mapping[str, float] | None = None,
+    link_changes: Sequence[tuple[float, str, str, float]] = (),
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
@@ -187,7 +208,8 @@ def simulate(
     ``core_params`` is one mapping for every broker or a function of the broker name.
     With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
     Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
-    ``kill_at`` maps brokers to the times they die (see the module docstring).
+    ``kill_at`` maps brokers to the times they die, ``link_changes`` lists rate changes
+    ``(t_s, a, b, bw_mbps)`` (see the module docstring for both).
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -202,6 +224,7 @@ def simulate(
         log_messages=log_messages,
         defaults=(default_bw_mbps, default_delay_ms, default_loss_pct),
         kill_at=kill_at or {},
+        link_changes=link_changes,
     )
     try:
         return sim.run(until_s)
@@ -222,7 +245,7 @@ def summarize(
         expected=expected,
         deliveries=result.deliveries,
         ims_by_type=result.ims_by_type,
-        delays_s=result.delays_s,
+        delays_s={**result.delays_s, "matching": result.matching_s},
         table_sizes=result.table_sizes,
         duration_s=result.end_s,
     )
@@ -257,6 +280,7 @@ class _Sim:
         log_messages: bool,
         defaults: tuple[float | None, float, float],
         kill_at: Mapping[str, float],
+        link_changes: Sequence[tuple[float, str, str, float]] = (),
     ) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
@@ -308,6 +332,14 @@ class _Sim:
         self.out_links: list[dict[str, int]] = [{} for _ in brokers]
         for lid, (a, b, _, _, _) in enumerate(directed):
             self.out_links[bidx[a]][b] = lid
+        self.rate_changes: list[tuple[float, list[int], float]] = []
+        for t_s, a, b, bw in link_changes:
+            lids = [self.out_links[bidx[x]].get(y) for x, y in ((a, b), (b, a))
+                    if x in bidx and y in bidx]
+            if len(lids) != 2 or None in lids:
+                raise ValueError(f"link_changes: {a}-{b} is not an overlay link")
+            bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
+            self.rate_changes.append((float(t_s), lids, 8.0 / (bw * 1e6)))
 
         # ---- clients
         clashes = sorted(set(workload.clients) & set(bidx))
@@ -356,6 +388,9 @@ class _Sim:
         self.ims: Counter[MsgType] = Counter()
         self.records: Counter[str] = Counter()
         self.notification_delays: list[float] = []
+        # Wall time of core.handle per notification (nodes.summary's matching delay):
+        # it depends on the machine, so it goes to the summary only, never to a log.
+        self.matching_s: list[float] = []
         self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
         # Per advertisement/subscription: the brokers it has reached, and the time the
         # latest of them was first reached.
@@ -375,6 +410,9 @@ class _Sim:
         heap.extend((op.t_s, i, _OP, op, None) for i, op in enumerate(ops))
         heap.extend((t, len(ops) + i, _KILL, bi, None)
                     for i, (bi, t) in enumerate(sorted(self.kill_at.items())))
+        base = len(heap)
+        heap.extend((t, base + i, _RATE, lids, s_per_byte)
+                    for i, (t, lids, s_per_byte) in enumerate(self.rate_changes))
         heapq.heapify(heap)
         self.seq = len(heap)
         dead = self.dead
@@ -412,6 +450,10 @@ class _Sim:
             if kind == _KILL:
                 dead.add(a)
                 continue
+            if kind == _RATE:
+                for lid in a:
+                    self.s_per_byte[lid] = b
+                continue
             if dead and self._at_dead_broker(kind, a):
                 continue
             if kind == _ARRIVE:
@@ -427,7 +469,13 @@ class _Sim:
                         if dst not in reached:  # later copies reach no new broker
                             reached.add(dst)
                             reached_at[key] = t
-                act(dst, cores[dst].handle(Arrived(src, b), t), t)
+                if b.type in _MATCHED:
+                    t0_s = perf_counter()
+                    actions = cores[dst].handle(Arrived(src, b), t)
+                    self.matching_s.append(perf_counter() - t0_s)
+                    act(dst, actions, t)
+                else:
+                    act(dst, cores[dst].handle(Arrived(src, b), t), t)
             elif kind == _OP:
                 self._client_op(a, t)
             elif kind == _TIMER:
@@ -464,7 +512,11 @@ class _Sim:
             self.log(op.client, "send", t, link=op.broker, **extra, **fields)
             self.log(op.broker, "recv", t, link=op.client, **fields)
         bi = self.bidx[op.broker]
-        self._act(bi, self.cores[bi].handle(FromClient(op.client, msg), t), t)
+        t0_s = perf_counter()
+        actions = self.cores[bi].handle(FromClient(op.client, msg), t)
+        if msg.type in _MATCHED:
+            self.matching_s.append(perf_counter() - t0_s)
+        self._act(bi, actions, t)
 
     def _act(self, bi: int, actions: list[Action], now: float) -> None:
         """Carry out one core's actions at time ``now``."""
@@ -607,4 +659,5 @@ class _Sim:
             end_s=end_s,
             counters={b: dict(c.counters()) for b, c in zip(self.brokers, self.cores, strict=True)
                       if hasattr(c, "counters")},
+            matching_s=self.matching_s,
         )

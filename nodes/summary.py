@@ -29,6 +29,13 @@ kind, and per-broker routing-table sizes. Definitions:
     this definition: the simulator to simulated arrival times, the emulated runtime to
     the brokers' ``recv`` and the clients' ``send`` records (``t_wall``; brokers and
     clients share the machine's clock);
+  - ``matching``: one sample per notification a broker's routing core handled (a
+    message of a type in :data:`MATCHED_TYPES`, from a client or a neighbour): the time
+    ``core.handle`` took on ``time.perf_counter`` (matching against the PRT and choosing
+    the next hops; not carrying the actions out), the paper's matching delay. It is
+    measured, never modelled: the emulated broker logs it as ``matching_ms`` on the
+    message's ``recv`` record; the simulator times the same cores on its own machine and
+    keeps the samples out of its logs (which must not depend on the machine);
 - ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables).
 """
 
@@ -38,7 +45,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-DELAY_KINDS = ("advertisement", "subscription", "notification")
+DELAY_KINDS = ("advertisement", "subscription", "notification", "matching")
+# Message types whose handling by a core is a matching (see the module doc): a
+# publication, and IDR's CIV-N, which is one with the clusters still to be served.
+MATCHED_TYPES = ("PUBLISH", "CIV_NOTIFY")
 TABLE_KINDS = ("srt", "prt")
 # Inter-broker message type -> the client operation type it carries (see the module doc).
 CARRIES: dict[str, str] = {

@@ -237,7 +237,7 @@ def test_job_on_a_simulated_run(spark: SparkSession, tmp_path: Path) -> None:
     from experiments.simrun import run_simulation
     from experiments.spec import load_spec
 
-    spec = load_spec("demo", ["workload.pubs_per_publisher=5"])
+    spec = load_spec("flood-demo", ["workload.pubs_per_publisher=5"])
     run_dir, summaries = run_simulation(spec, tmp_path)
     with (run_dir / "flood" / "a0.jsonl").open("a") as fh:
         fh.write("not json\n")

@@ -33,7 +33,7 @@ def test_doctor_json_names_mechanisms() -> None:
 
 
 def test_sim_json_maps_algorithm_to_summary(tmp_path: Path) -> None:
-    d = _json("sim", "demo", "--out", str(tmp_path), "--json",
+    d = _json("sim", "flood-demo", "--out", str(tmp_path), "--json",
               "--set", "workload={n_publishers: 2, n_subscribers: 8, selectivity: 0.1}")
     s = d["flood"]
     assert s["runtime"] == "simulated" and s["algorithm"] == "flood"
@@ -44,7 +44,7 @@ def test_sim_json_maps_algorithm_to_summary(tmp_path: Path) -> None:
 
 def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
     for seed in (1, 2):
-        _json("sim", "demo", "--out", str(tmp_path), "--json", "--set", f"seed={seed}")
+        _json("sim", "flood-demo", "--out", str(tmp_path), "--json", "--set", f"seed={seed}")
     runs = sorted(str(p) for p in tmp_path.iterdir())
     d = _json("compare", *runs, "--json")
     assert len(d) == 2 and all(label.endswith("/flood") for label in d)
@@ -57,7 +57,7 @@ def test_compare_puts_runs_side_by_side(tmp_path: Path) -> None:
 
 
 def test_sweep_draws_line_figures_over_the_swept_value(tmp_path: Path) -> None:
-    d = _json("sim", "demo", "--out", str(tmp_path), "--json",
+    d = _json("sim", "flood-demo", "--out", str(tmp_path), "--json",
               "--sweep", "workload.n_subscribers=4,8")
     assert sorted(d) == ["4", "8"]
     (sweep,) = tmp_path.iterdir()

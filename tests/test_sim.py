@@ -348,3 +348,23 @@ def test_summary_counts_and_percentiles() -> None:
                                                    "mean": 2.5}
     assert summary["delay_ms"]["subscription"] is None
     assert delay_stats_ms([0.2]) == {"p50": 200.0, "p95": 200.0, "max": 200.0, "mean": 200.0}
+
+
+def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
+    _, pub = _matching_pair()
+    g = _path({"bw_mbps": 1.0, "delay_ms": 0.0})
+    msgs = [ClientOp(t, "p0", "b0", Message(MsgType.PUBLISH, i, "p0", 0,
+                                            {**pub.payload, "t_pub": t}))
+            for i, t in enumerate((0.1, 0.2, 1.1, 1.2))]
+    simulate(g, _ops(msgs), "flood", seed=0, out_dir=tmp_path,
+             link_changes=[(1.0, "b1", "b0", 0.1)])
+    size = frame_size(replace(msgs[0].msg, payload={**pub.payload, "t_pub": SIM_EPOCH_S}))
+    arrivals = [r["t_mono"] for r in _read(tmp_path / "b1.jsonl") if r["ev"] == "recv"
+                and r["link"] == "b0"]
+    # Before 1 s a frame takes size*8/1e6 s on the wire; after, ten times as long, and the
+    # second of two back-to-back frames waits behind the first.
+    fast, slow = size * 8 / 1e6, size * 8 / 0.1e6
+    assert arrivals == pytest.approx([0.1 + fast, 0.2 + fast, 1.1 + slow,
+                                      max(1.2, 1.1 + slow) + slow], abs=2e-6)
+    with pytest.raises(ValueError, match="not an overlay link"):
+        simulate(g, _ops(msgs), "flood", seed=0, link_changes=[(1.0, "b0", "b2", 0.1)])

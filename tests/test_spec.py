@@ -54,6 +54,14 @@ def test_shipped_specs_all_load() -> None:
         (_with(name="a;rm -rf /"), "name", "a;rm"),
         (_with(switch="hub"), "switch", "bridge"),
         (_with(seed=1.5), "seed", "integer"),
+        (_with(link_schedule=[{"at_s": 1, "a": "a0", "b": "a1"}]), "link_schedule[0]",
+         "bw_mbps"),
+        (_with(link_schedule=[{"at_s": -1, "a": "a0", "b": "a1", "bw_mbps": 1}]),
+         "link_schedule[0].at_s", "-1"),
+        (_with(link_schedule=[{"at_s": 1, "a": "a0", "b": "a1", "bw_mbps": 0}]),
+         "link_schedule[0].bw_mbps", "0"),
+        (_with(broker={"write_buffer_bytes": 10}), "broker.write_buffer_bytes", "10"),
+        (_with(broker={"sndbuf": 10}), "broker", "sndbuf"),
     ],
 )
 def test_bad_fields_are_named(data: dict, field: str, fragment: str) -> None:
@@ -100,5 +108,17 @@ def test_unknown_spec_name_lists_shipped_ones(tmp_path: Path) -> None:
 
 
 def test_set_override_reaches_the_spec() -> None:
-    spec = load_spec("demo", ["scale=0.1", "routing.algorithms=[flood]"])
+    spec = load_spec("flood-demo", ["scale=0.1", "routing.algorithms=[flood]"])
     assert spec.scale == 0.1 and spec.routing.algorithms == ("flood",)
+
+
+def test_link_schedule_names_overlay_links() -> None:
+    from experiments.runner import spec_graph
+
+    spec = load_spec("demo")
+    assert [(c.at_s, c.a, c.b, c.bw_mbps) for c in spec.link_schedule] == [
+        (2.0, "b0", "b1", 0.5)]
+    assert spec.to_dict()["link_schedule"] == [
+        {"at_s": 2.0, "a": "b0", "b": "b1", "bw_mbps": 0.5}]
+    with pytest.raises(SpecError, match="no overlay link between 'a0' and 'c0'"):
+        spec_graph(load_spec("demo", ["link_schedule=[{at_s: 1, a: a0, b: c0, bw_mbps: 1}]"]))

@@ -19,7 +19,7 @@ from experiments.spec import load_spec
 
 pytestmark = pytest.mark.usefixtures("root")
 
-DEMO_NODES = set(spec_graph(load_spec("demo")).nodes)
+DEMO_NODES = set(spec_graph(load_spec("flood-demo")).nodes)
 
 
 def _our_interfaces() -> list[str]:
@@ -51,7 +51,8 @@ def _assert_clean() -> None:
 
 def _start_run(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "run", "demo", "--out", str(tmp_path), *extra],
+        [sys.executable, "-m", "experiments.cli", "run", "flood-demo", "--out", str(tmp_path),
+         *extra],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -87,7 +88,7 @@ def test_exception_mid_run_tears_down(tmp_path: Path) -> None:
     def boom(*_args: object) -> None:
         raise RuntimeError("injected failure")
 
-    spec = load_spec("demo", ["fidelity.links=1"])
+    spec = load_spec("flood-demo", ["fidelity.links=1"])
     with pytest.raises(RuntimeError, match="injected"):
         run_experiment(spec, tmp_path, phases=(boom,))
     (run_dir,) = tmp_path.iterdir()
@@ -104,7 +105,7 @@ def test_killed_runner_is_swept_by_the_next_run(tmp_path: Path) -> None:
     # The host shells die with their pty, but the run's state is left for the sweep.
     assert list(STATE_DIR.glob(f"{proc.pid}.json")), "a SIGKILLed run leaves its state file"
     second = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "run", "demo", "--out", str(tmp_path),
+        [sys.executable, "-m", "experiments.cli", "run", "flood-demo", "--out", str(tmp_path),
          "--set", "fidelity.links=1", "--json"],
         capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode == 0, second.stderr

@@ -11,8 +11,10 @@ runtime hands them to each broker process in its config file.
 
 Registered cores: ``flood`` (the reference), ``snr`` (OctopiA's static notification
 routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
-dynamic routing, :mod:`nodes.cores.idr`) and ``tid-static`` (PADRES's
-TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`), and the
+dynamic routing, :mod:`nodes.cores.idr`), ``tid-static`` (PADRES's
+TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`) and
+``tid-dynamic`` (its dynamic variant, which may reroute a notification over another last
+hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), and the
 bulk-data agents ``lbdd`` (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel``
 (:mod:`nodes.cores.p2p`), which need every broker's ``ip`` node attribute.
 """
@@ -38,6 +40,7 @@ CORES: dict[str, CoreFactory] = {
     "snr": octopia.OctopiaCore,
     "idr": idr.IdrCore,
     "tid-static": tid.TidCore,
+    "tid-dynamic": tid.TidDynamicCore,
     "lbdd": lbdd.LbddCore,
     "p2p": p2p.P2PCore,
     "p2p-parallel": p2p.P2PParallelCore,

@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from nodes.core import LinkWindow
+from nodes.core import LinkWindow, Record
 
 DEFAULT_THETA = 10
 DEFAULT_CE_MIN = 1.0
@@ -59,6 +60,24 @@ class LinkStatusTable:
         self.theta = theta
         self.ce_min = ce_min
         self._rows: dict[str, LinkStatus] = {}
+        self._overloaded: tuple[str, ...] = ()
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> LinkStatusTable:
+        """The table a core's params ``theta`` and ``ce_min`` ask for (defaults above)."""
+        return cls(theta=int(params.get("theta", DEFAULT_THETA)),
+                   ce_min=float(params.get("ce_min", DEFAULT_CE_MIN)))
+
+    def observe(self, links: Mapping[str, LinkWindow]) -> list[Record]:
+        """:meth:`update` with the window just ended; an ``lst`` record listing the
+        overloaded links whenever that set changes (so a log shows every change of
+        verdict without a record per window)."""
+        self.update(links)
+        overloaded = tuple(link for link, row in self.rows().items() if row.overloaded)
+        if overloaded == self._overloaded:
+            return []
+        self._overloaded = overloaded
+        return [Record("lst", {"overloaded": list(overloaded)})]
 
     def update(self, links: Mapping[str, LinkWindow]) -> None:
         """Replace the rows of the links reported for the window just ended."""

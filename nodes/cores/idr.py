@@ -60,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodes.core import Action, Arrived, Deliver, Event, LinkStats, Record, Send
-from nodes.cores.congestion import DEFAULT_CE_MIN, DEFAULT_THETA, LinkStatusTable
+from nodes.cores.congestion import LinkStatusTable
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 
@@ -70,27 +70,17 @@ class IdrCore(OctopiaCore):
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         super().__init__(broker, neighbours, params)
-        self.lst = LinkStatusTable(theta=int(params.get("theta", DEFAULT_THETA)),
-                                   ce_min=float(params.get("ce_min", DEFAULT_CE_MIN)))
-        self._overloaded: tuple[str, ...] = ()
+        self.lst = LinkStatusTable.from_params(params)
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
         """SNR's handling, except for link statistics and notifications (see the module
         docstring)."""
         if isinstance(event, LinkStats):
-            return self._update_lst(event)
+            return self.lst.observe(event.links)
         if isinstance(event, Arrived) and event.msg.type is MsgType.CIV_NOTIFY:
             civ = {int(c) for c in event.msg.payload["civ"]}
             return self._serve(event.msg, came_from=event.link, targets=civ)
         return super().handle(event, now_s)
-
-    def _update_lst(self, event: LinkStats) -> list[Action]:
-        self.lst.update(event.links)
-        overloaded = tuple(link for link, row in self.lst.rows().items() if row.overloaded)
-        if overloaded == self._overloaded:
-            return []
-        self._overloaded = overloaded
-        return [Record("lst", {"overloaded": list(overloaded)})]
 
     def _publish(self, msg: Message) -> list[Action]:
         return self._serve(msg, came_from=None, targets=self._target_clusters(msg))

@@ -59,16 +59,23 @@ Unsubscribe and unadvertise (our choices)
 
 Overlap
     :func:`nodes.model.overlaps` without a schema, as in :mod:`nodes.cores.octopia`.
+
+The dynamic variant, registry name ``tid-dynamic``, is :class:`TidDynamicCore` below: the
+same core, except that a notification may leave an overloaded last hop for another last
+hop of the same subscriptions bound to a different TID (its docstring has the rules and
+why every subscriber still gets each notification exactly once).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import Action, Arrived, Event, FromClient, Record, Send
+from nodes.core import Action, Arrived, Event, FromClient, LinkStats, Record, Send
 from nodes.cores.actions import fan_out, unhandled
+from nodes.cores.congestion import LinkStatusTable
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, filter_from_json, matches, overlaps
@@ -331,3 +338,170 @@ class TidCore:
                 (onward if hop in self._neighbour_set else clients).add(hop)
         return fan_out(msg, clients, onward, len(self._index))
 
+
+DEFAULT_MAX_REROUTES = 2
+
+Alternative = tuple[str, Tid]  # (the neighbour a rerouted copy goes to, the TID it is tagged with)
+
+
+class TidDynamicCore(TidCore):
+    """TID-based routing with PADRES's dynamic variant: ``tid-dynamic``.
+
+    Advertisements, subscriptions and their withdrawal are :class:`TidCore`'s. The
+    broker keeps a Link Status Table (:class:`nodes.cores.congestion.LinkStatusTable`,
+    params ``theta`` and ``ce_min``) fed by the runtime's statistics windows, and logs an
+    ``lst`` record with the overloaded links whenever that set changes (as ``idr`` does).
+
+    Terms. A notification copy carries a tag ``tid`` and, once rerouted, a *restriction*
+    ``only`` (the subscription ids it serves) and ``reroutes`` (how many reroutes its
+    line of copies has taken). A broker *serves* a subscription with a copy when the
+    subscription matches, is in the copy's restriction (a copy without one is
+    unrestricted) and is bound to the copy's tag here. The served subscriptions form one
+    *group* per last hop for the tag: the local ones, delivered to, and one per neighbour.
+
+    The rule, per neighbour group G on last hop h
+        - h is free, or the copy already took ``max_reroutes`` reroutes (default 2, a
+          param): the copy goes on h as in the static core: unrestricted if it came
+          unrestricted (so without congestion this core sends exactly what ``tid-static``
+          sends), else restricted to G.
+        - h is overloaded: G is rerouted as a whole when every subscriber (client) with
+          subscriptions in G has an *alternative*: a TID other than the tag bound, with
+          the same last hop, to every one of its subscriptions in G, whose last hop is a
+          free neighbour and not the link the copy came on (going straight back would
+          only invite ping-pong). Clients are then covered greedily: the alternative
+          serving the most of the clients left first (ties: the shorter queue, lower CE,
+          name, then TID); each chosen alternative (h', t') gets one copy tagged t',
+          restricted to the subscriptions of the clients it covers, one reroute further.
+          Nothing goes on h for G. If one client has no alternative, G goes on h: the
+          group is never split between h and a detour.
+        A ``reroute`` record per rerouted copy names ``tid_from``, ``tid_to``, the link
+        ``avoided``, the link ``used`` and the number of ``subscriptions`` it serves.
+
+    Exactly once (per client; a client's subscription ids begin with its name, the
+    origin of its SUBSCRIBE messages, which is how a broker tells them apart).
+        (a) The bindings of a subscription s of client c (host broker H) to a TID t are
+            the path of t's advertisement tree from H up to the publisher's host, each
+            broker holding as last hop its child on that path. So at any broker all of
+            c's subscriptions bound to t have the same last hop, and a child of the
+            broker off that path has none of them bound to t (its subtree in t's tree is
+            disjoint from the one holding H).
+        (b) Hence at each broker, the subscriptions of c served with one copy fall in
+            one group, and that group goes on exactly one outgoing copy (static on h, or
+            as a whole on the one alternative chosen for c) or is delivered to c: at
+            most one successor copy serves c, and at H the local delivery ends the line.
+        (c) Every copy that serves c has a predecessor that served c, but the first:
+            a restricted copy's restriction is a subset of what its sender served, and an
+            unrestricted copy tagged t travels only down t's tree from the publisher's
+            host, one copy per tree edge, and serves c only on c's path (a), entered once.
+        So the processings serving c form one chain: c gets at most one copy. The chain
+        does not stop before H: a last hop h' bound to t' means h' sent this broker the
+        subscription with t', so h' has it bound to t' too, one step nearer to H on the
+        path of t'. It ends: between reroutes it walks down one tree path, and a line of copies
+        takes at most ``max_reroutes`` reroutes (the budget is what rules out a detour
+        loop, e.g. t's path leading back to a broker that rerouted onto t'). While a
+        subscription is still on its way up (or being withdrawn) a copy may find it not
+        yet bound; like the static core it then misses it, never doubles it.
+
+    Limitations (our choices). Link failures (``LinkDown``) are not routed around; the
+    restriction grows the copy by the subscription ids it lists; the alternative is taken
+    only if free now, from the last window's verdict.
+    """
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        super().__init__(broker, neighbours, params)
+        self.lst = LinkStatusTable.from_params(params)
+        self.max_reroutes = int(params.get("max_reroutes", DEFAULT_MAX_REROUTES))
+        if self.max_reroutes < 0:
+            raise ValueError(f"max_reroutes must be >= 0, got {self.max_reroutes}")
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        """The static core's handling, plus link statistics and rerouting (see the class
+        docstring)."""
+        if isinstance(event, LinkStats):
+            return self.lst.observe(event.links)
+        return super().handle(event, now_s)
+
+    def _arrived(self, link: str, msg: Message) -> list[Action]:
+        if msg.type is MsgType.PUBLISH:
+            return self._route_dynamic(msg, _tids([msg.payload["tid"]])[0], came_from=link)
+        return super()._arrived(link, msg)
+
+    def _route(self, msg: Message, tid: Tid) -> list[Action]:
+        # Only the publisher's host broker gets here (arrivals go through _arrived).
+        return self._route_dynamic(msg, tid, came_from=None)
+
+    def _route_dynamic(self, msg: Message, tid: Tid, came_from: str | None) -> list[Action]:
+        """Serve the copy ``msg`` tagged ``tid``: deliver, forward, reroute (class docstring)."""
+        if not len(self._index):
+            return []
+        only = msg.payload.get("only")
+        scope = None if only is None else {(str(c), int(n)) for c, n in only}
+        clients: set[str] = set()
+        groups: dict[str, list[SubId]] = {}
+        for sub_id in self._index.match(msg.payload["attrs"]):
+            if scope is not None and sub_id not in scope:
+                continue
+            hop = self._prt[sub_id].hops.get(tid)
+            if hop is None:
+                continue
+            if hop in self._neighbour_set:
+                groups.setdefault(hop, []).append(sub_id)
+            else:
+                clients.add(hop)
+        reroutes = int(msg.payload.get("reroutes", 0))
+        static: set[str] = set()
+        detours: list[Action] = []
+        for hop, group in sorted(groups.items()):
+            plan = None
+            if reroutes < self.max_reroutes and self.lst.overloaded(hop):
+                plan = self._reroute_plan(tid, group, came_from)
+            if plan is None:
+                static.add(hop)
+                continue
+            for (alt, alt_tid), subs in sorted(plan.items()):
+                payload = {**msg.payload, "tid": list(alt_tid),
+                           "only": [list(s) for s in subs], "reroutes": reroutes + 1}
+                detours.append(Send(alt, msg.forwarded(payload)))
+                detours.append(Record("reroute", {
+                    "origin": msg.origin, "msg_id": msg.msg_id, "tid_from": list(tid),
+                    "tid_to": list(alt_tid), "avoided": hop, "used": alt,
+                    "subscriptions": len(subs)}))
+        if scope is None:
+            actions = fan_out(msg, clients, static, len(self._index))
+        else:
+            # A restricted copy stays restricted, narrowed to the group each hop serves.
+            actions = fan_out(msg, clients, set(), len(self._index))
+            actions.extend(
+                Send(hop, msg.forwarded({**msg.payload,
+                                         "only": [list(s) for s in sorted(groups[hop])]}))
+                for hop in sorted(static))
+        actions.extend(detours)
+        return actions
+
+    def _reroute_plan(self, tid: Tid, group: list[SubId], came_from: str | None
+                      ) -> dict[Alternative, list[SubId]] | None:
+        """The copies that replace ``group``'s copy tagged ``tid``: alternative -> the
+        subscriptions it serves (sorted); None when some client has no alternative."""
+        by_client: dict[str, list[SubId]] = {}
+        for sub_id in group:
+            by_client.setdefault(sub_id[0], []).append(sub_id)
+        options: dict[str, set[Alternative]] = {}
+        for client, subs in by_client.items():
+            common: set[Alternative] | None = None
+            for sub_id in subs:
+                mine = {(hop, t) for t, hop in self._prt[sub_id].hops.items()
+                        if t != tid and hop in self._neighbour_set and hop != came_from
+                        and not self.lst.overloaded(hop)}
+                common = mine if common is None else common & mine
+            if not common:
+                return None
+            options[client] = common
+        plan: dict[Alternative, list[SubId]] = {}
+        left = set(options)
+        while left:
+            count = Counter(alt for client in left for alt in options[client])
+            best = min(count, key=lambda alt: (-count[alt], self.lst.load_key(alt[0]), alt[1]))
+            covered = {client for client in left if best in options[client]}
+            plan[best] = sorted(s for client in covered for s in by_client[client])
+            left -= covered
+        return plan

@@ -1,0 +1,232 @@
+"""The high-rate-publisher (HRP) burst of OctopiA's dynamic-routing experiment.
+
+OctopiA (Section VIII, Fig. 11): 2,000 subscribers at 2 % selectivity and 100 publishers
+at 60 notifications a minute; one HRP, whose interested subscribers (2 % of the
+subscribers) sit in every SCOT cluster but never on the HRP's broker, sends a burst of
+notifications at 100K, 80K or 60K a minute once every subscription is in place.
+
+The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
+:data:`BURST_DEFAULTS`)::
+
+    burst:
+      rate_hz: 1000        # the HRP's publication rate
+      count: 3000          # publications in the burst
+      start_s: 2.0         # after the start of the publication phase
+      n_subscribers: 10    # HRP subscribers hrps0.., at least one per cluster
+      broker: null         # the HRP's broker (null: drawn with the spec's seed)
+
+:func:`add_burst` adds to a built stock workload (our choices):
+
+- client ``hrp`` on a broker drawn with ``random.Random(f"{seed}/burst")`` from the
+  overlay's brokers (or the ``broker`` field). It quotes one dedicated symbol,
+  :data:`HRP_SYMBOL`, which is not among the universe's (those have 3..5 letters) and
+  sorts after all of them, so no regular publisher's ``Symbol`` range covers it. Its
+  advertisement (the stock model's: symbol, exchange, dates, schema domains) goes out at
+  the end of the advertisement spread; its ``count`` quotes follow the stock price model
+  of :mod:`experiments.workload` as ticks spread over the regular workload's trading
+  days (dates in order, several ticks a day), so that its Date values lie in the run's
+  range like a real intraday feed. PUBLISH ids are 2..count+1, as for regular
+  publishers; quote k goes out at ``t_pub0 + start_s + k / rate_hz``, ``t_pub0`` being
+  the start of the publication phase.
+- subscribers ``hrps0..`` (not ``h0..``: the paper's SCOT has a broker ``h0``, and a
+  client's log must not share a broker's file name) each subscribe to
+  ``Symbol = HRP_SYMBOL`` (msg_id 1), spread over the subscription phase. Subscriber i
+  sits in cluster ``clusters[i % n_clusters]`` (clusters in sorted order, so every
+  cluster gets one before any gets two) on a broker of that cluster drawn with the same
+  seeded generator, never the HRP's broker. Brokers without a ``cluster`` attribute
+  (non-SCOT topologies) form one cluster.
+- Regular subscriptions may match HRP quotes as well (a price window, ``Volume >= x``):
+  their selectivity applies to every notification, the HRP's included, as the paper's
+  "2 % selectivity" does; with OctopiA-mode windows there are about as many regular
+  pairs as HRP-subscriber pairs at the paper's sizes. The oracle
+  :func:`~experiments.workload.expected_deliveries` counts those pairs like any other;
+  ``meta["burst"]`` records how many there are (``regular_pairs``), besides the
+  settings, the HRP's broker and cluster, the subscribers' brokers and the burst's first
+  and last publication times on the workload's clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from experiments.spec import SpecError
+from experiments.workload import (
+    _BASE_PRICE_LOG_SD,
+    _BASE_PRICE_MEDIAN,
+    _BASE_VOLUME_LOG_SD,
+    _BASE_VOLUME_MEDIAN,
+    _EXCHANGES,
+    _TRADE_SIZE_RANGE,
+    ClientOp,
+    Workload,
+    _advertisement,
+    _series,
+    _Stock,
+    _trading_days,
+    _weighted,
+)
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import Predicate, filter_from_json, filter_to_json
+from topologies.graph import overlay_of
+
+HRP = "hrp"
+HRP_SUBSCRIBER_PREFIX = "hrps"
+# Six letters: no universe symbol (3..5 letters) equals it, and it sorts after "zzzzz".
+HRP_SYMBOL = "zzzzzz"
+BURST_DEFAULTS: dict[str, Any] = {
+    "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
+}
+_WHERE = "workload.burst"
+
+
+def _bad(field: str, value: Any, allowed: str) -> SpecError:
+    return SpecError(f"{_WHERE}.{field}: bad value {value!r}; allowed: {allowed}")
+
+
+def burst_settings(raw: Any) -> dict[str, Any] | None:
+    """The validated ``workload.burst`` section with defaults filled in, or None for no
+    burst; a one-line :class:`SpecError` names the first bad field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{_WHERE}: bad value {raw!r}; allowed: a mapping or null")
+    unknown = sorted(set(raw) - set(BURST_DEFAULTS))
+    if unknown:
+        raise SpecError(f"{_WHERE}: unknown field(s) {', '.join(map(str, unknown))}; "
+                        f"allowed: {', '.join(sorted(BURST_DEFAULTS))}")
+    s = {**BURST_DEFAULTS, **raw}
+
+    def number(field: str, *, positive: bool, integer: bool) -> None:
+        v = s[field]
+        ok = isinstance(v, int) if integer else isinstance(v, int | float)
+        if (isinstance(v, bool) or not ok or not math.isfinite(v)
+                or not (v > 0 if positive else v >= 0)):
+            kind = "an integer" if integer else "a number"
+            raise _bad(field, v, f"{kind} {'> 0' if positive else '>= 0'}")
+
+    number("rate_hz", positive=True, integer=False)
+    number("count", positive=True, integer=True)
+    number("start_s", positive=False, integer=False)
+    number("n_subscribers", positive=True, integer=True)
+    if s["broker"] is not None and not isinstance(s["broker"], str):
+        raise _bad("broker", s["broker"], "a broker name or null")
+    s["rate_hz"], s["start_s"] = float(s["rate_hz"]), float(s["start_s"])
+    return s
+
+
+def _overlay(graph: nx.Graph) -> nx.Graph:
+    """The broker overlay of a topology graph; an overlay graph as it is."""
+    return overlay_of(graph) if "mode" in graph.graph else graph
+
+
+def clusters_of(graph: nx.Graph) -> dict[Any, list[str]]:
+    """Cluster -> its brokers (overlay order), clusters sorted; without a ``cluster``
+    attribute on every broker, the whole overlay is one cluster (key None)."""
+    ov = _overlay(graph)
+    names = list(ov.nodes)
+    tags = [ov.nodes[b].get("cluster") for b in names]
+    if not names or any(t is None for t in tags):
+        return {None: names}
+    out: dict[Any, list[str]] = {}
+    for b, t in zip(names, tags, strict=True):
+        out.setdefault(t, []).append(b)
+    return dict(sorted(out.items()))
+
+
+def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], *,
+              seed: int) -> Workload:
+    """``workload`` plus the HRP and its subscribers (see the module docstring).
+
+    ``settings`` are :func:`burst_settings`' output; ``graph`` is the topology or overlay
+    graph the workload runs on. Raises :class:`SpecError` naming the field when the
+    overlay cannot hold the placement (an unknown ``broker``, fewer ``n_subscribers``
+    than clusters, a cluster with no broker but the HRP's).
+    """
+    meta = dict(workload.meta)
+    clusters = clusters_of(graph)
+    all_brokers = [b for bs in clusters.values() for b in bs]
+    names = [HRP, *(f"{HRP_SUBSCRIBER_PREFIX}{i}" for i in range(settings["n_subscribers"]))]
+    taken = sorted(set(names) & (set(workload.clients) | set(all_brokers)))
+    if taken:  # logs are named after nodes: a client cannot share a broker's name
+        raise ValueError(f"HRP client name(s) already used: {', '.join(taken)}")
+    rng = random.Random(f"{seed}/burst")
+    broker = settings["broker"]
+    if broker is None:
+        broker = rng.choice(all_brokers)
+    elif broker not in all_brokers:
+        raise _bad("broker", broker, "a broker of the topology")
+    if settings["n_subscribers"] < len(clusters):
+        raise _bad("n_subscribers", settings["n_subscribers"],
+                   f"an integer >= {len(clusters)} (one subscriber per cluster)")
+    eligible = {c: [b for b in bs if b != broker] for c, bs in clusters.items()}
+    empty = [c for c, bs in eligible.items() if not bs]
+    if empty:
+        raise _bad("broker", broker, f"a broker whose cluster {empty[0]!r} has another "
+                                     f"broker for the HRP's subscribers")
+
+    # The regular workload's clock and calendar.
+    t_adv_s = meta["start_s"] + meta.get("advertise_spread_s", 0.0)
+    gap_s = meta["phase_gap_s"]
+    t_sub0_s = meta["start_s"] + gap_s
+    sub_spread_s = meta.get("subscribe_spread_s") or 0.0
+    t_pub0_s = meta["start_s"] + 2 * gap_s
+    regular = [op for op in workload.ops if op.msg.type is MsgType.PUBLISH]
+    days = sorted({op.msg.payload["attrs"]["Date"] for op in regular}) or _trading_days(1)
+
+    stock_rng = random.Random(f"{seed}/burst/stock")
+    stock = _Stock(  # the traits of a universe symbol, from the same distributions
+        symbol=HRP_SYMBOL,
+        exchange=_weighted(stock_rng, _EXCHANGES),
+        base_price=_BASE_PRICE_MEDIAN * stock_rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
+        base_volume=_BASE_VOLUME_MEDIAN * stock_rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
+        trade_size=stock_rng.uniform(*_TRADE_SIZE_RANGE),
+    )
+    count, rate_hz = settings["count"], settings["rate_hz"]
+    tick_dates = [days[k * len(days) // count] for k in range(count)]
+    quotes = _series(stock, tick_dates, seed)
+    adv = _advertisement([stock], days[0], days[-1])
+    clients = dict(workload.clients)
+    clients[HRP] = broker
+    new_ops = [ClientOp(t_adv_s, HRP, broker, Message(
+        MsgType.ADVERTISE, 1, HRP, payload={"filter": filter_to_json(adv)}))]
+    t_first_s = t_pub0_s + settings["start_s"]
+    for k, attrs in enumerate(quotes):
+        t_s = t_first_s + k / rate_hz
+        new_ops.append(ClientOp(t_s, HRP, broker, Message(
+            MsgType.PUBLISH, k + 2, HRP, payload={"attrs": dict(attrs), "t_pub": t_s})))
+
+    order = list(clusters)
+    n_subs = settings["n_subscribers"]
+    sub_filter = filter_to_json((Predicate("Symbol", "=", HRP_SYMBOL),))
+    placed: dict[str, str] = {}
+    for i in range(n_subs):
+        name = f"{HRP_SUBSCRIBER_PREFIX}{i}"
+        b = clients[name] = placed[name] = rng.choice(eligible[order[i % len(order)]])
+        # Halfway between regular subscribers' slots: the phase stays within its spread.
+        t_s = t_sub0_s + sub_spread_s * (i + 0.5) / n_subs
+        new_ops.append(ClientOp(t_s, name, b, Message(
+            MsgType.SUBSCRIBE, 1, name, payload={"filter": sub_filter})))
+
+    # Regular subscriptions matching HRP quotes: stated, not hidden.
+    index = SubscriptionIndex()
+    for op in workload.ops:
+        if op.msg.type is MsgType.SUBSCRIBE:
+            index.add(op.client, filter_from_json(op.msg.payload["filter"]))
+    regular_pairs = sum(len(index.match(q)) for q in quotes)
+
+    ops = tuple(sorted([*workload.ops, *new_ops], key=lambda op: op.t_s))
+    meta["burst"] = {
+        **{k: settings[k] for k in ("rate_hz", "count", "start_s", "n_subscribers")},
+        "hrp": HRP, "broker": broker, "cluster": _overlay(graph).nodes[broker].get("cluster"),
+        "symbol": HRP_SYMBOL, "subscribers": placed,
+        "clusters": len(clusters),
+        "t_first_s": t_first_s, "t_last_s": t_first_s + (count - 1) / rate_hz,
+        "hrp_pairs": count * n_subs, "regular_pairs": regular_pairs,
+    }
+    return Workload(workload.schema, clients, ops, meta)
