@@ -54,8 +54,8 @@ import matplotlib
 import networkx as nx
 import numpy as np
 
+from experiments.burst import broker_overlay
 from experiments.workload import Workload
-from topologies.graph import overlay_of
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
@@ -84,10 +84,6 @@ def _records(path: Path, ev: str) -> Iterator[dict[str, Any]]:
 
 def _time_s(r: Mapping[str, Any]) -> float:
     return float(r["t_wall"] if "t_wall" in r else r["t_s"])
-
-
-def _overlay(graph: nx.Graph) -> nx.Graph:
-    return overlay_of(graph) if "mode" in graph.graph else graph
 
 
 def _r(x: float | None, nd: int = 6) -> float | None:
@@ -160,7 +156,7 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
 def _queue(run_dir: Path, broker: str, graph: nx.Graph, t0: float | None,
            t1: float | None) -> dict[str, Any]:
     """Time-weighted mean and max queue length on the HRP broker's links (module doc)."""
-    links = sorted(_overlay(graph).neighbors(broker))
+    links = sorted(broker_overlay(graph).neighbors(broker))
     out: dict[str, Any] = {"links": links, "definition": "all overlay links of the HRP's "
                            "broker; time-weighted over the burst, missing windows empty",
                            "mean_len": None, "max_len": None, "per_link_mean": {}}
@@ -195,12 +191,14 @@ def _normal(before_s: list[float], block_t: list[float], block_max_ms: list[floa
         threshold_ms, source = under_s * 1000.0, "under_s (nothing received before the burst)"
     out: dict[str, Any] = {"threshold_ms": round(threshold_ms, 6), "threshold": source,
                            "baseline_deliveries": len(before_s), "at_s": None,
-                           "return_s": None}
-    if end_s is None or not block_t:
+                           "return_s": None, "reason": None}
+    if end_s is None or not block_t or block_t[-1] <= end_s:
+        out["reason"] = "no deliveries after the burst"
         return out
     bad = [i for i, m in enumerate(block_max_ms) if m >= threshold_ms]
     if bad and bad[-1] == len(block_t) - 1:
-        return out  # still over the threshold when the run ended
+        out["reason"] = "still over the threshold when the run ended"
+        return out
     at = max(end_s, block_t[bad[-1]]) if bad else end_s
     out.update(at_s=round(at, 6), return_s=round(at - end_s, 6))
     return out

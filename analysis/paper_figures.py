@@ -14,6 +14,8 @@ from typing import Any
 
 import matplotlib
 
+from nodes.summary import MATCHED_TYPES
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
@@ -55,7 +57,7 @@ def metric(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
     if tuple(path) == ("ims_per_notification",):
         pubs = summary.get("published") or 0
         ims = summary.get("ims_by_type", {})
-        n = ims.get("PUBLISH", 0) + ims.get("CIV_NOTIFY", 0)
+        n = sum(ims.get(t, 0) for t in MATCHED_TYPES)
         return n / pubs if pubs else None
     node: Any = summary
     for key in path:

@@ -120,7 +120,7 @@ def burst_settings(raw: Any) -> dict[str, Any] | None:
     return s
 
 
-def _overlay(graph: nx.Graph) -> nx.Graph:
+def broker_overlay(graph: nx.Graph) -> nx.Graph:
     """The broker overlay of a topology graph; an overlay graph as it is."""
     return overlay_of(graph) if "mode" in graph.graph else graph
 
@@ -128,7 +128,7 @@ def _overlay(graph: nx.Graph) -> nx.Graph:
 def clusters_of(graph: nx.Graph) -> dict[Any, list[str]]:
     """Cluster -> its brokers (overlay order), clusters sorted; without a ``cluster``
     attribute on every broker, the whole overlay is one cluster (key None)."""
-    ov = _overlay(graph)
+    ov = broker_overlay(graph)
     names = list(ov.nodes)
     tags = [ov.nodes[b].get("cluster") for b in names]
     if not names or any(t is None for t in tags):
@@ -208,7 +208,7 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     for i in range(n_subs):
         name = f"{HRP_SUBSCRIBER_PREFIX}{i}"
         b = clients[name] = placed[name] = rng.choice(eligible[order[i % len(order)]])
-        # Halfway between regular subscribers' slots: the phase stays within its spread.
+        # Offset by half a slot, so the last one still lies inside the phase's spread.
         t_s = t_sub0_s + sub_spread_s * (i + 0.5) / n_subs
         new_ops.append(ClientOp(t_s, name, b, Message(
             MsgType.SUBSCRIBE, 1, name, payload={"filter": sub_filter})))
@@ -217,13 +217,14 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     index = SubscriptionIndex()
     for op in workload.ops:
         if op.msg.type is MsgType.SUBSCRIBE:
-            index.add(op.client, filter_from_json(op.msg.payload["filter"]))
-    regular_pairs = sum(len(index.match(q)) for q in quotes)
+            index.add((op.client, op.msg.msg_id), filter_from_json(op.msg.payload["filter"]))
+    # A pair is a (quote, subscriber): a client with two matching subscriptions counts once.
+    regular_pairs = sum(len({client for client, _ in index.match(q)}) for q in quotes)
 
     ops = tuple(sorted([*workload.ops, *new_ops], key=lambda op: op.t_s))
     meta["burst"] = {
         **{k: settings[k] for k in ("rate_hz", "count", "start_s", "n_subscribers")},
-        "hrp": HRP, "broker": broker, "cluster": _overlay(graph).nodes[broker].get("cluster"),
+        "hrp": HRP, "broker": broker, "cluster": broker_overlay(graph).nodes[broker].get("cluster"),
         "symbol": HRP_SYMBOL, "subscribers": placed,
         "clusters": len(clusters),
         "t_first_s": t_first_s, "t_last_s": t_first_s + (count - 1) / rate_hz,

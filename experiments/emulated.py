@@ -38,7 +38,14 @@ from experiments.workload import Workload, expected_deliveries, workload_to_json
 from nodes.broker import read_status, wait_until_ready
 from nodes.client import read_group_status
 from nodes.cores import overlay_params
-from nodes.summary import CARRIES, PROPAGATED_KINDS, OpKey, build_summary, propagation_delays
+from nodes.summary import (
+    CARRIES,
+    MATCHED_TYPES,
+    PROPAGATED_KINDS,
+    OpKey,
+    build_summary,
+    propagation_delays,
+)
 from topologies.graph import brokers, endpoint_ip, overlay_of, path_links
 from topologies.links import LinkParams
 
@@ -235,16 +242,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """Notification copies (PUBLISH and IDR's CIV_NOTIFY) that left each broker's output
-    queue onto the given overlay links, per direction: ``{"a>b": n, "b>a": m}``, from the
-    brokers' ``send`` records (the same records in both runtimes)."""
-    counts: dict[str, int] = {}
+    """Notification copies (:data:`~nodes.summary.MATCHED_TYPES`: PUBLISH and IDR's
+    CIV_NOTIFY) that left each broker's output queue onto the given overlay links, per
+    direction: ``{"a>b": n, "b>a": m}``, from the brokers' ``send`` records (the same
+    records in both runtimes). Each broker's log is read once."""
+    wanted: dict[str, set[str]] = defaultdict(set)
     for a, b in links:
-        for src, dst in ((a, b), (b, a)):
-            counts[f"{src}>{dst}"] = sum(
-                1 for r in read_jsonl(out_dir / f"{src}.jsonl")
-                if r["ev"] == "send" and r.get("link") == dst
-                and r.get("type") in ("PUBLISH", "CIV_NOTIFY"))
+        wanted[a].add(b)
+        wanted[b].add(a)
+    counts: dict[str, int] = {}
+    for src, dsts in sorted(wanted.items()):
+        per_dst = dict.fromkeys(sorted(dsts), 0)
+        with (out_dir / f"{src}.jsonl").open() as fh:
+            for line in fh:
+                r = json.loads(line)
+                if (r["ev"] == "send" and r.get("link") in per_dst
+                        and r.get("type") in MATCHED_TYPES):
+                    per_dst[r["link"]] += 1
+        counts.update({f"{src}>{dst}": n for dst, n in per_dst.items()})
     return counts
 
 
@@ -334,18 +349,20 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
             duration_s = last_op_s + SETTLE_S
             margin_s = start_margin_s(workload)
             t0_wall = time.time() + margin_s
-            run.start_clients(workload, start_at_wall=t0_wall, duration_s=duration_s)
             if spec.link_schedule:
                 rates = ScheduledRates(spec.link_schedule, configured_rates(emu.graph),
                                        t0_wall, log)
                 rates.start()
+            run.start_clients(workload, start_at_wall=t0_wall, duration_s=duration_s)
             log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
                 f"over {duration_s:.1f} s")
             codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
-            if rates is not None:
-                rates.stop()
-            run.stop_brokers()
+            try:
+                if rates is not None:
+                    rates.stop()
+            finally:
+                run.stop_brokers()
     failed = {c: code for c, code in sorted(codes.items()) if code != 0}
     if 2 in failed.values():
         raise RuntimeError(f"{algorithm}: clients rejected their configs: {failed} "

@@ -62,6 +62,10 @@ def spec_graph(spec: Spec) -> nx.Graph:
         if not overlay.has_edge(c.a, c.b):
             raise SpecError(f"link_schedule: no overlay link between {c.a!r} and {c.b!r} in "
                             f"topology {spec.topology.name!r}")
+        if not g.has_edge(c.a, c.b):  # brokers that meet through a switch share its links
+            raise SpecError(f"link_schedule: {c.a}-{c.b} is not a link of its own; changing "
+                            "one overlay link's rate needs an overlay-as-links topology "
+                            "(topology.params.mode: overlay)")
     return g
 
 

@@ -93,12 +93,17 @@ def throttle(a: str, b: str, bw_mbps: float) -> dict[str, object]:
 
 
 class ScheduledRates:
-    """A spec's ``link_schedule`` carried out on the live network: each change fires at
-    ``t0_wall + at_s`` (``t0_wall``: the Unix time the workload's t = 0 stands for) on a
-    timer thread. :meth:`stop` cancels what has not fired and puts every changed link back
-    to its configured rate, so the next algorithm of a run starts on the same network.
-    ``applied`` lists what happened, for the summary: the change, when it took effect
-    (seconds on the workload clock) and the interfaces, or the error."""
+    """A spec's ``link_schedule`` carried out on the live network.
+
+    :meth:`start` finds both ends of every scheduled link at once (so a link that cannot
+    be throttled fails the run before its workload starts, instead of leaving a
+    comparison without its congestion), then one timer thread per distinct time fires at
+    ``t0_wall + at_s`` (``t0_wall``: the Unix time the workload's t = 0 stands for) and
+    only runs ``tc``. :meth:`stop` cancels what has not fired and puts every link it
+    touched back to its configured rate, so the next algorithm of a run starts on the same
+    network. ``applied`` lists what happened, in schedule order, for the summary: the
+    change, when it took effect (seconds on the workload clock) and the interfaces, or the
+    error."""
 
     def __init__(self, changes: Sequence[LinkChange], configured_mbps: Mapping[tuple[str, str],
                  float | None], t0_wall: float, log: Callable[[str], None]) -> None:
@@ -106,40 +111,67 @@ class ScheduledRates:
         self._configured = configured_mbps
         self._t0_wall = t0_wall
         self._log = log
+        self._ends: dict[tuple[str, str], tuple[tuple[int, str], tuple[int, str]]] = {}
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
-        self.applied: list[dict[str, object]] = []
+        self._touched: set[tuple[str, str]] = set()
+        self._applied: dict[int, dict[str, object]] = {}
+
+    @property
+    def applied(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [self._applied[i] for i in sorted(self._applied)]
 
     def start(self) -> None:
+        """Resolve every scheduled link's interfaces (LookupError if one has no
+        host-to-host link) and start the timers."""
         for c in self._changes:
-            delay_s = max(0.0, self._t0_wall + c.at_s - time.time())
-            timer = threading.Timer(delay_s, self._fire, args=(c,))
+            if (c.a, c.b) not in self._ends:
+                self._ends[(c.a, c.b)] = link_interfaces(c.a, c.b)
+        by_time: dict[float, list[int]] = {}
+        for i, c in enumerate(self._changes):
+            by_time.setdefault(c.at_s, []).append(i)
+        for at_s, indices in sorted(by_time.items()):
+            delay_s = max(0.0, self._t0_wall + at_s - time.time())
+            timer = threading.Timer(delay_s, self._fire, args=(indices,))
             timer.daemon = True
             self._timers.append(timer)
             timer.start()
 
-    def _fire(self, c: LinkChange) -> None:
-        entry: dict[str, object] = {"at_s": c.at_s, "a": c.a, "b": c.b, "bw_mbps": c.bw_mbps}
-        try:
-            entry.update(throttle(c.a, c.b, c.bw_mbps))
-            entry["applied_at_s"] = round(time.time() - self._t0_wall, 3)
-            self._log(f"link {c.a}-{c.b} set to {c.bw_mbps:g} Mbit/s at "
-                      f"t = {entry['applied_at_s']} s")
-        except (LookupError, RuntimeError, ValueError) as exc:
-            entry["error"] = str(exc)
-            self._log(f"WARNING link {c.a}-{c.b}: scheduled rate change failed: {exc}")
-        with self._lock:
-            self.applied.append(entry)
+    def _fire(self, indices: list[int]) -> None:
+        for i in indices:
+            c = self._changes[i]
+            ends = self._ends[(c.a, c.b)]
+            entry: dict[str, object] = {"at_s": c.at_s, "a": c.a, "b": c.b,
+                                        "bw_mbps": c.bw_mbps, "interfaces": [f for _, f in ends]}
+            with self._lock:
+                self._touched.add((c.a, c.b))  # restored even if only one end changed
+            try:
+                for pid, intf in ends:
+                    set_rate(pid, intf, c.bw_mbps)
+                entry["applied_at_s"] = round(time.time() - self._t0_wall, 3)
+                self._log(f"link {c.a}-{c.b} set to {c.bw_mbps:g} Mbit/s at "
+                          f"t = {entry['applied_at_s']} s")
+            except Exception as exc:  # a timer thread must report its failure, not die
+                entry["error"] = str(exc)
+                self._log(f"WARNING link {c.a}-{c.b}: scheduled rate change failed: {exc}")
+            with self._lock:
+                self._applied[i] = entry
 
     def stop(self) -> None:
+        """Cancel what has not fired; restore every touched link (errors are logged, so
+        that the caller's own cleanup still runs)."""
         for timer in self._timers:
             timer.cancel()
         for timer in self._timers:
             timer.join()
         with self._lock:
-            changed = sorted({(str(e["a"]), str(e["b"])) for e in self.applied
-                              if "error" not in e})
-        for a, b in changed:
+            touched = sorted(self._touched)
+        for a, b in touched:
             # An unshaped link gets a rate no overlay link reaches instead of its HTB gone.
             bw = self._configured.get((a, b)) or self._configured.get((b, a)) or 100_000.0
-            throttle(a, b, bw)
+            try:
+                for pid, intf in self._ends[(a, b)]:
+                    set_rate(pid, intf, bw)
+            except Exception as exc:  # the caller must still stop its brokers
+                self._log(f"WARNING link {a}-{b}: could not restore {bw:g} Mbit/s: {exc}")

@@ -22,13 +22,15 @@ def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: 
                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr
     # The table a user reads: one row per algorithm, then the run folder.
-    header, snr, idr, folder = res.stdout.splitlines()
+    lines = res.stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("algorithm"))
+    header, snr, idr = lines[top:top + 3]
+    (folder,) = [line for line in lines if line.startswith("run folder: ")]
     assert header.split()[:6] == ["algorithm", "delivered", "expected", "lost", "dup", "IMs"]
     assert snr.split()[0] == "snr" and idr.split()[0] == "idr"
     for row in (snr, idr):
         delivered, expected, lost, dup = (int(x) for x in row.split()[1:5])
         assert delivered == expected and lost == dup == 0
-    assert folder.startswith("run folder: ")
     run_dir = Path(folder.removeprefix("run folder: "))
     assert run_dir.parent == tmp_path / "myruns"
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -62,4 +64,3 @@ def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: 
     assert idr_ims.get("CIV_NOTIFY", 0) > 0 and "CIV_NOTIFY" not in s["snr"]["ims_by_type"]
     p95 = {a: s[a]["delay_ms"]["notification"]["p95"] for a in s}
     assert p95["idr"] < p95["snr"], p95
-

@@ -10,15 +10,19 @@ congestion IDR routes exactly as SNR does.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import pytest
 from scot_cases import pairs, random_scot, small_workload
 
+from experiments.simrun import run_simulation
+from experiments.spec import load_spec
 from experiments.workload import ClientOp, Workload, expected_deliveries
-from nodes.core import Action, Event, LinkStats, LinkWindow, RoutingCore, Send
+from nodes.core import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.idr import IdrCore
 from nodes.messages import Message, MsgType
@@ -27,11 +31,15 @@ from topologies.scot import scot_overlay
 
 NOTIFY = (MsgType.PUBLISH, MsgType.CIV_NOTIFY)
 Copy = tuple[str, str, str, tuple[int, ...]]  # (from broker, to broker, type, CIV)
+# An ``idr`` record: (broker, case, links avoided, carrier link, CIV carried)
+Decision = tuple[str, str, tuple[str, ...], str, tuple[int, ...]]
 
 
 def _window(queue_len: int, *, overloaded: bool) -> LinkWindow:
-    # CE 2 with a long queue is overloaded; CE 1 is free whatever the queue.
-    return LinkWindow(count_in=2 if overloaded else 1, count_out=1, queue_len=queue_len)
+    # CE 2 with a queue over theta is overloaded; CE 0.5 (draining) is free whatever the
+    # queue.
+    return LinkWindow(count_in=2 if overloaded else 1, count_out=1 if overloaded else 2,
+                      queue_len=queue_len)
 
 
 class ForcedIdr(IdrCore):
@@ -39,10 +47,12 @@ class ForcedIdr(IdrCore):
     which notes every notification copy it sends."""
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any],
-                 forced: Mapping[str, LinkWindow], copies: list[Copy]) -> None:
+                 forced: Mapping[str, LinkWindow], copies: list[Copy],
+                 decisions: list[Decision] | None = None) -> None:
         super().__init__(broker, neighbours, params)
         self.lst.update(forced)
         self._copies = copies
+        self._decisions = decisions if decisions is not None else []
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
         if isinstance(event, LinkStats):
@@ -51,14 +61,20 @@ class ForcedIdr(IdrCore):
         self._copies.extend(
             (self.broker, a.link, a.msg.type.name, tuple(a.msg.payload.get("civ", ())))
             for a in actions if isinstance(a, Send) and a.msg.type in NOTIFY)
+        self._decisions.extend(
+            (self.broker, a.fields["case"], tuple(a.fields["avoided"]), a.fields["carrier"],
+             tuple(a.fields["civ"]))
+            for a in actions if isinstance(a, Record) and a.kind == "idr")
         return actions
 
 
 def run_forced(overlay: nx.Graph, w: Workload, forced: Mapping[tuple[str, str], LinkWindow],
-               algorithm: str = "idr") -> tuple[list[Copy], Any]:
+               algorithm: str = "idr", decisions: list[Decision] | None = None
+               ) -> tuple[list[Copy], Any]:
     """Simulate ``w`` with IDR whose links ``forced[(broker, neighbour)]`` have the given
     window (``algorithm='snr'`` runs SNR instead, for comparison); returns the
-    notification copies sent, sorted, and the result."""
+    notification copies sent, sorted, and the result. IDR's decisions go to
+    ``decisions``."""
     derived = overlay_params("snr", overlay)
     copies: list[Copy] = []
 
@@ -78,7 +94,7 @@ def run_forced(overlay: nx.Graph, w: Workload, forced: Mapping[tuple[str, str], 
             core.handle = noting  # type: ignore[method-assign]
             return core
         mine = {nb: win for (b, nb), win in forced.items() if b == broker}
-        return ForcedIdr(broker, neighbours, p, mine, copies)
+        return ForcedIdr(broker, neighbours, p, mine, copies, decisions)
 
     result = simulate(overlay, w, factory, seed=0)
     return sorted(copies), result
@@ -120,10 +136,15 @@ OVER = _window(30, overloaded=True)
 
 
 def check_case(forced: Mapping[tuple[str, str], LinkWindow], expected: list[Copy],
-               subscribers: Mapping[str, str] = FIG7_SUBS) -> list[Copy]:
+               decisions: list[Decision], subscribers: Mapping[str, str] = FIG7_SUBS
+               ) -> list[Copy]:
+    """Three publications from P on b2 take exactly the ``expected`` copies each, and the
+    brokers log exactly the ``decisions`` for each."""
     w = fig7_workload("b2", subscribers)
-    copies, result = run_forced(FIG7, w, forced)
+    logged: list[Decision] = []
+    copies, result = run_forced(FIG7, w, forced, decisions=logged)
     assert copies_of_one(copies, 3) == sorted(expected)
+    assert sorted(logged) == sorted(d for d in decisions for _ in range(3))
     assert pairs(result.deliveries) == pairs(expected_deliveries(w))  # each pair once
     assert "unhandled" not in result.record_counts
     return expected
@@ -152,7 +173,7 @@ def test_case_i_civ_n_on_the_free_target_ilink() -> None:
         ("b2", "a2", "PUBLISH", ()), ("b2", "c2", "PUBLISH", ()),
         ("b2", "b1", "CIV_NOTIFY", (0,)),
         ("b1", "c1", "PUBLISH", ()), ("b1", "b0", "PUBLISH", ()),
-        ("b0", "a0", "PUBLISH", ())])
+        ("b0", "a0", "PUBLISH", ())], [("b2", "i", ("b0",), "b1", (0,))])
 
 
 def test_case_i_picks_the_free_ilink_with_the_shortest_queue() -> None:
@@ -177,7 +198,8 @@ def test_case_ii_civ_n_piggybacked_on_the_least_loaded_free_target_alink() -> No
                 ("b2", "c2"): _window(1, overloaded=False)}, [
         ("b2", "a2", "PUBLISH", ()), ("b2", "c2", "CIV_NOTIFY", (0, 1)),
         ("c2", "c0", "PUBLISH", ()), ("c2", "c1", "PUBLISH", ()),
-        ("c0", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())])
+        ("c0", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())],
+        [("b2", "ii", ("b0", "b1"), "c2", (0, 1))])
 
 
 def test_case_iii_the_hand_over_continues_to_later_brokers() -> None:
@@ -189,7 +211,8 @@ def test_case_iii_the_hand_over_continues_to_later_brokers() -> None:
         ("b2", "a2", "PUBLISH", ()), ("b2", "c2", "CIV_NOTIFY", (0, 1)),
         ("c2", "c1", "CIV_NOTIFY", (0,)),
         ("c1", "c0", "PUBLISH", ()),
-        ("c0", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())])
+        ("c0", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())],
+        [("b2", "ii", ("b0", "b1"), "c2", (0, 1)), ("c2", "i", ("c0",), "c1", (0,))])
 
 
 def test_case_iv_nothing_free_least_overloaded_target_ilink() -> None:
@@ -201,27 +224,27 @@ def test_case_iv_nothing_free_least_overloaded_target_ilink() -> None:
                 ("b2", "b1"): _window(20, overloaded=True)}, [
         ("b2", "b1", "CIV_NOTIFY", (0,)),
         ("b1", "c1", "PUBLISH", ()), ("b1", "b0", "PUBLISH", ()),
-        ("b0", "a0", "PUBLISH", ())], subscribers=subs)
+        ("b0", "a0", "PUBLISH", ())], [("b2", "iv", ("b0",), "b1", (0,))], subscribers=subs)
 
 
 def test_a_single_overloaded_target_with_no_way_round_keeps_snr_copy() -> None:
     subs = {"s0": "a0"}
     check_case({("b2", "b0"): OVER}, [
-        ("b2", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())], subscribers=subs)
+        ("b2", "b0", "PUBLISH", ()), ("b0", "a0", "PUBLISH", ())], [], subscribers=subs)
 
 
-def test_idr_records_name_the_case_and_the_avoided_links(tmp_path: Any) -> None:
-    core = ForcedIdr("b2", sorted(FIG7.neighbors("b2")), overlay_params("idr", FIG7)["b2"],
-                     {"b0": OVER}, [])
-    assert core.lst.overloaded("b0") and not core.lst.overloaded("b1")
+def test_lst_record_only_when_the_overloaded_set_changes() -> None:
     idr = make_core("idr", "b2", sorted(FIG7.neighbors("b2")), overlay_params("idr", FIG7)["b2"])
     got = idr.handle(LinkStats(50.0, {"b0": OVER, "b1": _window(0, overloaded=False)}), 1.0)
     assert [(a.kind, dict(a.fields)) for a in got] == [("lst", {"overloaded": ["b0"]})]
     assert idr.handle(LinkStats(50.0, {"b0": OVER}), 1.05) == []  # unchanged: no record
+    got = idr.handle(LinkStats(50.0, {"b0": _window(30, overloaded=False)}), 1.1)
+    assert [(a.kind, dict(a.fields)) for a in got] == [("lst", {"overloaded": []})]
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_random_forced_overloads_deliver_the_oracle_set_exactly_once(seed: int) -> None:
+def _random_case(seed: int) -> tuple[nx.Graph, Workload, dict[tuple[str, str], LinkWindow]]:
+    """A random SCOT and workload, with a random share of its directed links forced
+    overloaded."""
     rng = random.Random(f"idr/{seed}")
     overlay = random_scot(rng)
     w = small_workload(overlay, seed)
@@ -229,6 +252,12 @@ def test_random_forced_overloads_deliver_the_oracle_set_exactly_once(seed: int) 
     share = rng.choice([0.2, 0.5, 0.9, 1.0])
     forced = {e: _window(rng.randint(11, 60), overloaded=True)
               for e in directed if rng.random() < share}
+    return overlay, w, forced
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_forced_overloads_deliver_the_oracle_set_exactly_once(seed: int) -> None:
+    overlay, w, forced = _random_case(seed)
     copies, result = run_forced(overlay, w, forced)
     expected = expected_deliveries(w)
     assert pairs(result.deliveries) == pairs(expected)
@@ -242,3 +271,28 @@ def test_random_forced_overloads_deliver_the_oracle_set_exactly_once(seed: int) 
     ilinks = {e for e in forced if overlay.edges[e]["type"] == "iLink"}
     on_overloaded = sum((b, nb) in ilinks for b, nb, _, _ in copies)
     assert on_overloaded <= sum((b, nb) in ilinks for b, nb, _, _ in snr)
+
+
+def test_the_random_cases_exercise_every_case() -> None:
+    # Otherwise the property test above could pass with IDR never acting.
+    decisions: list[Decision] = []
+    for seed in range(30):
+        overlay, w, forced = _random_case(seed)
+        run_forced(overlay, w, forced, decisions=decisions)
+    cases = Counter(case for _, case, _, _, _ in decisions)
+    assert cases["i"] >= 50 and cases["ii"] >= 10 and cases["iv"] >= 50, cases
+    assert any(len(civ) > 1 for *_, civ in decisions)  # hand-overs of several clusters
+
+
+def test_simulated_demo_idr_routes_around_the_throttled_ilink(tmp_path: Path) -> None:
+    """The demo spec in the simulator, with real statistics windows: the throttled iLink
+    b0-b1 becomes overloaded under the burst and IDR hands cluster 1 over instead."""
+    _, s = run_simulation(load_spec("demo"), tmp_path)
+    for summary in s.values():
+        assert summary["missing"] == summary["duplicates"] == summary["unexpected"] == 0
+    on_link = {a: s[a]["scheduled_link_notifications"]["b0>b1"] for a in ("snr", "idr")}
+    assert on_link["snr"] >= 1200 and on_link["idr"] < 0.9 * on_link["snr"], on_link
+    assert s["idr"]["ims_by_type"]["CIV_NOTIFY"] > 0
+    p95 = {a: s[a]["delay_ms"]["notification"]["p95"] for a in ("snr", "idr")}
+    assert p95["idr"] < 0.5 * p95["snr"], p95
+    assert s["idr"]["burst"]["queue"]["mean_len"] < s["snr"]["burst"]["queue"]["mean_len"]

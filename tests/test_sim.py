@@ -352,19 +352,35 @@ def test_summary_counts_and_percentiles() -> None:
 
 def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
     _, pub = _matching_pair()
+
+    def publish(t: float, client: str, broker: str, n: int) -> ClientOp:
+        return ClientOp(t, client, broker, Message(MsgType.PUBLISH, n, client, 0,
+                                                   {**pub.payload, "t_pub": t}))
+
     g = _path({"bw_mbps": 1.0, "delay_ms": 0.0})
-    msgs = [ClientOp(t, "p0", "b0", Message(MsgType.PUBLISH, i, "p0", 0,
-                                            {**pub.payload, "t_pub": t}))
-            for i, t in enumerate((0.1, 0.2, 1.1, 1.2))]
-    simulate(g, _ops(msgs), "flood", seed=0, out_dir=tmp_path,
+    # b0 -> b1: one frame long before the change, one enqueued just before it (it keeps
+    # the old rate, the documented simplification), two back to back after it; b1 -> b0:
+    # one after it (the change is for both directions).
+    ops = [publish(0.1, "p0", "b0", 1), publish(0.9995, "p0", "b0", 2),
+           publish(1.1, "p0", "b0", 3), publish(1.101, "p0", "b0", 4),
+           publish(1.2, "p1", "b1", 1)]
+    simulate(g, _ops(ops), "flood", seed=0, out_dir=tmp_path,
              link_changes=[(1.0, "b1", "b0", 0.1)])
-    size = frame_size(replace(msgs[0].msg, payload={**pub.payload, "t_pub": SIM_EPOCH_S}))
-    arrivals = [r["t_mono"] for r in _read(tmp_path / "b1.jsonl") if r["ev"] == "recv"
-                and r["link"] == "b0"]
-    # Before 1 s a frame takes size*8/1e6 s on the wire; after, ten times as long, and the
-    # second of two back-to-back frames waits behind the first.
-    fast, slow = size * 8 / 1e6, size * 8 / 0.1e6
-    assert arrivals == pytest.approx([0.1 + fast, 0.2 + fast, 1.1 + slow,
-                                      max(1.2, 1.1 + slow) + slow], abs=2e-6)
+    def wire_s(op: ClientOp, mbps: float) -> float:  # t_pub's digits change the size
+        stamped = replace(op.msg, payload={**pub.payload, "t_pub": SIM_EPOCH_S + op.t_s})
+        return frame_size(stamped) * 8 / (mbps * 1e6)
+
+    fast = [wire_s(op, 1.0) for op in ops]
+    slow = [wire_s(op, 0.1) for op in ops]
+
+    def arrivals(at: str, came_from: str) -> list[float]:
+        return [r["t_mono"] for r in _read(tmp_path / f"{at}.jsonl")
+                if r["ev"] == "recv" and r["link"] == came_from]
+
+    # The fourth frame waits for the third to leave: slow is 16 ms, they are 1 ms apart.
+    assert slow[2] > 0.01
+    assert arrivals("b1", "b0") == pytest.approx(
+        [0.1 + fast[0], 0.9995 + fast[1], 1.1 + slow[2], 1.1 + slow[2] + slow[3]], abs=2e-6)
+    assert arrivals("b0", "b1") == pytest.approx([1.2 + slow[4]], abs=2e-6)
     with pytest.raises(ValueError, match="not an overlay link"):
-        simulate(g, _ops(msgs), "flood", seed=0, link_changes=[(1.0, "b0", "b2", 0.1)])
+        simulate(g, _ops(ops), "flood", seed=0, link_changes=[(1.0, "b0", "b2", 0.1)])

@@ -122,3 +122,5 @@ def test_link_schedule_names_overlay_links() -> None:
         {"at_s": 2.0, "a": "b0", "b": "b1", "bw_mbps": 0.5}]
     with pytest.raises(SpecError, match="no overlay link between 'a0' and 'c0'"):
         spec_graph(load_spec("demo", ["link_schedule=[{at_s: 1, a: a0, b: c0, bw_mbps: 1}]"]))
+    with pytest.raises(SpecError, match="mode: overlay"):
+        spec_graph(load_spec("demo", ["topology.params.mode=switch"]))

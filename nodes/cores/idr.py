@@ -104,7 +104,8 @@ class IdrCore(OctopiaCore):
                                             "matched": len(clients)}))
         actions.extend(Deliver(c, plain) for c in sorted(clients))
         copy = plain.forwarded()
-        for link in sorted(onward | extra):
+        # SNR's order: aLinks by name, then iLinks by cluster.
+        for link in [*sorted(onward), *sorted(extra, key=self.secondary.__getitem__)]:
             civ = civ_on.get(link)
             if civ is None:
                 actions.append(Send(link, copy))
