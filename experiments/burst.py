@@ -56,19 +56,12 @@ import networkx as nx
 
 from experiments.spec import SpecError
 from experiments.workload import (
-    _BASE_PRICE_LOG_SD,
-    _BASE_PRICE_MEDIAN,
-    _BASE_VOLUME_LOG_SD,
-    _BASE_VOLUME_MEDIAN,
-    _EXCHANGES,
-    _TRADE_SIZE_RANGE,
     ClientOp,
     Workload,
-    _advertisement,
-    _series,
-    _Stock,
-    _trading_days,
-    _weighted,
+    draw_stock,
+    quote_series,
+    stock_advertisement,
+    trading_days,
 )
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
@@ -177,20 +170,13 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     sub_spread_s = meta.get("subscribe_spread_s") or 0.0
     t_pub0_s = meta["start_s"] + 2 * gap_s
     regular = [op for op in workload.ops if op.msg.type is MsgType.PUBLISH]
-    days = sorted({op.msg.payload["attrs"]["Date"] for op in regular}) or _trading_days(1)
+    days = sorted({op.msg.payload["attrs"]["Date"] for op in regular}) or trading_days(1)
 
-    stock_rng = random.Random(f"{seed}/burst/stock")
-    stock = _Stock(  # the traits of a universe symbol, from the same distributions
-        symbol=HRP_SYMBOL,
-        exchange=_weighted(stock_rng, _EXCHANGES),
-        base_price=_BASE_PRICE_MEDIAN * stock_rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
-        base_volume=_BASE_VOLUME_MEDIAN * stock_rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
-        trade_size=stock_rng.uniform(*_TRADE_SIZE_RANGE),
-    )
+    stock = draw_stock(HRP_SYMBOL, random.Random(f"{seed}/burst/stock"))
     count, rate_hz = settings["count"], settings["rate_hz"]
     tick_dates = [days[k * len(days) // count] for k in range(count)]
-    quotes = _series(stock, tick_dates, seed)
-    adv = _advertisement([stock], days[0], days[-1])
+    quotes = quote_series(stock, tick_dates, seed)
+    adv = stock_advertisement([stock], days[0], days[-1])
     clients = dict(workload.clients)
     clients[HRP] = broker
     new_ops = [ClientOp(t_adv_s, HRP, broker, Message(

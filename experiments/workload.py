@@ -163,7 +163,10 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class _Stock:
+class Stock:
+    """A symbol's fixed traits: its exchange, the base of its mean-reverting price walk
+    (dollars), its median daily volume (shares) and its average trade size (shares)."""
+
     symbol: str
     exchange: str
     base_price: float
@@ -180,7 +183,7 @@ def _weighted(rng: random.Random, choices: Sequence[tuple[Any, float]]) -> Any:
     return choices[-1][0]
 
 
-def _stocks(seed: int) -> list[_Stock]:
+def _stocks(seed: int) -> list[Stock]:
     """The 500 symbols, sorted, with their fixed traits."""
     rng = random.Random(f"{seed}/universe")
     symbols: list[str] = []
@@ -192,19 +195,22 @@ def _stocks(seed: int) -> list[_Stock]:
         if sym not in seen:
             seen.add(sym)
             symbols.append(sym)
-    return [
-        _Stock(
-            symbol=sym,
-            exchange=_weighted(rng, _EXCHANGES),
-            base_price=_BASE_PRICE_MEDIAN * rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
-            base_volume=_BASE_VOLUME_MEDIAN * rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
-            trade_size=rng.uniform(*_TRADE_SIZE_RANGE),
-        )
-        for sym in sorted(symbols)
-    ]
+    return [draw_stock(sym, rng) for sym in sorted(symbols)]
 
 
-def _trading_days(n: int) -> list[str]:
+def draw_stock(symbol: str, rng: random.Random) -> Stock:
+    """A symbol's fixed traits (exchange, base price and volume, trade size), drawn from
+    the universe's distributions (module docstring) with ``rng``."""
+    return Stock(
+        symbol=symbol,
+        exchange=_weighted(rng, _EXCHANGES),
+        base_price=_BASE_PRICE_MEDIAN * rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
+        base_volume=_BASE_VOLUME_MEDIAN * rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
+        trade_size=rng.uniform(*_TRADE_SIZE_RANGE),
+    )
+
+
+def trading_days(n: int) -> list[str]:
     """The first ``n`` weekdays from :data:`FIRST_DAY`, ISO formatted."""
     days: list[str] = []
     d = FIRST_DAY
@@ -219,7 +225,7 @@ def _clamp_price(p: float) -> float:
     return round(min(PRICE_MAX, max(PRICE_MIN, p)), 2)
 
 
-def _series(stock: _Stock, dates: Sequence[str], seed: int) -> list[dict[str, Value]]:
+def quote_series(stock: Stock, dates: Sequence[str], seed: int) -> list[dict[str, Value]]:
     """Daily quotes of ``stock`` for ``dates`` (see the module docstring for the model)."""
     rng = random.Random(f"{seed}/series/{stock.symbol}")
     log_base = math.log(stock.base_price)
@@ -253,7 +259,7 @@ def _series(stock: _Stock, dates: Sequence[str], seed: int) -> list[dict[str, Va
     return quotes
 
 
-def _blocks(stocks: list[_Stock], n_publishers: int) -> list[list[_Stock]]:
+def _blocks(stocks: list[Stock], n_publishers: int) -> list[list[Stock]]:
     if n_publishers <= len(stocks):
         n = len(stocks)
         return [
@@ -262,7 +268,7 @@ def _blocks(stocks: list[_Stock], n_publishers: int) -> list[list[_Stock]]:
     return [[stocks[i % len(stocks)]] for i in range(n_publishers)]
 
 
-def _advertisement(block: list[_Stock], first_date: str, last_date: str) -> Filter:
+def stock_advertisement(block: list[Stock], first_date: str, last_date: str) -> Filter:
     first, last = block[0].symbol, block[-1].symbol
     preds = [
         Predicate("Symbol", "=", first)
@@ -402,7 +408,7 @@ def stock_workload(
 
     blocks = _blocks(_stocks(seed), n_publishers)
     n_days = math.ceil(pubs_per_publisher / min(len(b) for b in blocks))
-    dates = _trading_days(n_days)
+    dates = trading_days(n_days)
     series: dict[str, list[dict[str, Value]]] = {}
     pub_ops: list[ClientOp] = []
     adv_ops: list[ClientOp] = []
@@ -414,7 +420,7 @@ def stock_workload(
         name = f"p{i}"
         broker = clients[name] = placement.choice(brokers)
         last_day = (pubs_per_publisher - 1) // len(block)
-        adv = _advertisement(block, dates[0], dates[last_day])
+        adv = stock_advertisement(block, dates[0], dates[last_day])
         adv_ops.append(
             ClientOp(
                 start_s + advertise_spread_s * i / n_publishers,
@@ -427,7 +433,7 @@ def stock_workload(
         for j in range(pubs_per_publisher):
             stock = block[j % len(block)]
             if stock.symbol not in series:
-                series[stock.symbol] = _series(stock, dates, seed)
+                series[stock.symbol] = quote_series(stock, dates, seed)
             attrs = series[stock.symbol][j // len(block)]
             publications.append(attrs)
             t_s = t_pub0_s + offset_s + j / publish_rate_hz
