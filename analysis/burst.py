@@ -43,10 +43,9 @@ Definitions (our choices where the paper is silent; all parameters):
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +53,9 @@ import matplotlib
 import networkx as nx
 import numpy as np
 
-from experiments.burst import broker_overlay
 from experiments.workload import Workload
+from nodes.logs import iter_jsonl
+from topologies.graph import overlay_of
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
@@ -67,19 +67,6 @@ _LOG_Y_RATIO = 50.0  # a log y axis once block maxima span this factor
 def default_block_size(n_deliveries: int) -> int:
     """The paper's 1,000 from 100,000 deliveries on; about 100 blocks below; at least 10."""
     return min(PAPER_BLOCK, max(10, n_deliveries // 100))
-
-
-def _records(path: Path, ev: str) -> Iterator[dict[str, Any]]:
-    """The records of event ``ev`` in a JSON-lines log (none if the file is missing)."""
-    if not path.exists():
-        return
-    tag = f'"{ev}"'
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if tag in line:  # cheap filter before parsing: runs have millions of lines
-                r = json.loads(line)
-                if r.get("ev") == ev:
-                    yield r
 
 
 def _time_s(r: Mapping[str, Any]) -> float:
@@ -103,7 +90,7 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
     # Compact columns: a paper-scale run has millions of deliveries.
     t_col, d_col, h_col = array("d"), array("d"), array("b")
     for client in sorted(workload.clients):
-        for r in _records(run_dir / f"{client}.jsonl", "recv"):
+        for r in iter_jsonl(run_dir / f"{client}.jsonl", "recv"):
             if r.get("type") == "PUBLISH" and r.get("t_pub") is not None:
                 t = _time_s(r)
                 t_col.append(t)
@@ -114,7 +101,7 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
     t_s = np.frombuffer(t_col, dtype=float)[order]
     delay_s = np.frombuffer(d_col, dtype=float)[order]
     is_hrp = np.frombuffer(h_col, dtype=np.int8)[order].astype(bool)
-    pubs = [float(r.get("t_pub", _time_s(r))) for r in _records(run_dir / f"{hrp}.jsonl", "send")
+    pubs = [float(r.get("t_pub", _time_s(r))) for r in iter_jsonl(run_dir / f"{hrp}.jsonl", "send")
             if r.get("type") == "PUBLISH"]
     if not pubs:  # no HRP log (or one without sends): its receipts still carry t_pub
         pubs = (t_s - delay_s)[is_hrp].tolist()
@@ -156,13 +143,13 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
 def _queue(run_dir: Path, broker: str, graph: nx.Graph, t0: float | None,
            t1: float | None) -> dict[str, Any]:
     """Time-weighted mean and max queue length on the HRP broker's links (module doc)."""
-    links = sorted(broker_overlay(graph).neighbors(broker))
+    links = sorted(overlay_of(graph).neighbors(broker))
     out: dict[str, Any] = {"links": links, "definition": "all overlay links of the HRP's "
                            "broker; time-weighted over the burst, missing windows empty",
                            "mean_len": None, "max_len": None, "per_link_mean": {}}
     if t0 is None or t1 is None or not links:
         return out
-    recs = [r for r in _records(run_dir / f"{broker}.jsonl", "queue") if r.get("link") in links]
+    recs = [r for r in iter_jsonl(run_dir / f"{broker}.jsonl", "queue") if r.get("link") in links]
     window_s = (sorted(r["window_ms"] for r in recs)[len(recs) // 2] / 1000.0) if recs else 0.05
     end = max(t1, t0 + window_s)
     area = dict.fromkeys(links, 0.0)

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.paper_figures import draw
+from controller import PORT_STATS_FILE
 
 # The paper figures are OctopiA's (advertisement and subscription propagation); a run
 # whose summaries have neither, such as the flood demo, would show empty panels.
@@ -186,7 +187,7 @@ def port_utilization(port_stats: pd.DataFrame) -> pd.DataFrame:
 def fig_ports(run_dir: Path, ts: pd.DataFrame) -> plt.Figure | None:
     """Switch-side view from the SDN controller's port statistics: per-port utilization
     (the busier direction of each port), beside the brokers' output queues above."""
-    path = run_dir / "controller" / "port_stats.jsonl"
+    path = run_dir / "controller" / PORT_STATS_FILE
     if not path.exists():
         return None
     rows = []

@@ -23,8 +23,9 @@ from tempfile import mkdtemp
 from typing import Any
 
 from experiments.doctor import probe
-from experiments.emulated import BROKER_PORT, BrokerRun, read_jsonl
+from experiments.emulated import BROKER_PORT, BrokerRun
 from experiments.network import Emulation
+from nodes.logs import iter_jsonl
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
@@ -66,9 +67,9 @@ def _step(emu: Emulation, rate_hz: int, out: Path) -> dict[str, Any]:
         run.wait_clients(1.5 + 1.0 + STEP_S + 30)
     finally:
         run.stop_brokers()
-    sent = [r["t_pub"] for r in read_jsonl(out / "pub.jsonl")
+    sent = [r["t_pub"] for r in iter_jsonl(out / "pub.jsonl")
             if r["ev"] == "send" and r.get("type") == "PUBLISH"]
-    recv = [r for r in read_jsonl(out / "sub.jsonl")
+    recv = [r for r in iter_jsonl(out / "sub.jsonl")
             if r["ev"] == "recv" and r.get("type") == "PUBLISH"]
     got = [r["t_pub"] for r in recv]
     delays_ms = sorted(1000.0 * (r["t_wall"] - r["t_pub"]) for r in recv)

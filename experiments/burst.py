@@ -113,15 +113,10 @@ def burst_settings(raw: Any) -> dict[str, Any] | None:
     return s
 
 
-def broker_overlay(graph: nx.Graph) -> nx.Graph:
-    """The broker overlay of a topology graph; an overlay graph as it is."""
-    return overlay_of(graph) if "mode" in graph.graph else graph
-
-
 def clusters_of(graph: nx.Graph) -> dict[Any, list[str]]:
     """Cluster -> its brokers (overlay order), clusters sorted; without a ``cluster``
     attribute on every broker, the whole overlay is one cluster (key None)."""
-    ov = broker_overlay(graph)
+    ov = overlay_of(graph)
     names = list(ov.nodes)
     tags = [ov.nodes[b].get("cluster") for b in names]
     if not names or any(t is None for t in tags):
@@ -210,7 +205,7 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     ops = tuple(sorted([*workload.ops, *new_ops], key=lambda op: op.t_s))
     meta["burst"] = {
         **{k: settings[k] for k in ("rate_hz", "count", "start_s", "n_subscribers")},
-        "hrp": HRP, "broker": broker, "cluster": broker_overlay(graph).nodes[broker].get("cluster"),
+        "hrp": HRP, "broker": broker, "cluster": overlay_of(graph).nodes[broker].get("cluster"),
         "symbol": HRP_SYMBOL, "subscribers": placed,
         "clusters": len(clusters),
         "t_first_s": t_first_s, "t_last_s": t_first_s + (count - 1) / rate_hz,

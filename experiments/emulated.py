@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,12 @@ from experiments.workload import Workload, expected_deliveries, workload_to_json
 from nodes.broker import read_status, wait_until_ready
 from nodes.client import read_group_status
 from nodes.cores import overlay_params
+from nodes.logs import iter_jsonl
 from nodes.summary import (
     CARRIES,
     MATCHED_TYPES,
     PROPAGATED_KINDS,
+    MsgKey,
     OpKey,
     build_summary,
     propagation_delays,
@@ -235,12 +237,6 @@ class BrokerRun:
         return {b: p.wait(timeout=15) for b, p in self.brokers.items()}
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[str, int]:
     """Notification copies (:data:`~nodes.summary.MATCHED_TYPES`: PUBLISH and IDR's
     CIV_NOTIFY) that left each broker's output queue onto the given overlay links, per
@@ -253,14 +249,25 @@ def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[
     counts: dict[str, int] = {}
     for src, dsts in sorted(wanted.items()):
         per_dst = dict.fromkeys(sorted(dsts), 0)
-        with (out_dir / f"{src}.jsonl").open() as fh:
-            for line in fh:
-                r = json.loads(line)
-                if (r["ev"] == "send" and r.get("link") in per_dst
-                        and r.get("type") in MATCHED_TYPES):
-                    per_dst[r["link"]] += 1
+        for r in iter_jsonl(out_dir / f"{src}.jsonl", "send"):
+            if r.get("link") in per_dst and r.get("type") in MATCHED_TYPES:
+                per_dst[r["link"]] += 1
         counts.update({f"{src}>{dst}": n for dst, n in per_dst.items()})
     return counts
+
+
+def log_extras(out_dir: Path, spec: Spec, workload: Workload, graph: nx.Graph
+               ) -> dict[str, Any]:
+    """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
+    notifications on the links the spec's ``link_schedule`` changes, and the burst's
+    metrics (:func:`analysis.burst.burst_metrics`) when the workload has one."""
+    extras: dict[str, Any] = {}
+    if spec.link_schedule:
+        extras["scheduled_link_notifications"] = link_notifications(
+            out_dir, [(c.a, c.b) for c in spec.link_schedule])
+    if "burst" in workload.meta:
+        extras["burst"] = burst_metrics(out_dir, workload, graph)
+    return extras
 
 
 def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
@@ -274,7 +281,7 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
     published = 0
     t_first, t_last = math.inf, -math.inf
     for client in sorted(workload.clients):
-        for r in read_jsonl(out_dir / f"{client}.jsonl"):
+        for r in iter_jsonl(out_dir / f"{client}.jsonl"):
             if r["ev"] == "send" and r.get("type") in PROPAGATED_KINDS:
                 sent_s[(r["type"], r["origin"], r["msg_id"])] = r["t_wall"]
             if r.get("type") != "PUBLISH":
@@ -291,8 +298,10 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
 
 
 def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm: str,
-                   scale: float) -> dict[str, Any]:
-    """summary.json of an emulated run, from the broker and client logs.
+                   scale: float, expected: Mapping[MsgKey, frozenset[str]]
+                   ) -> dict[str, Any]:
+    """summary.json of an emulated run, from the broker and client logs; ``expected``:
+    the oracle's deliveries of ``workload`` (computed once for all algorithms of a run).
 
     Advertisement and subscription delays follow :mod:`nodes.summary`: per client
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message
@@ -307,7 +316,7 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
     matching_s: list[float] = []
     for b in sorted(names):
         seen: set[OpKey] = set()
-        for r in read_jsonl(out_dir / f"{b}.jsonl"):
+        for r in iter_jsonl(out_dir / f"{b}.jsonl"):
             if "matching_ms" in r:
                 matching_s.append(r["matching_ms"] / 1000.0)
             if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
@@ -324,14 +333,16 @@ def summarize_logs(out_dir: Path, graph: nx.Graph, workload: Workload, algorithm
               **propagation_delays(got["sent_s"], reached_s)}
     return build_summary(
         algorithm=algorithm, runtime="emulated", scale=scale, published=got["published"],
-        expected=expected_deliveries(workload), deliveries=got["deliveries"],
+        expected=expected, deliveries=got["deliveries"],
         ims_by_type=ims, delays_s=delays, table_sizes=tables, duration_s=got["span_s"])
 
 
 def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str,
-                  out_dir: Path, *, log: Any, link_timeout_s: float = 60.0,
-                  capture: CapturePlan | None = None) -> dict[str, Any]:
-    """Run ``workload`` with ``algorithm`` on the live network; returns the summary.
+                  out_dir: Path, *, log: Any, expected: Mapping[MsgKey, frozenset[str]],
+                  link_timeout_s: float = 60.0, capture: CapturePlan | None = None
+                  ) -> dict[str, Any]:
+    """Run ``workload`` with ``algorithm`` on the live network (``expected``: the
+    oracle's deliveries of ``workload``); returns the summary.
     With ``capture``, tcpdump records ``out_dir/pcap/`` from before the brokers start
     until after they stop."""
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
@@ -369,15 +380,12 @@ def run_algorithm(emu: Emulation, spec: Spec, workload: Workload, algorithm: str
                            f"(see {out_dir}/<broker>.clients.stderr)")
     if failed:
         log(f"WARNING {algorithm}: clients lost their broker: {failed}")
-    summary = summarize_logs(out_dir, emu.graph, workload, algorithm, spec.scale)
+    summary = summarize_logs(out_dir, emu.graph, workload, algorithm, spec.scale, expected)
     summary["links_up_s"] = round(up_s, 3)
     summary["client_failures"] = failed
-    if "burst" in workload.meta:
-        summary["burst"] = burst_metrics(out_dir, workload, emu.graph)
+    summary.update(log_extras(out_dir, spec, workload, emu.graph))
     if rates is not None:
         summary["link_schedule"] = rates.applied
-        summary["scheduled_link_notifications"] = link_notifications(
-            out_dir, [(c.a, c.b) for c in spec.link_schedule])
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
@@ -389,6 +397,7 @@ def broker_phase(spec: Spec, workload: Workload, log: Any) -> Any:
 
     def phase(emu: Emulation, run_dir: Path, manifest: dict[str, Any]) -> None:
         workload_to_jsonl(workload, run_dir / "workload.jsonl")
+        expected = expected_deliveries(workload)
         manifest["workload"] = dict(workload.meta)
         summaries = manifest.setdefault("summaries", {})
         plan = None
@@ -400,7 +409,8 @@ def broker_phase(spec: Spec, workload: Workload, log: Any) -> Any:
             out = run_dir / algorithm
             out.mkdir()
             try:
-                s = run_algorithm(emu, spec, workload, algorithm, out, log=log, capture=plan)
+                s = run_algorithm(emu, spec, workload, algorithm, out, log=log,
+                                  expected=expected, capture=plan)
             finally:
                 if plan:
                     manifest["capture"]["algorithms"][algorithm] = manifest_entry(out / "pcap")

@@ -71,7 +71,7 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.emulated import BrokerRun, broker_configs, read_jsonl
+from experiments.emulated import BrokerRun, broker_configs
 from experiments.network import Emulation
 from experiments.plan import algorithm_params, overlay_links, workload_params
 from experiments.runner import git_revision, log, new_run_dir, spec_graph, write_json
@@ -83,6 +83,7 @@ from nodes.cores import CORES, make_core, overlay_params
 from nodes.cores.dissemination import TreeFn
 from nodes.cores.lbdd import lbdd_tree, tree_stats
 from nodes.frames import frame_size
+from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
 from nodes.sim import simulate
@@ -627,21 +628,21 @@ def observation_from_logs(out_dir: Path, plan: BulkPlan, subscribers: Sequence[s
                           names: Sequence[str]) -> Observation:
     """An emulated round's observation, from its broker and client logs and ``nic.json``
     (the publisher's interface counters and the kill time, written by the round)."""
-    pub_log = read_jsonl(out_dir / f"{plan.publisher_client}.jsonl")
+    pub_log = list(iter_jsonl(out_dir / f"{plan.publisher_client}.jsonl"))
     starts = [r["t_mono"] for r in pub_log if r["ev"] == "send" and r.get("type") == "DATA"]
     obs = Observation(subscribers=tuple(subscribers), start_s=min(starts, default=0.0))
     obs.checksums[plan.publisher] = next(
         (r["checksum"] for r in pub_log if r.get("kind") == "data_send"), None)
     for b in subscribers:
         obs.checksums[b] = None
-        for r in read_jsonl(out_dir / f"{plan.client_of(b)}.jsonl"):
+        for r in iter_jsonl(out_dir / f"{plan.client_of(b)}.jsonl"):
             if r["ev"] == "recv" and r.get("type") == "DATA":
                 obs.receipts.append((r["t_mono"], b, r["index"]))
             elif r.get("kind") == "data_recv":
                 obs.checksums[b] = r["checksum"]
     ims: dict[str, int] = defaultdict(int)
     for b in names:
-        for r in read_jsonl(out_dir / f"{b}.jsonl"):
+        for r in iter_jsonl(out_dir / f"{b}.jsonl"):
             if r["ev"] == "send" and r.get("link") in names and r["type"] != "HELLO":
                 ims[r["type"]] += 1
                 if r["type"] == "DATA":

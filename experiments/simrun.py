@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from analysis.burst import burst_metrics, draw_burst
+from analysis.burst import draw_burst
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
-from experiments.emulated import link_notifications
+from experiments.emulated import log_extras
 from experiments.lbdd_run import run_bulk_simulation
 from experiments.plan import algorithm_params, build_workload, overlay_links, workload_params
 from experiments.runner import git_revision, log, new_run_dir, spec_graph, write_json
@@ -57,11 +57,8 @@ def run_simulation(spec: Spec, out_base: Path, *, log_messages: bool = True,
                           link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
                                         for c in spec.link_schedule])
         summary = summarize(result, expected, scale=spec.scale)
-        if spec.link_schedule and log_messages:
-            summary["scheduled_link_notifications"] = link_notifications(
-                out, [(c.a, c.b) for c in spec.link_schedule])
-        if "burst" in workload.meta and log_messages:  # the metrics come from the logs
-            summary["burst"] = burst_metrics(out, workload, overlay)
+        if log_messages:  # these figures come from the logs
+            summary.update(log_extras(out, spec, workload, overlay))
         write_json(out / "summary.json", summary)
         summaries[name] = summary
         log(f"{name}: delivered {summary['delivered']} of {summary['expected_deliveries']}, "

@@ -57,8 +57,9 @@ def _addresses(pid: int) -> list[tuple[str, ipaddress.IPv4Interface]]:
 def link_interfaces(a: str, b: str) -> tuple[tuple[int, str], tuple[int, str]]:
     """((pid, interface) of a, (pid, interface) of b) for the link joining a and b."""
     pa, pb = mininet_host_pid(a), mininet_host_pid(b)
+    addresses_b = _addresses(pb)
     for ia, addr_a in _addresses(pa):
-        for ib, addr_b in _addresses(pb):
+        for ib, addr_b in addresses_b:
             if addr_a.network == addr_b.network and addr_a.network.prefixlen >= 30:
                 return (pa, ia), (pb, ib)
     raise LookupError(f"{a} and {b} share no host-to-host link (throttling needs an "

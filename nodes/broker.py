@@ -130,7 +130,9 @@ from nodes.runtime import (
     parse_hello,
     peer_label,
     read_frames,
+    read_json,
     read_message,
+    write_json_atomic,
 )
 from nodes.summary import MATCHED_TYPES
 
@@ -509,9 +511,7 @@ class Broker:
             "up": up, "missing": missing, "all_up": not missing,
             "clients": sorted(self._clients), "t_wall": time.time(),
         }
-        tmp = self._status_path.with_name(self._status_path.name + ".tmp")
-        tmp.write_text(json.dumps(status, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self._status_path)
+        write_json_atomic(self._status_path, status)
 
     async def _shutdown(self) -> None:
         if self._tick_handle is not None:
@@ -537,10 +537,7 @@ class Broker:
 
 def read_status(log_dir: Path | str, broker: str) -> dict[str, Any] | None:
     """The broker's last status (see the module docstring), ``None`` before it wrote one."""
-    try:
-        return json.loads((Path(log_dir) / f"{broker}.status.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+    return read_json(Path(log_dir) / f"{broker}.status.json")
 
 
 def wait_until_ready(

@@ -107,6 +107,8 @@ from nodes.runtime import (
     parse_addr,
     parse_backoff,
     read_frames,
+    read_json,
+    write_json_atomic,
 )
 
 
@@ -278,10 +280,7 @@ def load_config(path: Path | str) -> ClientConfig | GroupConfig:
 def read_group_status(path: Path | str) -> dict[str, Any] | None:
     """A group's status file (see the module docstring); ``None`` if it was not written
     (the group was rejected or killed)."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+    return read_json(path)
 
 
 async def run_client(config: ClientConfig, log: JsonlLog, stop: asyncio.Event) -> int:
@@ -410,10 +409,8 @@ def _open_log(config: ClientConfig) -> JsonlLog:
 
 
 def _write_group_status(path: Path, codes: dict[str, int]) -> None:
-    status = {"codes": dict(sorted(codes.items())), "pid": os.getpid(), "t_wall": time.time()}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(status, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees half a file
+    write_json_atomic(path, {"codes": dict(sorted(codes.items())), "pid": os.getpid(),
+                             "t_wall": time.time()})
 
 
 def _main_group(group: GroupConfig) -> int:

@@ -17,6 +17,7 @@ shapes so that analysis does not care which runtime produced a run. Fields:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,3 +54,17 @@ class JsonlLog:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def iter_jsonl(path: Path, ev: str | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a JSON-lines log, streamed (none if the file is missing); with
+    ``ev``, only the records of that event."""
+    if not path.exists():
+        return
+    tag = f'"{ev}"' if ev is not None else ""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if tag in line and line.strip():  # cheap filter: runs have millions of lines
+                r = json.loads(line)
+                if ev is None or r.get("ev") == ev:
+                    yield r

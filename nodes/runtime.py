@@ -27,9 +27,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
@@ -192,6 +195,22 @@ def install_stop_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+
+def write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
+    """Write ``obj`` as one JSON line to ``path`` through a temporary file and a rename,
+    so that a reader polling the file never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path | str) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` if the file does not exist (yet)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
 
 
 def check_keys(obj: Mapping[str, Any], required: set[str], optional: set[str], where: str) -> None:

@@ -84,8 +84,9 @@ def brokers(g: nx.Graph) -> list[str]:
 
 
 def overlay_of(g: nx.Graph) -> nx.Graph:
-    """The broker overlay: the graph itself in overlay mode, ``graph['overlay']`` else."""
-    return g if g.graph["mode"] == "overlay" else g.graph["overlay"]
+    """The broker overlay: ``graph['overlay']`` in switch mode, else the graph itself (a
+    topology graph in overlay mode, or an overlay graph already)."""
+    return g.graph["overlay"] if g.graph.get("mode") == "switch" else g
 
 
 def endpoint_ip(g: nx.Graph, a: str, b: str) -> str:

@@ -73,7 +73,7 @@ class LinkStatusTable:
         overloaded links whenever that set changes (so a log shows every change of
         verdict without a record per window)."""
         self.update(links)
-        overloaded = tuple(link for link, row in self.rows().items() if row.overloaded)
+        overloaded = tuple(sorted(link for link, row in self._rows.items() if row.overloaded))
         if overloaded == self._overloaded:
             return []
         self._overloaded = overloaded
@@ -103,7 +103,3 @@ class LinkStatusTable:
     def least_loaded(self, links: Iterable[str]) -> str | None:
         """The link with the shortest queue (ties: lowest CE, then name), or None."""
         return min(links, key=self.load_key, default=None)
-
-    def rows(self) -> dict[str, LinkStatus]:
-        """All rows, by link name (sorted), for logging the table each window."""
-        return dict(sorted(self._rows.items()))

@@ -71,6 +71,7 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
+from nodes.cores.actions import unhandled
 from nodes.messages import Message, MsgType
 
 if TYPE_CHECKING:  # annotations only: agents read the overlay, they never build one
@@ -315,7 +316,7 @@ class DisseminationAgent:
                              {**msg.payload, "source": self.broker}, msg.body)
             self._slice(self._transfer(self.broker, topic), tagged, None, out)
         else:
-            out.append(_unhandled(msg))
+            out.append(unhandled(msg))
 
     def _arrived(self, link: str, msg: Message, now_s: float, out: list[Action]) -> None:
         self._heard(link, msg, now_s, out)
@@ -323,7 +324,7 @@ class DisseminationAgent:
             return
         p = msg.payload
         if msg.type not in (MsgType.DATA, MsgType.DATA_ACK, MsgType.HAVE, MsgType.HAVE_QUERY):
-            out.append(_unhandled(msg))
+            out.append(unhandled(msg))
             return
         tr = self._transfer(str(p["source"]), str(p["topic"]))
         if msg.type is MsgType.DATA:
@@ -417,7 +418,3 @@ def agent_ips(overlay: nx.Graph) -> dict[str, dict[str, Any]]:
                          f"{missing[:5]}")
     return {b: {"ip": ip} for b, ip in sorted(overlay.nodes(data="ip"))}
 
-
-def _unhandled(msg: Message) -> Record:
-    return Record("unhandled", {"type": msg.type.name, "origin": msg.origin,
-                                "msg_id": msg.msg_id})

@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Deliver, Event, FromClient, Record, Send
+from nodes.core import Action, Arrived, Event, FromClient
+from nodes.cores.actions import fan_out, unhandled
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
@@ -84,32 +85,16 @@ class FloodCore:
         return []
 
     def _publish(self, msg: Message, came_from: str | None) -> list[Action]:
-        actions: list[Action] = []
+        clients: set[str] = set()
         if len(self._index):
-            clients = sorted({client for client, _ in self._index.match(msg.payload["attrs"])})
-            actions.append(
-                Record(
-                    "match",
-                    {
-                        "origin": msg.origin,
-                        "msg_id": msg.msg_id,
-                        "subscriptions": len(self._index),
-                        "matched": len(clients),
-                    },
-                )
-            )
-            actions.extend(Deliver(client, msg) for client in clients)
-        onward = [nb for nb in self.tree_neighbours if nb != came_from]
-        if onward:
-            copy = msg.forwarded()  # messages are immutable: one copy serves every link
-            actions.extend(Send(nb, copy) for nb in onward)
-        return actions
+            clients = {client for client, _ in self._index.match(msg.payload["attrs"])}
+        onward = {nb for nb in self.tree_neighbours if nb != came_from}
+        return fan_out(msg, clients, onward, len(self._index))
 
     def _other(self, msg: Message) -> list[Action]:
         if msg.type in _IGNORED:
             return []
-        fields = {"type": msg.type.name, "origin": msg.origin, "msg_id": msg.msg_id}
-        return [Record("unhandled", fields)]
+        return [unhandled(msg)]
 
 
 def overlay_params(overlay: nx.Graph) -> dict[str, dict[str, Any]]:

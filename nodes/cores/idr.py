@@ -59,7 +59,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodes.core import Action, Arrived, Deliver, Event, LinkStats, Record, Send
+from nodes.core import Action, Arrived, Event, LinkStats, Record, Send
+from nodes.cores.actions import fan_out
 from nodes.cores.congestion import LinkStatusTable
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
@@ -97,12 +98,7 @@ class IdrCore(OctopiaCore):
         clients, onward = self._in_cluster_targets(msg, came_from)
         civ_on, extra, decision = self._plan(targets, onward)
         plain = _as_publication(msg)
-        actions: list[Action] = []
-        if len(self._index):
-            actions.append(Record("match", {"origin": msg.origin, "msg_id": msg.msg_id,
-                                            "subscriptions": len(self._index),
-                                            "matched": len(clients)}))
-        actions.extend(Deliver(c, plain) for c in sorted(clients))
+        actions = fan_out(plain, clients, set(), len(self._index))
         copy = plain.forwarded()
         # SNR's order: aLinks by name, then iLinks by cluster.
         for link in [*sorted(onward), *sorted(extra, key=self.secondary.__getitem__)]:
