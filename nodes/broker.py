@@ -236,6 +236,8 @@ class Broker:
             for name, nb in sorted(config.neighbours.items())
         }
         self._clients: dict[str, asyncio.StreamWriter] = {}
+        self._last_sent: Message | None = None  # see _frame
+        self._last_frame = b""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._timer_ids = itertools.count()
@@ -430,13 +432,20 @@ class Broker:
                 reason=f"handling {type(event).__name__} failed: {exc!r}")
         traceback.print_exc(file=sys.stderr)
 
+    def _frame(self, msg: Message) -> bytes:
+        """``msg`` encoded; the cores send one message object to every next hop, so the
+        last encoding is kept and reused while the same object comes again."""
+        if msg is not self._last_sent:
+            self._last_sent, self._last_frame = msg, encode(msg)
+        return self._last_frame
+
     def _act(self, action: Action) -> None:
         match action:
             case Send(link=link, msg=msg):
                 target = self._links.get(link)
                 if target is None:
                     raise ValueError(f"core sent on {link!r}, not a neighbour")
-                target.enqueue(msg)
+                target.enqueue(msg, self._frame(msg))
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
             case Record(kind=kind, fields=fields):

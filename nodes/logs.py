@@ -25,14 +25,15 @@ from nodes.frames import frame_size
 from nodes.messages import Message
 
 
-def message_fields(msg: Message) -> dict[str, Any]:
-    """The log fields that identify a message."""
+def message_fields(msg: Message, size: int | None = None) -> dict[str, Any]:
+    """The log fields that identify a message; ``size``: its frame's length in bytes,
+    when the caller has the frame already (otherwise it is computed)."""
     return {
         "type": msg.type.name,
         "origin": msg.origin,
         "msg_id": msg.msg_id,
         "hops": msg.hops,
-        "size": frame_size(msg),
+        "size": frame_size(msg) if size is None else size,
     }
 
 

@@ -93,13 +93,15 @@ class OverlayLink:
         """The attached connection's writer (to tell a replaced connection from the current one)."""
         return self._writer
 
-    def enqueue(self, msg: Message) -> None:
-        """Put ``msg`` on the output queue (or drop and log it if the link is down)."""
+    def enqueue(self, msg: Message, frame: bytes | None = None) -> None:
+        """Put ``msg`` on the output queue (or drop and log it if the link is down);
+        ``frame``: its encoding, when the caller has it (a copy sent on several links is
+        encoded once)."""
         if self._writer is None:
             log_now(self._log, "drop", link=self.neighbour, reason="link_down",
                     **message_fields(msg))
             return
-        self._queue.append((msg, encode(msg)))
+        self._queue.append((msg, encode(msg) if frame is None else frame))
         self._count_in += 1
         self._queued.set()
 
@@ -152,7 +154,7 @@ class OverlayLink:
                     continue
                 msg, frame = self._queue.popleft()
                 self._count_out += 1
-                fields = message_fields(msg)
+                fields = message_fields(msg, len(frame))
                 log_now(self._log, "send", link=self.neighbour, **fields)
                 if self._loss_p and self._rng.random() < self._loss_p:
                     log_now(self._log, "drop", link=self.neighbour, reason="loss", **fields)
