@@ -53,8 +53,8 @@ import matplotlib
 import networkx as nx
 import numpy as np
 
-from experiments.workload import Workload
 from nodes.logs import iter_jsonl
+from nodes.workloads.ops import Workload
 from topologies.graph import overlay_of
 
 matplotlib.use("Agg")

@@ -2,26 +2,62 @@
 
 Runs unchanged on any Spark cluster (the master comes from ``spark-submit``; the code the
 executors need is shipped by :func:`analysis.session.spark_session`) and locally
-(``python analysis/job.py RUN_DIR`` starts ``local[2]``). It is ``pubsublab analyze``
-with the same options (``--master``, ``--no-report``, ``--json``), so there is one
-definition of what the job does and prints.
+(``python analysis/job.py RUN_DIR`` starts ``local[2]``). It takes the options of
+``pubsublab analyze`` (``--master``, ``--no-report``, ``--json``) and prints the same:
+progress on standard error, then :func:`analysis.pipeline.format_result`, or with
+``--json`` the result as one JSON object on the last line of standard output. Errors are
+one line on standard error and exit status 2. Analysis code only: it must not import
+:mod:`experiments`.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import signal
 import sys
 from pathlib import Path
 
 
+def _sigterm(_signo: int, _frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``pubsublab analyze`` with this script's arguments."""
+    """Analyse the run folder named in ``argv`` (default: this script's arguments)."""
+    p = argparse.ArgumentParser(prog="job.py", description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[2])")
+    p.add_argument("--no-report", action="store_true", help="metrics only, no report.html")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object on the last line")
+    args = p.parse_args(argv)
     # spark-submit runs this file as a script: the packages it imports live beside it.
     repo = str(Path(__file__).resolve().parent.parent)
     if repo not in sys.path:
         sys.path.insert(0, repo)
-    from experiments.cli import main as cli_main
+    from analysis.pipeline import format_result, run_analysis
+    from analysis.session import spark_session
 
-    return cli_main(["analyze", *(sys.argv[1:] if argv is None else argv)])
+    signal.signal(signal.SIGTERM, _sigterm)  # stop Spark on the way out, as on Ctrl-C
+    try:
+        if not args.run_dir.is_dir():
+            raise RuntimeError(f"{args.run_dir} is not a folder (give a run folder, "
+                               "e.g. runs/20260101-120000-demo)")
+        spark = spark_session(args.master)
+        try:
+            result = run_analysis(spark, args.run_dir, report=not args.no_report)
+        finally:
+            spark.stop()
+    except (PermissionError, RuntimeError) as exc:  # RunFolderError among them
+        print(f"pubsublab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pubsublab: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(result, sort_keys=True, default=str) if args.json
+          else format_result(result))
+    return 0
 
 
 if __name__ == "__main__":

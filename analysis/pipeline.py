@@ -43,8 +43,8 @@ from pyspark.sql import functions as F
 
 from analysis import transforms as T
 from analysis.logs import signed_msg_id
+from nodes.runtime import BROKER_PORT
 
-OVERLAY_PORT = 7000  # experiments.emulated.BROKER_PORT: brokers listen there
 BIN_S = 0.1
 _PCAP_NAME = re.compile(r"^(?P<host>.+)\.pcap\d*$")
 Progress = Callable[[str], None]
@@ -111,7 +111,8 @@ def discover(run_dir: Path) -> dict[str, Any]:
 
 def _expected(spark: SparkSession, run_dir: Path, algorithms: list[str],
               problems: list[dict[str, Any]]) -> DataFrame:
-    from experiments.workload import expected_deliveries, workload_from_jsonl
+    from nodes.workloads.ops import workload_from_jsonl
+    from nodes.workloads.oracle import expected_deliveries
 
     schema = "algorithm string, origin string, msg_id bigint, subscriber string"
     try:
@@ -170,7 +171,7 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
 
     addresses = spark.createDataFrame(inputs["addresses"] or [],
                                       "algorithm string, ip string, broker string")
-    segments = T.overlay_segments(spark, inputs["pcaps"], port=OVERLAY_PORT,
+    segments = T.overlay_segments(spark, inputs["pcaps"], port=BROKER_PORT,
                                   problems=problems_acc, chunk_bytes=chunk_bytes)
     frames = T.label_brokers(spark, T.wire_frames(spark, segments, problems=problems_acc),
                              addresses).persist(StorageLevel.MEMORY_AND_DISK)
@@ -190,7 +191,7 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
                               T.log_ims_by_link(spark, events)).persist()
     by_type = T.ims_by_type(spark, cross)
     labelled = T.label_brokers(spark, packets, addresses)
-    throughput = T.link_throughput(spark, labelled, port=OVERLAY_PORT, bin_s=bin_s)
+    throughput = T.link_throughput(spark, labelled, port=BROKER_PORT, bin_s=bin_s)
     queues = T.queue_lengths(spark, events)
     delays = T.notification_delays(spark, events).persist()
     other: list[dict[str, Any]] = []

@@ -27,7 +27,7 @@ def _emit(args: argparse.Namespace, result: Any, text: str) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from experiments.doctor import format_report, probe
+    from experiments.emulation.doctor import format_report, probe
 
     result = probe()
     _emit(args, result, format_report(result))
@@ -71,21 +71,43 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> Any:
+    """The compiled plan of the command's spec (every check done, nothing started)."""
+    from experiments.plan import compile_plan
+
+    return compile_plan(load_spec(args.spec, args.set))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from experiments.plan_text import format_plan
+
+    plan = _plan(args)
+    _emit(args, plan.describe(), format_plan(plan))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from experiments.emulated import broker_phase
-    from experiments.plan import build_workload
-    from experiments.runner import log, run_experiment, spec_graph
-    from experiments.simrun import summary_table
+    import os
 
-    spec = load_spec(args.spec, args.set)
+    from experiments.runs.summaries import summary_table
+    from experiments.runs.testbed import run_experiment
+
+    plan = _plan(args)
+    if os.geteuid() != 0:
+        raise PermissionError("emulated runs need root: run with sudo")
     phases = ()
-    if spec.workload.get("kind") == "bulk":
-        from experiments.lbdd_run import bulk_phase
+    if plan.workload_kind == "bulk":
+        from experiments.runs.bulk.emulated import bulk_phase
 
-        phases = (bulk_phase(spec),)
-    elif spec.workload:
-        phases = (broker_phase(spec, build_workload(spec, spec_graph(spec)), log),)
-    run_dir, manifest = run_experiment(spec, args.out, cli=args.cli, phases=phases)
+        try:
+            phases = (bulk_phase(plan),)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+    elif plan.workload is not None:
+        from experiments.runs.emulated import broker_phase
+
+        phases = (broker_phase(plan),)
+    run_dir, manifest = run_experiment(plan, args.out, cli=args.cli, phases=phases)
     summaries = manifest.get("summaries", {})
     result = {"run_dir": str(run_dir), "status": manifest["status"],
               "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing"),
@@ -98,11 +120,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from experiments.simrun import run_simulation, summary_table
+    from experiments.runs.simulated import run_simulation, run_sweep
+    from experiments.runs.summaries import summary_table
 
     if args.sweep:
-        from experiments.simrun import run_sweep
-
         key, _, raw = args.sweep.partition("=")
         values = [v for v in raw.split(",") if v]
         if not key or not values:
@@ -112,8 +133,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         text = "\n".join(f"{key}={v}\n{summary_table(s)}" for v, s in results.items())
         _emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
         return 0
-    spec = load_spec(args.spec, args.set)
-    run_dir, summaries = run_simulation(spec, args.out, log_messages=not args.no_logs)
+    plan = _plan(args)
+    if plan.workload is None and plan.workload_kind != "bulk":
+        raise SpecError(f"spec {plan.name!r} has no workload section: nothing to simulate")
+    run_dir, summaries = run_simulation(plan, args.out, log_messages=not args.no_logs)
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
     return 0
 
@@ -121,7 +144,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
-    module = importlib.import_module(f"experiments.bench_{args.which}")
+    module = importlib.import_module(f"experiments.bench.{args.which}")
     result = module.run()
     _emit(args, result, module.format_result(result) if hasattr(module, "format_result")
           else json.dumps(result, indent=2, sort_keys=True, default=str))
@@ -129,7 +152,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from experiments.compare import load_summaries, table
+    from analysis.compare import load_summaries, table
 
     try:
         summaries = load_summaries(args.runs)
@@ -142,7 +165,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_throttle(args: argparse.Namespace) -> int:
     import os
 
-    from experiments.throttle import throttle
+    from experiments.emulation.throttle import throttle
 
     if os.geteuid() != 0:
         raise PermissionError("throttle changes tc on Mininet hosts: run with sudo")
@@ -214,14 +237,16 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object as the last line")
 
 
-def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool) -> None:
+def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool,
+                    with_out: bool = True) -> None:
     if with_spec:
         parser.add_argument("spec",
                             help="shipped spec name (experiments/specs/NAME.yaml) or path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override one spec field, e.g. --set scale=0.1 (repeatable)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_RUNS,
-                        help="folder for run folders (default ./runs)")
+    if with_out:
+        parser.add_argument("--out", type=Path, default=DEFAULT_RUNS,
+                            help="folder for run folders (default ./runs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,6 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--delay-ms", type=float, help="link delay (default: the topology's)")
     _json_flag(t)
     t.set_defaults(func=cmd_topo)
+
+    pl = sub.add_parser("plan", help="print what a spec will run, checked, without running it",
+                        description="Compile a spec into its run plan and print it (no root, "
+                                    "nothing started): per overlay edge the rate, delay and "
+                                    "loss both runtimes use and which mechanism carries each; "
+                                    "per algorithm its params with defaults filled in; the "
+                                    "statistics window, the workload, the link schedule, the "
+                                    "capture. Every error a run would meet in its spec is "
+                                    "reported here, in one line.")
+    _spec_arguments(pl, with_spec=True, with_out=False)
+    _json_flag(pl)
+    pl.set_defaults(func=cmd_plan)
 
     sm = sub.add_parser("sim", help="run a spec through the discrete-event simulator (no root)",
                         description="Run a spec's workload through the deterministic "

@@ -1,12 +1,31 @@
-"""What a spec asks a runtime to run: the overlay with its link figures, and the workload.
+"""The run plan: a spec compiled once into what every runner runs.
 
-Both runtimes take their inputs from here, so a spec run through the simulator and
-through Mininet sees the same overlay, the same link parameters and the same workload.
+:func:`compile_plan` turns a validated :class:`~experiments.spec.Spec` into a frozen
+:class:`RunPlan` or one :class:`~experiments.spec.SpecError` line, before anything starts
+(no root, no Mininet, no process). The emulated runner, the simulator and the bulk rounds
+consume the plan, never the raw spec, so they cannot disagree on:
+
+- **the overlay and its per-edge figures.** Each overlay edge is the path between its two
+  brokers in the topology graph: one emulated link in overlay mode, access link - switch(es)
+  - access link in switch mode. Its one-way delay is the sum of the path's link delays, its
+  loss compounds the links' losses (1 - prod(1 - p)), and its rate is the slowest shaped
+  link on it (``None``: unshaped). In switch mode a broker's access link is also its NIC
+  (``nic_mbps`` on the overlay node), shared by all its overlay edges. These are what a
+  message meets on the emulated network (netem, or the brokers' own emulation where the
+  kernel has none, applies every link's delay on the path), so the simulator uses exactly
+  them; each edge records which mechanism carries each figure;
+- **each algorithm's params**: a spec's ``routing.params`` holds shared keys and one
+  mapping per algorithm name (:func:`algorithm_params`); each is checked against the
+  core's declaration (:mod:`nodes.cores.params`), defaults filled in, and merged with what
+  the core derives from the overlay (SCOT clusters for ``snr``; a core that cannot run on
+  this overlay is refused here);
+- the statistics window, the workload (built and placed once, with its oracle input), the
+  link schedule, the capture, the broker settings and the duration.
 
 The ``workload`` section of a spec (all optional; defaults are small so that a plain spec
 runs in seconds)::
 
-    kind: stock            # the stock-quote workload of experiments.workload
+    kind: stock            # the stock-quote workload of nodes.workloads.stock
     mode: octopia          # octopia (target selectivity) | meghdoot (five templates)
     n_publishers: 2
     n_subscribers: 6
@@ -18,24 +37,40 @@ runs in seconds)::
     subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
     burst: null            # a high-rate publisher's burst (OctopiA Fig. 11), e.g.
                            # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
-                           # see experiments.burst
+                           # see nodes.workloads.burst
 
 ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point), with its own
-keys (:data:`BULK_DEFAULTS`), run by :mod:`experiments.lbdd_run`.
+keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`).
+
+``duration_s`` (optional) bounds a stock workload's phase on the workload's clock: an
+operation scheduled after it is refused, and both runtimes stop there (the emulated clients
+stop listening, the simulator stops processing). Without it the phase lasts until the last
+operation plus :data:`SETTLE_S`. Bulk rounds end when every subscriber holds the data, so a
+bulk spec with ``duration_s`` is refused, as are ``link_schedule`` and an explicit
+``capture.enabled: true`` (see :class:`~experiments.spec.CaptureSpec`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 
-from experiments.burst import add_burst, burst_settings
-from experiments.spec import Spec, SpecError
-from experiments.workload import Workload, stock_workload
-from topologies.graph import brokers, overlay_of
+from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
+from nodes.cores import CORES, core_info, resolve_params
+from nodes.workloads.bulk import GIB, BulkPlan
+from nodes.workloads.burst import add_burst
+from nodes.workloads.ops import Workload
+from nodes.workloads.stock import stock_workload
+from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
+from topologies.registry import build_graph
+
+SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no duration_s)
 
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
@@ -48,26 +83,310 @@ BULK_DEFAULTS: dict[str, Any] = {
     "publisher": None, "subscriber_counts": None, "failure": None, "rate_bin_s": 1.0,
     "sweep_nodes": None, "trials": 20,
 }
+BURST_DEFAULTS: dict[str, Any] = {
+    "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
+}
 
 
-def overlay_links(graph: nx.Graph, default: LinkParams) -> nx.Graph:
-    """The broker overlay with ``bw_mbps``, ``delay_ms`` and ``loss_pct`` on every edge.
+@dataclass(frozen=True)
+class OverlayEdge:
+    """One overlay edge as both runtimes carry it (see the module docstring): ``links``
+    are the emulated links on its path; ``mechanism`` says, per configured figure, what
+    carries it on this machine (``htb``, ``netem``, ``in-broker``)."""
 
-    In overlay mode each overlay edge is its own emulated link and carries its own
-    parameters; where brokers meet through switches the spec's default link parameters
-    stand for the path (switch-mode topologies shape access links, not overlay edges).
-    Brokers keep their attributes (``cluster``, ``region``, ``role``, ...) and edges their
-    ``type`` (``aLink``/``iLink``/``overlay``): cores derive params from them (SCOT
-    clusters for ``snr``, see :func:`nodes.cores.overlay_params`).
-    """
+    a: str
+    b: str
+    kind: str
+    bw_mbps: float | None
+    delay_ms: float
+    loss_pct: float
+    links: tuple[tuple[str, str], ...]
+    mechanism: Mapping[str, str]
+
+    def describe(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "type": self.kind, "bw_mbps": self.bw_mbps,
+                "delay_ms": self.delay_ms, "loss_pct": self.loss_pct,
+                "links": ["-".join(link) for link in self.links],
+                "mechanism": dict(self.mechanism)}
+
+
+@dataclass(frozen=True)
+class AlgorithmPlan:
+    """One algorithm of the run: its declared params (defaults filled in) and, per broker,
+    what its core derives from the overlay."""
+
+    name: str
+    params: Mapping[str, Any]
+    derived: Mapping[str, Mapping[str, Any]]
+
+    def broker_params(self, broker: str) -> dict[str, Any]:
+        """The params ``broker``'s core gets: derived and declared keys never overlap."""
+        return {**self.derived.get(broker, {}), **self.params}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A compiled spec (see the module docstring). ``graph`` is the topology graph with the
+    spec's link overrides; ``overlay`` the broker overlay carrying each edge's figures
+    (``bw_mbps``, ``delay_ms``, ``loss_pct``) and, in switch mode, each broker's
+    ``nic_mbps``; both are frozen. ``workload`` is the built stock workload (``None`` for
+    bulk and for a network-only spec), ``bulk`` the resolved bulk workload."""
+
+    spec: Spec
+    graph: nx.Graph
+    overlay: nx.Graph
+    edges: tuple[OverlayEdge, ...]
+    algorithms: tuple[AlgorithmPlan, ...]
+    window_ms: float
+    workload_kind: str | None
+    workload_params: Mapping[str, Any]
+    workload: Workload | None
+    bulk: BulkPlan | None
+    link_schedule: tuple[LinkChange, ...]
+    capture: CaptureSpec
+    broker: BrokerSpec
+    duration_s: float | None
+    delay_loss_mechanism: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def algorithm(self, name: str) -> AlgorithmPlan:
+        return next(a for a in self.algorithms if a.name == name)
+
+    def edge(self, a: str, b: str) -> OverlayEdge:
+        """The overlay edge between brokers ``a`` and ``b`` (either order)."""
+        for e in self.edges:
+            if {e.a, e.b} == {a, b}:
+                return e
+        raise KeyError(f"no overlay edge {a}-{b}")
+
+    def phase_s(self) -> float:
+        """How long the stock workload's phase lasts on its clock (see the module doc)."""
+        if self.duration_s is not None:
+            return self.duration_s
+        last = max((op.t_s for op in self.workload.ops), default=0.0) if self.workload else 0.0
+        return last + SETTLE_S
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as plain data: ``pubsublab plan --json`` and every run's manifest."""
+        w = self.workload
+        return {
+            "spec": self.spec.name, "seed": self.spec.seed, "scale": self.spec.scale,
+            "topology": {"name": self.spec.topology.name,
+                         "params": dict(self.spec.topology.params),
+                         "mode": self.graph.graph.get("mode"),
+                         "nodes": self.graph.number_of_nodes(),
+                         "links": self.graph.number_of_edges()},
+            "overlay": {"brokers": self.overlay.number_of_nodes(),
+                        "edges": [e.describe() for e in self.edges],
+                        "nic_mbps": {b: n for b, n in self.overlay.nodes(data="nic_mbps")
+                                     if n is not None}},
+            "delay_loss_mechanism": self.delay_loss_mechanism,
+            "algorithms": {a.name: {"params": dict(a.params),
+                                    "declared": [p.describe() for p in
+                                                 CORES[a.name].params],
+                                    "derived_keys": sorted({k for d in a.derived.values()
+                                                            for k in d})}
+                           for a in self.algorithms},
+            "window_ms": self.window_ms,
+            "workload": {"kind": self.workload_kind, "params": dict(self.workload_params),
+                         **({"clients": len(w.clients), "ops": len(w.ops),
+                             "meta": dict(w.meta)} if w is not None else {}),
+                         **({"bulk": self.bulk.describe()} if self.bulk else {})},
+            "phase_s": self.phase_s() if self.workload is not None else None,
+            "link_schedule": [vars(c).copy() for c in self.link_schedule],
+            "capture": vars(self.capture).copy(),
+            "broker": vars(self.broker).copy(),
+            "duration_s": self.duration_s,
+            "notes": list(self.notes),
+        }
+
+
+def netem_in_kernel() -> bool:
+    """Whether this kernel has netem, without root: ``sch_netem`` built in or shipped as a
+    module. (``pubsublab doctor`` tries the qdisc for real; runs use its answer.)"""
+    release = os.uname().release
+    moddir = f"/lib/modules/{release}"
+    try:
+        with open(f"{moddir}/modules.builtin", encoding="utf-8") as fh:
+            if any("sch_netem" in line for line in fh):
+                return True
+    except OSError:
+        pass
+    try:
+        with open("/proc/modules", encoding="utf-8") as fh:
+            if any(line.startswith("sch_netem ") for line in fh):
+                return True
+    except OSError:
+        pass
+    return any("sch_netem" in f for _, _, files in os.walk(f"{moddir}/kernel/net/sched")
+               for f in files)
+
+
+def topology_graph(spec: Spec) -> nx.Graph:
+    """The topology graph of a spec with its link overrides applied (SpecError if bad)."""
+    try:
+        g = build_graph(spec.topology.name, spec.topology.params, spec.links)
+    except ValueError as exc:
+        raise SpecError(f"topology: {exc}") from None
+    for a, b, params in spec.link_overrides:
+        if not g.has_edge(a, b):
+            raise SpecError(f"link_overrides: no link between {a!r} and {b!r} in "
+                            f"topology {spec.topology.name!r}")
+        g.edges[a, b]["params"] = params
+    return g
+
+
+def _check_schedule(spec: Spec, g: nx.Graph) -> None:
+    overlay = overlay_of(g)
+    for c in spec.link_schedule:
+        if not overlay.has_edge(c.a, c.b):
+            raise SpecError(f"link_schedule: no overlay link between {c.a!r} and {c.b!r} in "
+                            f"topology {spec.topology.name!r}")
+        if not g.has_edge(c.a, c.b):  # brokers that meet through a switch share its links
+            raise SpecError(f"link_schedule: {c.a}-{c.b} is not a link of its own; changing "
+                            "one overlay link's rate needs an overlay-as-links topology "
+                            "(topology.params.mode: overlay)")
+
+
+def _mechanism(p: LinkParams, netem: bool) -> dict[str, str]:
+    mech: dict[str, str] = {}
+    if p.bw_mbps is not None:
+        mech["bw_mbps"] = "htb" + (" (Mininet's 1000 Mbit/s cap raised)"
+                                   if p.bw_mbps > 1000 else "")
+    for key, value in (("delay_ms", p.delay_ms), ("loss_pct", p.loss_pct)):
+        if value:
+            mech[key] = "netem" if netem else "in-broker"
+    if p.max_queue_pkts is not None:
+        mech["max_queue_pkts"] = "netem limit" if netem else "pfifo"
+    return mech
+
+
+def link_mechanisms(graph: nx.Graph, netem: bool) -> list[dict[str, Any]]:
+    """For every emulated link, which mechanism carries each configured parameter."""
+    return [{"a": a, "b": b, "type": data.get("type"), "params": vars(data["params"]).copy(),
+             "mechanism": _mechanism(data["params"], netem)}
+            for a, b, data in sorted(graph.edges(data=True))]
+
+
+def overlay_edges(graph: nx.Graph, netem: bool) -> tuple[nx.Graph, tuple[OverlayEdge, ...]]:
+    """The broker overlay with each edge's figures, and the edges (see the module doc)."""
     overlay = overlay_of(graph)
+    switch_mode = graph.graph.get("mode") == "switch"
     ov = nx.Graph()
     ov.add_nodes_from((b, overlay.nodes[b]) for b in brokers(graph))
-    for a, b, kind in overlay.edges(data="type"):
-        p: LinkParams = graph.edges[a, b]["params"] if graph.has_edge(a, b) else default
-        ov.add_edge(a, b, type=kind or "overlay", bw_mbps=p.bw_mbps, delay_ms=p.delay_ms,
-                    loss_pct=p.loss_pct)
-    return ov
+    edges = []
+    for a, b, kind in sorted((min(u, v), max(u, v), k) for u, v, k in overlay.edges(data="type")):
+        links = tuple(path_links(graph, a, b))
+        params: list[LinkParams] = [graph.edges[u, v]["params"] for u, v in links]
+        rates = [p.bw_mbps for p in params if p.bw_mbps is not None]
+        keep = math.prod(1.0 - p.loss_pct / 100.0 for p in params)
+        edge = OverlayEdge(
+            a=a, b=b, kind=kind or "overlay", bw_mbps=min(rates) if rates else None,
+            delay_ms=round(sum(p.delay_ms for p in params), 9),
+            loss_pct=round(100.0 * (1.0 - keep), 6), links=links,
+            mechanism={k: v for p in params for k, v in _mechanism(p, netem).items()})
+        edges.append(edge)
+        ov.add_edge(a, b, type=edge.kind, bw_mbps=edge.bw_mbps, delay_ms=edge.delay_ms,
+                    loss_pct=edge.loss_pct)
+    if switch_mode:
+        for b in ov:
+            access = [graph.edges[b, n]["params"] for n in graph.neighbors(b)]
+            ov.nodes[b]["nic_mbps"] = access[0].bw_mbps if len(access) == 1 else None
+    return ov, tuple(edges)
+
+
+def algorithm_params(spec: Spec, algorithm: str) -> dict[str, Any]:
+    """The ``routing.params`` one algorithm is given, before checking.
+
+    A key that names an algorithm of the spec holds a mapping of that algorithm's own
+    params; every other key is shared. An algorithm gets the shared keys it declares, with
+    its own mapping merged over them. A shared key that no algorithm of the spec declares
+    is refused by :func:`compile_plan` (a misspelling, most likely)."""
+    params = spec.routing.params
+    names = set(spec.routing.algorithms)
+    declared = {p.name for p in CORES[algorithm].params} if algorithm in CORES else set()
+    shared = {k: v for k, v in params.items() if k not in names and k in declared}
+    own = params.get(algorithm) or {}
+    if not isinstance(own, Mapping):
+        raise SpecError(f"routing.params.{algorithm}: bad value {own!r}; allowed: a mapping "
+                        "of that algorithm's params")
+    return {**shared, **own}
+
+
+def _algorithms(spec: Spec, overlay: nx.Graph, kind: str | None) -> tuple[AlgorithmPlan, ...]:
+    names = spec.routing.algorithms
+    for name in names:
+        try:
+            info = core_info(name)
+        except ValueError:
+            raise SpecError(f"routing.algorithms: bad value {name!r}; allowed: "
+                            f"{', '.join(sorted(CORES))}") from None
+        if kind is not None and info.workload != kind:
+            fits = sorted(n for n, i in CORES.items() if i.workload == kind)
+            raise SpecError(f"routing.algorithms: {name} does not run a {kind} workload; "
+                            f"allowed: {', '.join(fits)}")
+    for key in spec.routing.params:
+        if key in names:
+            continue
+        if key in CORES:
+            raise SpecError(f"routing.params.{key}: {key} is not among routing.algorithms "
+                            f"({', '.join(names)})")
+        if not any(key in {p.name for p in CORES[n].params} for n in names):
+            allowed = sorted({p.name for n in names for p in CORES[n].params} | set(names))
+            raise SpecError(f"routing.params: no algorithm of this spec has a param "
+                            f"{key!r}; allowed: {', '.join(allowed) or 'none'}")
+    plans = []
+    for name in names:
+        try:
+            params = resolve_params(name, CORES[name].params, algorithm_params(spec, name))
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        derive = CORES[name].derive
+        try:
+            derived = derive(overlay) if derive is not None else {}
+        except ValueError as exc:
+            raise SpecError(f"routing.algorithms: {name} cannot run on topology "
+                            f"{spec.topology.name!r}: {exc}") from None
+        plans.append(AlgorithmPlan(name, params, derived))
+    return tuple(plans)
+
+
+def burst_settings(raw: Any) -> dict[str, Any] | None:
+    """The validated ``workload.burst`` section with defaults filled in, or None for no
+    burst; a one-line :class:`SpecError` names the first bad field."""
+    where = "workload.burst"
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: bad value {raw!r}; allowed: a mapping or null")
+    unknown = sorted(set(raw) - set(BURST_DEFAULTS))
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; "
+                        f"allowed: {', '.join(sorted(BURST_DEFAULTS))}")
+    s = {**BURST_DEFAULTS, **raw}
+
+    def number(key: str, *, positive: bool, integer: bool) -> None:
+        v = s[key]
+        ok = isinstance(v, int) if integer else isinstance(v, int | float)
+        if (isinstance(v, bool) or not ok or not math.isfinite(v)
+                or not (v > 0 if positive else v >= 0)):
+            kind = "an integer" if integer else "a number"
+            raise SpecError(f"{where}.{key}: bad value {v!r}; allowed: {kind} "
+                            f"{'> 0' if positive else '>= 0'}")
+
+    number("rate_hz", positive=True, integer=False)
+    number("count", positive=True, integer=True)
+    number("start_s", positive=False, integer=False)
+    number("n_subscribers", positive=True, integer=True)
+    if s["broker"] is not None and not isinstance(s["broker"], str):
+        raise SpecError(f"{where}.broker: bad value {s['broker']!r}; allowed: a broker name "
+                        "or null")
+    s["rate_hz"], s["start_s"] = float(s["rate_hz"]), float(s["start_s"])
+    return s
 
 
 def workload_params(spec: Spec) -> dict[str, Any]:
@@ -86,9 +405,8 @@ def workload_params(spec: Spec) -> dict[str, Any]:
     return resolved
 
 
-def build_workload(spec: Spec, graph: nx.Graph) -> Workload:
-    """The spec's workload over the graph's brokers, seeded with the spec's seed."""
-    p = workload_params(spec)
+def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
+    """The spec's stock workload over the graph's brokers, seeded with the spec's seed."""
     try:
         w = stock_workload(
             brokers(graph), n_publishers=p["n_publishers"], n_subscribers=p["n_subscribers"],
@@ -102,14 +420,81 @@ def build_workload(spec: Spec, graph: nx.Graph) -> Workload:
         return w
     try:
         return add_burst(w, graph, p["burst"], seed=spec.seed)
-    except SpecError:
-        raise  # already names its field
-    except ValueError as exc:
-        raise SpecError(f"workload.burst: {exc}") from None
+    except ValueError as exc:  # names its field
+        raise SpecError(str(exc)) from None
 
 
-def algorithm_params(spec: Spec, algorithm: str) -> Mapping[str, Any]:
-    """Routing params for one algorithm: ``routing.params`` may be shared or keyed by name."""
-    params = spec.routing.params
-    nested = params.get(algorithm)
-    return dict(nested) if isinstance(nested, Mapping) else dict(params)
+def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPlan:
+    """The spec's bulk workload over brokers ``names`` (in topology order), or a SpecError."""
+    publisher = p["publisher"] or names[0]
+    if publisher not in names:
+        raise SpecError(f"workload.publisher: bad value {publisher!r}; allowed: {names}")
+    others = tuple(b for b in names if b != publisher)
+    counts = tuple(p["subscriber_counts"] or [len(others)])
+    if not all(isinstance(n, int) and 1 <= n <= len(others) for n in counts):
+        raise SpecError(f"workload.subscriber_counts: bad value {counts!r}; allowed: "
+                        f"integers 1..{len(others)}")
+    slice_bytes = int(p["slice_kb"] * 1024)
+    data_bytes = max(slice_bytes, round(p["data_gb"] * GIB * spec.scale))
+    failure = p["failure"]
+    if failure is not None:
+        victims = others[: max(counts)]
+        if not isinstance(failure, Mapping) or failure.get("victim") not in victims or (
+                ("at_s" in failure) == ("at_fraction" in failure)):
+            raise SpecError(f"workload.failure: bad value {failure!r}; allowed: {{victim: "
+                            f"one of {list(victims)}, at_s: S or at_fraction: F, "
+                            f"algorithms: [...]}}")
+    return BulkPlan(topic=str(p["topic"]), data_bytes=data_bytes, slice_bytes=slice_bytes,
+                    seed=spec.seed, start_s=float(p["start_s"]), publisher=publisher,
+                    others=others, counts=counts, failure=failure,
+                    rate_bin_s=float(p["rate_bin_s"]))
+
+
+def _freeze(g: nx.Graph) -> nx.Graph:
+    return nx.freeze(g)
+
+
+def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
+    """Compile ``spec`` (see the module docstring); ``netem`` says whether the kernel has
+    netem (default: :func:`netem_in_kernel`); only the recorded mechanisms depend on it."""
+    if netem is None:
+        netem = netem_in_kernel()
+    graph = topology_graph(spec)
+    _check_schedule(spec, graph)
+    overlay, edges = overlay_edges(graph, netem)
+    kind = (spec.workload.get("kind", "stock") if spec.workload else None)
+    wparams = workload_params(spec) if spec.workload else {}
+    algorithms = _algorithms(spec, overlay, kind)
+    notes = list(graph.graph.get("notes", []))
+    workload, bulk = None, None
+    capture = spec.capture
+    if kind == "bulk":
+        for key, bad in (("duration_s", spec.duration_s is not None),
+                         ("link_schedule", bool(spec.link_schedule)),
+                         ("capture.enabled", spec.capture.enabled is True)):
+            if bad:
+                raise SpecError(f"{key}: not supported with workload.kind bulk (bulk rounds "
+                                "end when every subscriber holds the data; no capture of "
+                                "bulk slices; scheduled rate changes are for stock "
+                                "workloads): remove it")
+        if not wparams["sweep_nodes"]:
+            bulk = bulk_plan(spec, brokers(graph), wparams)
+        elif list(spec.routing.algorithms) != ["lbdd"]:
+            raise SpecError("routing.algorithms: the depth sweep (workload.sweep_nodes) runs "
+                            "lbdd only; allowed: [lbdd]")
+        capture = CaptureSpec(**{**vars(capture), "enabled": False})
+    else:
+        if kind == "stock":
+            workload = build_workload(spec, graph, wparams)
+            last = max((op.t_s for op in workload.ops), default=0.0)
+            if spec.duration_s is not None and last > spec.duration_s:
+                raise SpecError(f"duration_s: bad value {spec.duration_s!r}; allowed: at "
+                                f"least {last:g} (the workload's last operation, in s)")
+        capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
+    return RunPlan(
+        spec=spec, graph=_freeze(graph), overlay=_freeze(overlay), edges=edges,
+        algorithms=algorithms, window_ms=spec.routing.window_ms, workload_kind=kind,
+        workload_params=wparams, workload=workload, bulk=bulk,
+        link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
+        duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",
+        notes=tuple(notes))

@@ -79,13 +79,16 @@ class FidelitySpec:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Packet capture on the broker hosts (see :mod:`experiments.capture`): ``snaplen``
+    """Packet capture on the broker hosts (see :mod:`experiments.emulation.capture`): ``snaplen``
     bytes per packet, at most ``max_mb`` megabytes (10^6 bytes) over all hosts, in files
     of ``file_mb``. The default snap length is tcpdump's whole packet: the analysis
     reassembles overlay frames from the wire, and a shorter snap length cuts segments
-    that carry several frames, which turns the wire's message counts into lower bounds."""
+    that carry several frames, which turns the wire's message counts into lower bounds.
+    ``enabled`` ``None`` (the default) means: capture stock workloads, not bulk data
+    (whose pcaps would only hold the first seconds of gigabytes of slices); the run plan
+    resolves it."""
 
-    enabled: bool = True
+    enabled: bool | None = None
     snaplen: int = 262144
     max_mb: float = 200.0
     file_mb: int = 10
@@ -93,8 +96,14 @@ class CaptureSpec:
 
 @dataclass(frozen=True)
 class RoutingSpec:
+    """The algorithms to compare on one workload, their params (shared keys, and a mapping
+    per algorithm name; see :func:`experiments.plan.algorithm_params`) and the statistics
+    window W in milliseconds: both runtimes hand each core its output queues' figures
+    every ``window_ms`` (OctopiA's W; IDR's congestion detection depends on it)."""
+
     algorithms: tuple[str, ...] = ("flood",)
     params: Mapping[str, Any] = field(default_factory=dict)
+    window_ms: float = 50.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,7 @@ class Spec:
     links: LinkParams
     switch: str = "bridge"
     controller: str | None = None
-    duration_s: float = 10.0
+    duration_s: float | None = None
     seed: int = 1
     scale: float = 1.0
     description: str = ""
@@ -150,7 +159,8 @@ class Spec:
             "fidelity": vars(self.fidelity).copy(), "capture": vars(self.capture).copy(),
             "workload": dict(self.workload),
             "routing": {"algorithms": list(self.routing.algorithms),
-                        "params": dict(self.routing.params)},
+                        "params": dict(self.routing.params),
+                        "window_ms": self.routing.window_ms},
             "link_overrides": [{"a": a, "b": b, **lp(p)} for a, b, p in self.link_overrides],
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
             "broker": vars(self.broker).copy(),
@@ -198,25 +208,34 @@ def parse_spec(data: Any) -> Spec:
                              lo=0, hi=100),
     )
     cap = _take(d.get("capture") or {}, "capture", {"enabled", "snaplen", "max_mb", "file_mb"})
-    if not isinstance(cap.get("enabled", True), bool):
-        raise _fail("capture.enabled", cap["enabled"], "true or false")
+    if not isinstance(cap.get("enabled"), bool | None):
+        raise _fail("capture.enabled", cap["enabled"], "true, false or null (automatic)")
     capture = CaptureSpec(
-        enabled=cap.get("enabled", True),
+        enabled=cap.get("enabled"),
         snaplen=int(_number(cap.get("snaplen", 262144), "capture.snaplen", lo=96, hi=262144,
                             integer=True)),
         max_mb=_number(cap.get("max_mb", 200.0), "capture.max_mb", lo=1, hi=1e6),
         file_mb=int(_number(cap.get("file_mb", 10), "capture.file_mb", lo=1, hi=10000,
                             integer=True)),
     )
-    rout = _take(d.get("routing") or {}, "routing", {"algorithms", "params"})
+    rout = _take(d.get("routing") or {}, "routing", {"algorithms", "params", "window_ms"})
     algos = rout.get("algorithms", ["flood"])
     if isinstance(algos, str):
         algos = [algos]
     if not isinstance(algos, list) or not algos:
         raise _fail("routing.algorithms", algos, "a non-empty list of algorithm names")
+    names = tuple(check_name(a, f"routing.algorithms[{i}]") for i, a in enumerate(algos))
+    twice = sorted({a for a in names if names.count(a) > 1})
+    if twice:
+        raise _fail("routing.algorithms", list(names), f"distinct names ({', '.join(twice)} "
+                                                       "twice): one run folder per algorithm")
+    params = rout.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise _fail("routing.params", params, "a mapping")
     routing = RoutingSpec(
-        algorithms=tuple(check_name(a, f"routing.algorithms[{i}]") for i, a in enumerate(algos)),
-        params=dict(rout.get("params") or {}),
+        algorithms=names, params=dict(params),
+        window_ms=float(_number(rout.get("window_ms", 50.0), "routing.window_ms",
+                                lo=1.0, hi=60_000.0)),
     )
     overrides = []
     for i, o in enumerate(d.get("link_overrides") or []):
@@ -256,7 +275,8 @@ def parse_spec(data: Any) -> Spec:
         links=_link_params(d.get("links"), "links"),
         switch=switch,
         controller=controller,
-        duration_s=_number(d.get("duration_s", 10.0), "duration_s", lo=0, hi=86400),
+        duration_s=(None if d.get("duration_s") is None
+                    else float(_number(d["duration_s"], "duration_s", lo=0.001, hi=86400))),
         seed=int(_number(d.get("seed", 1), "seed", lo=0, hi=2**32 - 1, integer=True)),
         scale=_number(d.get("scale", 1.0), "scale", lo=1e-6, hi=1.0),
         fidelity=fidelity,

@@ -131,7 +131,7 @@ def load_ops(path: Path | str, client: str, broker: str) -> list[Op]:
     """The ops of a JSON-lines file (blank lines skipped), in time order (stable).
 
     A line may also carry ``client`` and ``broker`` (as the workload files of
-    :mod:`experiments.workload` do, so their lines can be copied verbatim); they must then
+    :mod:`nodes.workloads.stock` do, so their lines can be copied verbatim); they must then
     name this client and its broker.
     """
     ops = []

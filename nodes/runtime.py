@@ -42,6 +42,7 @@ from nodes.messages import Message, MsgType
 Role = Literal["broker", "client"]
 ROLES: tuple[Role, ...] = ("broker", "client")
 HELLO_ID_BASE = 1 << 63
+BROKER_PORT = 7000  # every emulated broker listens here; the analysis filters pcaps on it
 
 
 class ProtocolError(ValueError):

@@ -43,6 +43,9 @@ analysis does not care which runtime produced a run. Modelling choices:
   :data:`SIM_EPOCH_S` plus simulated time. Events at the same time run in the order they
   were scheduled (a sequence counter breaks ties), so the same inputs and seed give
   byte-identical logs.
+- **IMs** are counted when a message leaves a link's output queue for the wire (its
+  ``send`` record), as in the emulated broker: a message still queued at the end, or
+  queued at a broker that died, is not an IM.
 - **Records.** ``send`` when a message leaves a link's output queue (as in
   :mod:`nodes.overlay_link`), ``drop`` (reason ``loss``) right after it for a lost one,
   ``recv`` on arrival, ``deliver`` at the broker and ``recv`` at the client (both with
@@ -58,14 +61,18 @@ analysis does not care which runtime produced a run. Modelling choices:
   core's ``handle`` takes for a notification on this machine, as the emulated broker
   measures it; simulated time does not advance for it, and it stays out of the logs,
   which therefore remain byte-identical for a seed.
-- **Table sizes** are read at the end of the run from cores that have a
-  ``table_sizes() -> Mapping[str, int]`` method (keys ``srt``, ``prt``); others count 0,
-  and per-broker counters from cores that have a ``counters() -> Mapping[str, int]``.
+- **Table sizes** are read at the end of the run from cores that have tables
+  (:class:`nodes.hosting.HasTables`, keys ``srt``, ``prt``); others count 0, and
+  per-broker counters from cores that count (:class:`nodes.hosting.HasCounters`); with
+  logs, each live broker also logs them as the emulated broker does at stop.
 - **Failures.** ``kill_at`` maps a broker to the time its process dies (SIGKILL in the
   emulated runtime): from then on its core gets no event, its clients' operations are
   not carried out, and messages from or to it that arrive later are dropped (a killed
-  process's sockets are reset, so what it had not yet delivered is lost). Its
-  neighbours are not told: they must notice by themselves, as in the emulated runtime.
+  process's sockets are reset, so what it had not yet delivered is lost). Each live
+  neighbour gets :class:`~nodes.core.LinkDown` (and a ``link`` record ``state: down``)
+  one link delay after the death, as the emulated broker does when the dead process's
+  connection ends (:mod:`nodes.hosting`); whether a core acts on it is the core's
+  reading (LBDD's agents detect failures by heartbeats only, as the paper does).
 - **Rate changes.** ``link_changes`` lists ``(t_s, a, b, bw_mbps)``: from ``t_s`` on, the
   link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
   enqueued before ``t_s`` keep the departure times they were given at the old rate (a
@@ -82,7 +89,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -92,6 +98,7 @@ from nodes.core import (
     Arrived,
     Deliver,
     FromClient,
+    LinkDown,
     LinkStats,
     LinkWindow,
     Record,
@@ -102,6 +109,14 @@ from nodes.core import (
 )
 from nodes.cores import CoreFactory, make_core, overlay_params
 from nodes.frames import frame_size
+from nodes.hosting import (
+    HasCounters,
+    HasTables,
+    bad_action,
+    final_records,
+    handle_timed,
+    merge_params,
+)
 from nodes.logs import JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 from nodes.summary import (
@@ -114,13 +129,13 @@ from nodes.summary import (
 )
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
-    from experiments.workload import ClientOp, Workload
+    from nodes.workloads.ops import ClientOp, Workload
 
 SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depend on the day
 MAX_OPEN_LOGS = 512  # log files kept open at once; others are reopened in append mode
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
-_OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE = 0, 1, 2, 3, 4, 5
+_OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE, _DOWN = 0, 1, 2, 3, 4, 5, 6
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
@@ -153,6 +168,9 @@ class SimResult:
     events: int
     end_s: float
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # From the first publication's send to the last notification's delivery (seconds), the
+    # summary's duration_s in both runtimes; 0 without deliveries.
+    span_s: float = 0.0
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
     matching_s: list[float] = field(default_factory=list, compare=False, repr=False)
@@ -199,12 +217,14 @@ def simulate(
     default_loss_pct: float = 0.0,
     kill_at: Mapping[str, float] | None = None,
     link_changes: Sequence[tuple[float, str, str, float]] = (),
+    derived: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
     ``core`` is a name from :data:`nodes.cores.CORES` (the params it derives from the
     overlay graph, node and edge attributes included, see
-    :func:`nodes.cores.overlay_params`, are merged under ``core_params``) or a factory.
+    :func:`nodes.cores.overlay_params`, are merged with ``core_params``; a run plan
+    passes what it derived as ``derived``) or a factory.
     ``core_params`` is one mapping for every broker or a function of the broker name.
     With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
     Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
@@ -225,6 +245,7 @@ def simulate(
         defaults=(default_bw_mbps, default_delay_ms, default_loss_pct),
         kill_at=kill_at or {},
         link_changes=link_changes,
+        derived=derived,
     )
     try:
         return sim.run(until_s)
@@ -247,7 +268,7 @@ def summarize(
         ims_by_type=result.ims_by_type,
         delays_s={**result.delays_s, "matching": result.matching_s},
         table_sizes=result.table_sizes,
-        duration_s=result.end_s,
+        duration_s=result.span_s,
     )
     summary["events"] = result.events
     summary["lost"] = result.lost
@@ -281,6 +302,7 @@ class _Sim:
         defaults: tuple[float | None, float, float],
         kill_at: Mapping[str, float],
         link_changes: Sequence[tuple[float, str, str, float]] = (),
+        derived: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
@@ -358,11 +380,12 @@ class _Sim:
         # ---- cores
         if isinstance(core, str):
             self.algorithm = core
-            derived = overlay_params(core, overlay)
+            if derived is None:
+                derived = overlay_params(core, overlay)
             factory: CoreFactory = partial(make_core, core)
         else:
             self.algorithm = getattr(core, "__name__", type(core).__name__)
-            derived = {}
+            derived = derived or {}
             factory = core
         self.cores: list[RoutingCore] = []
         for b in brokers:
@@ -372,7 +395,7 @@ class _Sim:
                 user = core_params(b)
             else:
                 user = core_params
-            params = {**derived.get(b, {}), **user}
+            params = merge_params(derived.get(b, {}), user)
             self.cores.append(factory(b, tuple(sorted(overlay.neighbors(b))), params))
 
         self.logs = (
@@ -398,6 +421,8 @@ class _Sim:
         self.reached_at: dict[_SentKey, float] = {}
         self.lost = 0
         self.published = 0
+        self.first_pub_s = math.inf
+        self.last_delivery_s = -math.inf
         # Frame sizes by (type, origin, msg_id), valid while the payload object is the same
         # one: forwarded copies share their payload, so encoding happens once per message.
         self.size_cache: dict[_SentKey, tuple[dict[str, Any], int]] = {}
@@ -449,6 +474,17 @@ class _Sim:
             t, _, kind, a, b = pop(heap)
             if kind == _KILL:
                 dead.add(a)
+                self._announce_death(a, t)
+                continue
+            if kind == _DOWN:
+                if a not in dead:
+                    link = self.brokers[b]
+                    if log is not None:
+                        log(self.brokers[a], "link", t, link=link, role="broker",
+                            state="down", reason="peer died")
+                    act(a, cores[a].handle(LinkDown(link), t), t)
+                    events += 1
+                    end_s = t
                 continue
             if kind == _RATE:
                 for lid in a:
@@ -469,23 +505,29 @@ class _Sim:
                         if dst not in reached:  # later copies reach no new broker
                             reached.add(dst)
                             reached_at[key] = t
-                if b.type in _MATCHED:
-                    t0_s = perf_counter()
-                    actions = cores[dst].handle(Arrived(src, b), t)
-                    self.matching_s.append(perf_counter() - t0_s)
-                    act(dst, actions, t)
-                else:
-                    act(dst, cores[dst].handle(Arrived(src, b), t), t)
+                actions, took_s = handle_timed(cores[dst], Arrived(src, b), t, b.type)
+                if took_s is not None:
+                    self.matching_s.append(took_s)
+                act(dst, actions, t)
             elif kind == _OP:
                 self._client_op(a, t)
             elif kind == _TIMER:
                 act(a, cores[a].handle(TimerFired(b), t), t)
-            else:  # _DEPART: only scheduled for the log, so not a model event
+            else:  # _DEPART: a queue hands a frame to the wire; no core sees it
                 self._departed(a, b[0], b[1], t)
                 continue
             events += 1
             end_s = t
         return self._result(events, end_s)
+
+    def _announce_death(self, bi: int, t: float) -> None:
+        """Broker ``bi`` died at ``t``: each live neighbour loses its link one link delay
+        later (when the dead process's FIN or RST would reach it)."""
+        for nb, lid in sorted(self.out_links[bi].items()):
+            nbi = self.bidx[nb]
+            if nbi not in self.dead:
+                self.seq += 1
+                heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _DOWN, nbi, bi))
 
     def _at_dead_broker(self, kind: int, a: Any) -> bool:
         """Whether a heap entry concerns a dead broker, and so never happens."""
@@ -504,6 +546,7 @@ class _Sim:
         extra: dict[str, Any] = {}
         if msg.type is MsgType.PUBLISH:
             self.published += 1
+            self.first_pub_s = min(self.first_pub_s, t)
             extra["t_pub"] = SIM_EPOCH_S + t
             msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
         self.sent_at[(msg.type, msg.origin, msg.msg_id)] = t
@@ -512,10 +555,9 @@ class _Sim:
             self.log(op.client, "send", t, link=op.broker, **extra, **fields)
             self.log(op.broker, "recv", t, link=op.client, **fields)
         bi = self.bidx[op.broker]
-        t0_s = perf_counter()
-        actions = self.cores[bi].handle(FromClient(op.client, msg), t)
-        if msg.type in _MATCHED:
-            self.matching_s.append(perf_counter() - t0_s)
+        actions, took_s = handle_timed(self.cores[bi], FromClient(op.client, msg), t, msg.type)
+        if took_s is not None:
+            self.matching_s.append(took_s)
         self._act(bi, actions, t)
 
     def _act(self, bi: int, actions: list[Action], now: float) -> None:
@@ -527,7 +569,7 @@ class _Sim:
             if cls is Send:
                 lid = self.out_links[bi].get(action.link)
                 if lid is None:
-                    raise ValueError(f"core at {broker} sent on {action.link!r}: not a neighbour")
+                    raise bad_action(broker, action, neighbour=False)
                 msg = action.msg
                 ckey = (msg.type, msg.origin, msg.msg_id)
                 cached = self.size_cache.get(ckey)
@@ -549,17 +591,15 @@ class _Sim:
                 self.tx_starts[lid].append(start)
                 self.count_in[lid] += 1
                 self.active.add(lid)
-                self.ims[msg.type] += 1
                 rng = self.link_rng[lid]
                 lost = rng is not None and rng.random() < self.loss_p[lid]
-                if log is not None:
-                    if start > now:
-                        # Scheduled before the arrival, so `send` precedes `recv` even on
-                        # a tie; extra sequence numbers keep the other events' order.
-                        self.seq += 1
-                        heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
-                    else:
-                        self._departed(lid, msg, lost, now)
+                if start > now:
+                    # Scheduled before the arrival, so `send` precedes `recv` even on a
+                    # tie; extra sequence numbers keep the other events' order.
+                    self.seq += 1
+                    heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
+                else:
+                    self._departed(lid, msg, lost, now)
                 if lost:
                     self.lost += 1
                 else:
@@ -569,9 +609,10 @@ class _Sim:
             elif cls is Deliver:
                 client = action.client
                 if client not in self.clients_of[bi]:
-                    raise ValueError(f"core at {broker} delivered to non-local client {client!r}")
+                    raise bad_action(broker, action, local_client=False)
                 msg = action.msg
                 self.deliveries.setdefault(msg.key, []).append(client)
+                self.last_delivery_s = now
                 sent = self.sent_at.get((MsgType.PUBLISH, msg.origin, msg.msg_id))
                 if sent is not None:
                     self.notification_delays.append(now - sent)
@@ -588,11 +629,14 @@ class _Sim:
                 self.seq += 1
                 heapq.heappush(self.heap, (now + action.delay_s, self.seq, _TIMER, bi, action.name))
             else:
-                raise TypeError(f"core at {broker} returned {action!r}, not an action")
+                raise bad_action(broker, action)
 
     def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
-        """Log ``msg`` leaving link ``lid``'s queue at ``t`` (and its loss on the wire)."""
-        assert self.log is not None  # departures are only logged, never simulated
+        """``msg`` leaves link ``lid``'s queue at ``t``: an IM (counted here, see
+        :mod:`nodes.hosting`), logged with its loss on the wire."""
+        self.ims[msg.type] += 1
+        if self.log is None:
+            return
         fields = message_fields(msg)
         broker, link = self.link_src_name[lid], self.link_dst_name[lid]
         self.log(broker, "send", t, link=link, **fields)
@@ -642,10 +686,13 @@ class _Sim:
             ),
         }
         tables: dict[str, list[int]] = {kind: [] for kind in TABLE_KINDS}
-        for c in self.cores:
-            sizes: Mapping[str, int] = c.table_sizes() if hasattr(c, "table_sizes") else {}
+        for bi, c in enumerate(self.cores):
+            sizes: Mapping[str, int] = c.table_sizes() if isinstance(c, HasTables) else {}
             for kind in TABLE_KINDS:
                 tables[kind].append(int(sizes.get(kind, 0)))
+            if self.logs is not None and self.log is not None and bi not in self.dead:
+                for kind, fields in final_records(c):
+                    self.logs.write(self.brokers[bi], "record", end_s, kind=kind, **fields)
         return SimResult(
             algorithm=self.algorithm,
             published=self.published,
@@ -658,6 +705,8 @@ class _Sim:
             events=events,
             end_s=end_s,
             counters={b: dict(c.counters()) for b, c in zip(self.brokers, self.cores, strict=True)
-                      if hasattr(c, "counters")},
+                      if isinstance(c, HasCounters)},
             matching_s=self.matching_s,
+            span_s=max(0.0, self.last_delivery_s - self.first_pub_s)
+            if self.last_delivery_s > self.first_pub_s else 0.0,
         )

@@ -36,7 +36,11 @@ kind, and per-broker routing-table sizes. Definitions:
     measured, never modelled: the emulated broker logs it as ``matching_ms`` on the
     message's ``recv`` record; the simulator times the same cores on its own machine and
     keeps the samples out of its logs (which must not depend on the machine);
-- ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables).
+- ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables);
+- ``ims_by_type``/``ims_total``: inter-broker messages, counted when they leave a
+  broker's output queue onto the wire (``send`` records; :mod:`nodes.hosting`), in both
+  runtimes;
+- ``duration_s``: from the first publication's send to the last notification's receipt.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.workload import ClientOp, Workload, expected_deliveries, stock_workload
 from nodes.core import RoutingCore
 from nodes.cores import make_core, overlay_params
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
 from nodes.sim import SimResult, simulate, summarize
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
+from nodes.workloads.stock import stock_workload
 from topologies.scot import scot_overlay
 
 Pairs = list[tuple[tuple[str, int], str]]

@@ -26,7 +26,7 @@ from analysis.pcap import (
     read_info,
 )
 from analysis.streams import Segment, decode_stream
-from experiments.capture import parse_tcpdump_stats, plan_capture
+from experiments.emulation.capture import parse_tcpdump_stats, plan_capture
 from experiments.spec import CaptureSpec, SpecError, parse_spec
 from nodes.frames import encode
 from nodes.messages import Message, MsgType

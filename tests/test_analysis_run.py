@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 
 from analysis.pipeline import run_analysis
 from analysis.session import spark_session
-from experiments.emulated import broker_phase
 from experiments.plan import build_workload
-from experiments.runner import run_experiment, spec_graph
+from experiments.runs.emulated import broker_phase
+from experiments.runs.testbed import run_experiment, spec_graph
 from experiments.spec import parse_spec
 
 pytestmark = pytest.mark.usefixtures("root")

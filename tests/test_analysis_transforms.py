@@ -18,7 +18,7 @@ from pyspark.testing import assertDataFrameEqual
 from analysis import transforms as T
 from analysis.pipeline import run_analysis
 from analysis.session import spark_session
-from experiments.bench_analysis import write_pcap
+from experiments.bench.analysis import write_pcap
 from nodes.frames import encode
 from nodes.messages import Message, MsgType
 from nodes.summary import percentile
@@ -234,7 +234,7 @@ def test_sources_report_damage_and_keep_the_rest(spark: SparkSession, tmp_path: 
 def test_job_on_a_simulated_run(spark: SparkSession, tmp_path: Path) -> None:
     """A simulated run has logs and no pcaps: metrics and report still come out, and the
     verdict says the wire side is missing instead of claiming agreement."""
-    from experiments.simrun import run_simulation
+    from experiments.runs.simulated import run_simulation
     from experiments.spec import load_spec
 
     spec = load_spec("flood-demo", ["workload.pubs_per_publisher=5"])

@@ -15,34 +15,36 @@ import networkx as nx
 import pytest
 
 from analysis.burst import burst_metrics, default_block_size, draw_burst
-from experiments.burst import HRP, HRP_SYMBOL, add_burst, burst_settings, clusters_of
-from experiments.plan import build_workload, overlay_links, workload_params
-from experiments.runner import spec_graph
-from experiments.simrun import run_simulation
+from experiments.plan import burst_settings, compile_plan, workload_params
+from experiments.runs.simulated import run_simulation
 from experiments.spec import Spec, SpecError, parse_spec
-from experiments.workload import Workload, expected_deliveries, workload_from_jsonl
 from nodes.messages import MsgType
 from nodes.model import filter_from_json
 from nodes.sim import SIM_EPOCH_S
+from nodes.workloads.burst import HRP, HRP_SYMBOL, add_burst, clusters_of
+from nodes.workloads.ops import Workload, workload_from_jsonl
+from nodes.workloads.oracle import expected_deliveries
 
 SMALL_SCOT = {"name": "scot", "params": {"tree": "a-b,b-c", "m": 3, "mode": "overlay"}}
 BURST = {"rate_hz": 1000, "count": 400, "start_s": 1.5, "n_subscribers": 7}
 
 
-def _spec(burst: Any = BURST, topology: dict | None = None, **workload: Any) -> Spec:
+def _spec(burst: Any = BURST, topology: dict | None = None, algorithm: str = "snr",
+          **workload: Any) -> Spec:
     return parse_spec({
         "name": "burst", "topology": topology or SMALL_SCOT, "seed": 5,
         "links": {"bw_mbps": 1, "delay_ms": 1},
         "workload": {"n_publishers": 2, "n_subscribers": 12, "pubs_per_publisher": 40,
                      "publish_rate_hz": 10, "selectivity": 0.2, **workload,
                      "burst": burst},
-        "routing": {"algorithms": ["snr"]},
+        "routing": {"algorithms": [algorithm]},
     })
 
 
 def _build(spec: Spec) -> tuple[Workload, nx.Graph]:
-    graph = spec_graph(spec)
-    return build_workload(spec, graph), graph
+    plan = compile_plan(spec)
+    assert plan.workload is not None
+    return plan.workload, plan.graph
 
 
 # ---- the workload ---------------------------------------------------------------------
@@ -58,7 +60,8 @@ def _hrp_subscribers(w: Workload) -> dict[str, str]:
 ])
 def test_placement_every_cluster_never_the_hrp_broker(topology: dict, n_subs: int,
                                                       n_clusters: int) -> None:
-    w, graph = _build(_spec({**BURST, "n_subscribers": n_subs}, topology))
+    # flood: the placement does not depend on the algorithm, and snr needs a SCOT.
+    w, graph = _build(_spec({**BURST, "n_subscribers": n_subs}, topology, "flood"))
     meta = w.meta["burst"]
     hrp_broker = w.clients[HRP]
     assert meta["broker"] == hrp_broker and meta["clusters"] == n_clusters
@@ -182,6 +185,8 @@ def test_burst_on_a_bulk_workload_is_refused() -> None:
 
 
 def test_a_cluster_with_only_the_hrp_broker_is_refused() -> None:
+    """add_burst is below the spec layer: it raises ValueError naming the field (the plan
+    turns that into a SpecError)."""
     spec = _spec(None)
     w, _ = _build(spec)
     g = nx.Graph()
@@ -189,7 +194,7 @@ def test_a_cluster_with_only_the_hrp_broker_is_refused() -> None:
     g.add_node("b0", cluster=0)
     g.add_node("a1", cluster=1)
     g.add_edges_from([("a0", "b0"), ("a0", "a1")])
-    with pytest.raises(SpecError, match=r"workload\.burst\.broker.*cluster 1"):
+    with pytest.raises(ValueError, match=r"workload\.burst\.broker.*cluster 1"):
         add_burst(w, g, {**burst_settings(BURST), "broker": "a1", "n_subscribers": 2},
                   seed=1)
 
@@ -199,7 +204,7 @@ def test_a_cluster_with_only_the_hrp_broker_is_refused() -> None:
 @pytest.fixture(scope="module")
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     spec = _spec()
-    run_dir, summaries = run_simulation(spec, tmp_path_factory.mktemp("runs"))
+    run_dir, summaries = run_simulation(compile_plan(spec), tmp_path_factory.mktemp("runs"))
     return run_dir, summaries
 
 
@@ -245,7 +250,7 @@ def test_metrics_match_a_hand_computation(sim_run: tuple[Path, dict[str, Any]]) 
     s = summaries["snr"]
     assert s["missing"] == 0 and s["duplicates"] == 0
     w = workload_from_jsonl(run_dir / "workload.jsonl")
-    graph = overlay_links(spec_graph(_spec()), _spec().links)
+    graph = compile_plan(_spec()).overlay
     hrp_broker = w.meta["burst"]["broker"]
     links = sorted(graph.neighbors(hrp_broker))
     m = s["burst"]
@@ -288,7 +293,7 @@ def test_metrics_read_t_s_logs_and_do_without_the_hrp_log(
     log the burst's span comes from the ``t_pub`` of its notifications."""
     run_dir, summaries = sim_run
     w = workload_from_jsonl(run_dir / "workload.jsonl")
-    graph = overlay_links(spec_graph(_spec()), _spec().links)
+    graph = compile_plan(_spec()).overlay
     copy = tmp_path / "snr"
     shutil.copytree(run_dir / "snr", copy)
     for path in copy.glob("*.jsonl"):
@@ -326,6 +331,6 @@ def test_figures_are_written(sim_run: tuple[Path, dict[str, Any]], tmp_path: Pat
 
 
 def test_runs_without_a_burst_have_no_burst_metrics(tmp_path: Path) -> None:
-    run_dir, summaries = run_simulation(_spec(None), tmp_path)
+    run_dir, summaries = run_simulation(compile_plan(_spec(None)), tmp_path)
     assert "burst" not in summaries["snr"]
     assert not list(run_dir.glob("fig-burst-*.png"))

@@ -23,15 +23,15 @@ import pytest
 
 from controller import LOG_FILE, PORT_STATS_FILE
 from controller.tables import MacTable, TokenBucket
-from experiments.bench_controller import (
+from experiments.bench.controller import (
     ping_rtts_ms,
     port_stats_accuracy,
     switch_counters,
 )
-from experiments.controller_proc import ControllerProcess, read_registry
-from experiments.doctor import probe
-from experiments.leftovers import STATE_DIR
-from experiments.network import Emulation
+from experiments.emulation.controller import ControllerProcess, read_registry
+from experiments.emulation.doctor import probe
+from experiments.emulation.leftovers import STATE_DIR
+from experiments.emulation.network import Emulation
 from experiments.spec import SpecError, load_spec, parse_spec
 from topologies.links import LinkParams
 from topologies.registry import build_graph

@@ -10,12 +10,12 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from experiments.workload import stock_workload
 from nodes.core import Arrived, Deliver, FromClient, LinkStats, LinkWindow, Record, Send
 from nodes.cores import CORES, make_core, overlay_params, spanning_tree_neighbours
 from nodes.cores.flood import FloodCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
+from nodes.workloads.stock import stock_workload
 
 REPO = Path(__file__).resolve().parent.parent
 FORBIDDEN = {"asyncio", "socket", "time", "random", "mininet", "os_ken"}

@@ -19,14 +19,15 @@ import networkx as nx
 import pytest
 from scot_cases import pairs, random_scot, small_workload
 
-from experiments.simrun import run_simulation
+from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
-from experiments.workload import ClientOp, Workload, expected_deliveries
 from nodes.core import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.idr import IdrCore
 from nodes.messages import Message, MsgType
 from nodes.sim import simulate, summarize
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
 from topologies.scot import scot_overlay
 
 NOTIFY = (MsgType.PUBLISH, MsgType.CIV_NOTIFY)

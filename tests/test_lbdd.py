@@ -15,12 +15,10 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-import networkx as nx
 import pytest
 
-from experiments.lbdd_run import bulk_plan, depth_sweep, run_bulk_simulation, simulate_round
-from experiments.plan import overlay_links, workload_params
-from experiments.runner import spec_graph
+from experiments.plan import bulk_plan, compile_plan, workload_params
+from experiments.runs.bulk.simulated import depth_sweep, run_bulk_simulation, simulate_round
 from experiments.spec import SpecError, load_spec, parse_spec
 from nodes.bulkdata import (
     FIRST_DATA_ID,
@@ -293,7 +291,7 @@ def _spec(**workload: object) -> dict:
 
 
 def test_every_subscriber_gets_every_slice_once_in_the_simulator(tmp_path: Path) -> None:
-    _, summaries = run_bulk_simulation(parse_spec(_spec()), tmp_path)
+    _, summaries = run_bulk_simulation(compile_plan(parse_spec(_spec())), tmp_path)
     for name, s in summaries.items():
         assert s["complete"] and s["missing"] == 0 and s["duplicates"] == 0, name
         assert s["n_slices"] == 64 and s["expected_deliveries"] == 11 * 64
@@ -315,7 +313,7 @@ def test_failure_in_the_simulator_is_detected_and_repaired(tmp_path: Path) -> No
     spec = parse_spec({**_spec(failure={"victim": "pc7", "at_s": 0.4, "algorithms": ["lbdd"]}),
                        "routing": {"algorithms": ["lbdd"],
                                    "params": {"heartbeat_s": 0.5, "timeout_s": 2.0}}})
-    _, summaries = run_bulk_simulation(spec, tmp_path)
+    _, summaries = run_bulk_simulation(compile_plan(spec), tmp_path)
     failure = summaries["lbdd"]["failure"]
     row = json.loads((tmp_path / next(tmp_path.iterdir()).name / "lbdd" / "failure"
                       / "summary.json").read_text())
@@ -336,13 +334,16 @@ def test_failure_in_the_simulator_is_detected_and_repaired(tmp_path: Path) -> No
 
 
 def test_simulated_rounds_are_deterministic() -> None:
-    spec = parse_spec(_spec(failure={"victim": "pc7", "at_s": 0.4}))
-    graph = spec_graph(spec)
-    names = brokers(graph)
-    plan = bulk_plan(spec, names)
-    overlay = overlay_links(graph, spec.links)
-    nx.set_node_attributes(overlay, 100.0, "nic_mbps")
-    runs = [simulate_round(overlay, plan, "lbdd", {"heartbeat_s": 0.5}, names[1:],
+    run_plan = compile_plan(parse_spec(_spec(failure={"victim": "pc7", "at_s": 0.4})))
+    names = brokers(run_plan.graph)
+    plan = run_plan.bulk
+    assert plan is not None and plan == bulk_plan(run_plan.spec, names,
+                                                  workload_params(run_plan.spec))
+    overlay = run_plan.overlay
+    # Switch mode: each broker's access link (the spec's 100 Mbit/s) is its NIC.
+    assert dict(overlay.nodes(data="nic_mbps")) == dict.fromkeys(names, 100.0)
+    alg = run_plan.algorithm("lbdd")
+    runs = [simulate_round(overlay, plan, "lbdd", alg.params, names[1:], derived=alg.derived,
                            kill_after_s=0.4) for _ in range(2)]
     assert runs[0].receipts == runs[1].receipts and runs[0].records == runs[1].records
     assert runs[0].data_sent == runs[1].data_sent and runs[0].receipts
@@ -354,7 +355,7 @@ def test_depth_sweep_rows(tmp_path: Path) -> None:
                        "workload": {"kind": "bulk", "sweep_nodes": [60, 120], "trials": 6,
                                     "start_s": 0.2},
                        "routing": {"algorithms": ["lbdd"], "params": {"heartbeat_s": 60.0}}})
-    summaries = depth_sweep(spec, workload_params(spec), 1000.0, tmp_path)
+    summaries = depth_sweep(compile_plan(spec), 1000.0, tmp_path)
     rows = summaries["lbdd"]["sweep"]
     assert [r["nodes"] for r in rows] == [60, 120]
     for r in rows:
@@ -392,7 +393,7 @@ def test_slices_are_seeded_and_checksums_see_every_byte() -> None:
 
 def test_bulk_specs_are_checked() -> None:
     spec = load_spec("lbdd-gigabit")
-    plan = bulk_plan(spec, [f"pc{i}" for i in range(1, 13)])
+    plan = bulk_plan(spec, [f"pc{i}" for i in range(1, 13)], workload_params(spec))
     assert (plan.publisher, plan.n_slices, plan.counts[-1]) == ("pc1", 512, 11)
     assert plan.others[:2] == ("pc2", "pc3")
     sweep = load_spec("lbdd-depth-sweep")
@@ -400,7 +401,8 @@ def test_bulk_specs_are_checked() -> None:
     with pytest.raises(SpecError, match="unknown field"):
         workload_params(parse_spec(_spec(n_publishers=3)))
     with pytest.raises(SpecError, match="failure"):
-        bulk_plan(parse_spec(_spec(failure={"victim": "pc7"})), [f"pc{i}" for i in range(1, 13)])
+        bad = parse_spec(_spec(failure={"victim": "pc7"}))
+        bulk_plan(bad, [f"pc{i}" for i in range(1, 13)], workload_params(bad))
 
 
 def _cli(*args: str) -> dict:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.lbdd_run import bulk_phase
-from experiments.runner import run_experiment
+from experiments.runs.bulk import bulk_phase
+from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.bulkdata import source_checksum
 

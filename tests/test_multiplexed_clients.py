@@ -18,13 +18,13 @@ import pytest
 from scot_cases import AGREE_SPEC, pairs
 from test_broker import NOTIFICATION, REPO, SUBSCRIPTION, free_port
 
-from experiments.emulated import broker_phase, client_receipts
 from experiments.plan import build_workload
-from experiments.runner import run_experiment, spec_graph
+from experiments.runs.emulated import broker_phase, client_receipts
+from experiments.runs.testbed import run_experiment, spec_graph
 from experiments.spec import parse_spec
-from experiments.workload import expected_deliveries
 from nodes.broker import wait_until_ready
 from nodes.client import read_group_status
+from nodes.workloads.oracle import expected_deliveries
 
 
 def run_client_process(config: dict[str, Any], path: Path, timeout_s: float = 20.0

@@ -19,16 +19,16 @@ from scot_cases import (
     small_workload,
 )
 
-from experiments.plan import build_workload, overlay_links
-from experiments.runner import spec_graph
+from experiments.plan import compile_plan, overlay_edges
 from experiments.spec import load_spec
-from experiments.workload import expected_deliveries, stock_workload
 from nodes.core import Arrived, Deliver, FromClient, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
 from nodes.sim import simulate, summarize
+from nodes.workloads.oracle import expected_deliveries
+from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams
 from topologies.scot import scot_overlay, scot_paper_graph
 
@@ -102,7 +102,7 @@ def test_withdrawals_racing_their_own_spread_leave_nothing(seed: int) -> None:
 def paper_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The 70-broker paper SCOT with 40 publishers and 120 subscribers, logs kept."""
     link = LinkParams(bw_mbps=100.0, delay_ms=1.0)
-    overlay = overlay_links(scot_paper_graph(params=link), link)
+    overlay, _ = overlay_edges(scot_paper_graph(params=link), netem=True)
     w = stock_workload(sorted(overlay.nodes), n_publishers=40, n_subscribers=120,
                        pubs_per_publisher=3, publish_rate_hz=10.0, seed=5, selectivity=0.02,
                        advertise_spread_s=0.3)
@@ -244,13 +244,15 @@ def test_params_come_from_a_scot_and_are_checked() -> None:
 
 def _spec_summaries(name: str, *overrides: str) -> dict[str, dict[str, Any]]:
     """Simulate a shipped spec (no logs) with both algorithms; summaries by algorithm."""
-    spec = load_spec(name, list(overrides))
-    graph = spec_graph(spec)
-    w = build_workload(spec, graph)
-    overlay = overlay_links(graph, spec.links)
+    plan = compile_plan(load_spec(name, list(overrides)))
+    w = plan.workload
+    assert w is not None
     expected = expected_deliveries(w)
-    return {a: summarize(simulate(overlay, w, a, seed=spec.seed, log_messages=False), expected)
-            for a in spec.routing.algorithms}
+    return {a.name: summarize(simulate(plan.overlay, w, a.name, dict(a.params),
+                                       derived=a.derived, seed=plan.spec.seed,
+                                       window_ms=plan.window_ms, log_messages=False),
+                              expected)
+            for a in plan.algorithms}
 
 
 def test_shipped_publisher_spec_shows_the_papers_directions() -> None:

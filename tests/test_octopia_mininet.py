@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from scot_cases import AGREE_SPEC, pairs
 
-from experiments.emulated import broker_phase, client_receipts
 from experiments.plan import build_workload, overlay_links
-from experiments.runner import run_experiment, spec_graph
+from experiments.runs.emulated import broker_phase, client_receipts
+from experiments.runs.testbed import run_experiment, spec_graph
 from experiments.spec import parse_spec
-from experiments.workload import expected_deliveries
 from nodes.sim import simulate, summarize
+from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.usefixtures("root")
 

@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 from scot_cases import AGREE_SPEC, pairs
 
-from experiments.doctor import probe
-from experiments.emulated import (
+from experiments.emulation.doctor import probe
+from experiments.emulation.leftovers import STATE_DIR, root_interfaces
+from experiments.emulation.network import Emulation
+from experiments.plan import build_workload, overlay_links
+from experiments.runs.emulated import (
     BrokerRun,
     broker_configs,
     broker_phase,
     client_receipts,
 )
-from experiments.leftovers import STATE_DIR, root_interfaces
-from experiments.network import Emulation
-from experiments.plan import build_workload, overlay_links
-from experiments.runner import run_experiment, spec_graph
+from experiments.runs.testbed import run_experiment, spec_graph
 from experiments.spec import parse_spec
-from experiments.workload import expected_deliveries
 from nodes.sim import simulate, summarize
+from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.usefixtures("root")
 

@@ -1,4 +1,4 @@
-"""A spec's scheduled link changes (experiments.throttle.ScheduledRates), without a
+"""A spec's scheduled link changes (experiments.emulation.throttle.ScheduledRates), without a
 network: the tc calls are recorded instead of run. Changes fire at their times, in
 schedule order; a failing change is reported, not fatal to the timer; stop() restores
 every link it touched, even one whose change failed half-way, and a failing restore is
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from experiments import throttle
+from experiments.emulation import throttle
 from experiments.spec import LinkChange
 
 

@@ -11,14 +11,7 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from experiments import bench_sim
-from experiments.workload import (
-    STOCK_SCHEMA,
-    ClientOp,
-    Workload,
-    expected_deliveries,
-    stock_workload,
-)
+from experiments.bench import sim as bench_sim
 from nodes.core import (
     Action,
     Arrived,
@@ -36,6 +29,9 @@ from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
 from nodes.sim import SIM_EPOCH_S, simulate, summarize
 from nodes.summary import build_summary, delay_stats_ms
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
+from nodes.workloads.stock import STOCK_SCHEMA, stock_workload
 
 LINK = {"bw_mbps": 10.0, "delay_ms": 2.0}
 

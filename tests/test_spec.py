@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.leftovers import STATE_DIR
+from experiments.emulation.leftovers import STATE_DIR
 from experiments.spec import SpecError, load_spec, parse_spec
 
 GOOD = {
@@ -38,7 +38,7 @@ def test_good_spec_parses_into_frozen_objects() -> None:
 
 
 def test_shipped_specs_all_load() -> None:
-    from experiments.runner import spec_graph
+    from experiments.runs.testbed import spec_graph
 
     shipped = sorted(Path("experiments/specs").glob("*.yaml"))
     assert shipped
@@ -113,7 +113,7 @@ def test_set_override_reaches_the_spec() -> None:
 
 
 def test_link_schedule_names_overlay_links() -> None:
-    from experiments.runner import spec_graph
+    from experiments.runs.testbed import spec_graph
 
     spec = load_spec("demo")
     assert [(c.at_s, c.a, c.b, c.bw_mbps) for c in spec.link_schedule] == [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.leftovers import STATE_DIR, ovs_bridges, root_interfaces
-from experiments.runner import run_experiment, spec_graph
+from experiments.emulation.leftovers import STATE_DIR, ovs_bridges, root_interfaces
+from experiments.runs.testbed import run_experiment, spec_graph
 from experiments.spec import load_spec
 
 pytestmark = pytest.mark.usefixtures("root")

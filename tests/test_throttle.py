@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from experiments.doctor import probe
-from experiments.fidelity import iperf_pair
-from experiments.network import Emulation
+from experiments.emulation.doctor import probe
+from experiments.emulation.fidelity import iperf_pair
+from experiments.emulation.network import Emulation
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 

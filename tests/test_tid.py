@@ -19,13 +19,14 @@ from scot_cases import (
     small_workload,
 )
 
-from experiments.plan import overlay_links
-from experiments.workload import expected_deliveries, stock_workload
+from experiments.plan import overlay_edges
 from nodes.core import Arrived, FromClient, Send
 from nodes.cores.tid import TidCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
 from nodes.sim import summarize
+from nodes.workloads.oracle import expected_deliveries
+from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams
 from topologies.scot import scot_paper_graph
 
@@ -111,7 +112,7 @@ def test_withdrawals_racing_the_flood_leave_nothing(seed: int) -> None:
 
 def test_paper_scot_advertisements_reach_every_broker_subscriptions_follow_trees() -> None:
     link = LinkParams(bw_mbps=100.0, delay_ms=1.0)
-    overlay = overlay_links(scot_paper_graph(params=link), link)
+    overlay, _ = overlay_edges(scot_paper_graph(params=link), netem=True)
     w = stock_workload(sorted(overlay.nodes), n_publishers=30, n_subscribers=60,
                        pubs_per_publisher=3, publish_rate_hz=10.0, seed=5, selectivity=0.02,
                        advertise_spread_s=0.3)

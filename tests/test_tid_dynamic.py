@@ -28,7 +28,6 @@ import networkx as nx
 import pytest
 from scot_cases import check_oracle_run, pairs, random_scot, small_workload
 
-from experiments.workload import ClientOp, Workload, expected_deliveries
 from nodes.core import (
     Action,
     Arrived,
@@ -45,6 +44,8 @@ from nodes.cores import make_core
 from nodes.cores.tid import TidDynamicCore
 from nodes.messages import Message, MsgType
 from nodes.sim import SimResult, simulate, summarize
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
 
 OVER = LinkWindow(count_in=2, count_out=1, queue_len=30)  # CE 2 and a long queue: overloaded
 FREE = LinkWindow(count_in=1, count_out=1, queue_len=0)

@@ -1,11 +1,14 @@
-"""Pure graph builders of topologies/: no root, no Mininet."""
+"""Pure graph builders of topologies/ and the package's import structure: no root, no
+Mininet."""
 
 from __future__ import annotations
 
+import ast
 import ipaddress
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -430,3 +433,83 @@ def test_describe_switch_mode_lists_overlay_and_physical_links() -> None:
     o = describe(build_graph("scot-paper", {}, LinkParams(bw_mbps=50, delay_ms=3)))
     assert {(link["type"], link["bw_mbps"], link["delay_ms"], link["physical"])
             for link in o["links"]} == {("aLink", 50, 3, True), ("iLink", 50, 3, True)}
+
+
+# -- import structure -------------------------------------------------------------------
+
+TOPOLOGIES_DIR = Path(__file__).resolve().parents[1] / "topologies"
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def import_graph(package_dir: Path, package: str) -> nx.DiGraph:
+    """Module -> what it imports, for the modules of one flat package: edges to its own
+    modules, and to the top-level name of anything else (``networkx``, ``mininet``).
+
+    Every ``import``/``from`` statement counts, at module level or inside a function (a
+    lazy import only hides a cycle until that function runs); those under
+    ``if TYPE_CHECKING:`` do not, as they never run.
+    """
+    modules = {package if p.stem == "__init__" else f"{package}.{p.stem}": p
+               for p in sorted(package_dir.glob("*.py"))}
+    g = nx.DiGraph()
+    g.add_nodes_from(modules)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and _is_type_checking(node.test)
+                   for stmt in node.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level == 1:  # relative; every module here sits in the package itself
+                    base = f"{package}.{base}" if base else package
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            for target in targets:
+                own = target
+                while own and own not in modules:
+                    own = own.rpartition(".")[0]
+                target = own or target.partition(".")[0]
+                if target and target != name:
+                    g.add_edge(name, target)
+    return g
+
+
+def test_import_graph_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from pkg.c import C\n"
+                              "def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text("import pkg.a\nfrom . import c\nimport os.path\n")
+    (pkg / "c.py").write_text("from pkg import b\n")
+    g = import_graph(pkg, "pkg")
+    assert set(g.edges) == {("pkg.a", "typing"), ("pkg.a", "pkg.b"), ("pkg.b", "pkg.a"),
+                            ("pkg.b", "pkg.c"), ("pkg.b", "os"), ("pkg.c", "pkg.b")}
+
+
+def test_no_import_cycle_among_topologies_modules() -> None:
+    g = import_graph(TOPOLOGIES_DIR, "topologies")
+    assert {"topologies.scot", "topologies.registry", "topologies.mininet_topo",
+            "topologies.custom"} <= set(g)
+    # the walk sees the imports that once closed the circle
+    assert {("topologies.custom", "topologies.mininet_topo"),
+            ("topologies.mininet_topo", "topologies.registry"),
+            ("topologies.registry", "topologies.scot")} <= set(g.edges)
+    cycles = [" -> ".join([*c, c[0]]) for c in nx.simple_cycles(g)]
+    assert cycles == [], f"import cycles: {'; '.join(cycles)}"
+    # the graph builders stay pure: nothing they import reaches Mininet
+    for builder in ("topologies.scot", "topologies.gigabit_cluster",
+                    "topologies.compute_nodes", "topologies.registry"):
+        assert "mininet" not in nx.descendants(g, builder), builder
+    assert "mininet" in nx.descendants(g, "topologies.custom")

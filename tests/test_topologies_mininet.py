@@ -3,16 +3,19 @@ system Python, as /usr/bin/mn runs it) and one real network (root)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from mininet.link import TCIntf
 
-from topologies.graph import intf_name, link_ports
+from topologies import custom, mininet_topo
+from topologies.graph import brokers, intf_name, link_ports
 from topologies.links import LinkParams
 from topologies.mininet_topo import (
     GigabitClusterTopo,
@@ -24,7 +27,7 @@ from topologies.mininet_topo import (
     ScotTopo,
     link_opts,
 )
-from topologies.registry import TOPOLOGIES, build_graph, describe
+from topologies.registry import TOPOLOGIES, build_graph, describe, parameters
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -123,15 +126,15 @@ MN_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_mn_custom_files_load_like_mn_does(tmp_path: Path) -> None:
+def test_mn_custom_file_loads_like_mn_does(tmp_path: Path) -> None:
     assert os.path.exists(MN), "Debian's Mininet is missing: run `sudo make setup`"
     script = tmp_path / "as_mn.py"  # not run from the repo: sys.path[0] is tmp_path
     script.write_text(MN_SCRIPT)
     custom = {
-        "topologies/scot.py": ["scot", "scot,tree=f-g+g-h+h-i,m=3,mode=switch,bw_mbps=100",
-                               "scot-paper", "scot-paper,hang=1+1+1+1,m=2,netem=0"],
-        "topologies/gigabit_cluster.py": ["gigabit-cluster,paper_ips=1"],
-        "topologies/compute_nodes.py": ["scot-compute-nodes,uplink_mbps=10000"],
+        "topologies/custom.py": ["scot", "scot,tree=f-g+g-h+h-i,m=3,mode=switch,bw_mbps=100",
+                                 "scot-paper", "scot-paper,hang=1+1+1+1,m=2,netem=0",
+                                 "gigabit-cluster,paper_ips=1",
+                                 "scot-compute-nodes,uplink_mbps=10000"],
     }
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     res = subprocess.run([SYSTEM_PYTHON, str(script), MN, json.dumps(custom)], cwd=REPO,
@@ -147,6 +150,51 @@ def test_mn_custom_files_load_like_mn_does(tmp_path: Path) -> None:
         "gigabit-cluster,paper_ips=1": [12, 1, 12],
         "scot-compute-nodes,uplink_mbps=10000": [70, 7, 76],
     }
+
+
+def test_custom_topos_cover_every_topo_class() -> None:
+    """``topos`` of the mn entry file names each ``mn --topo`` class by its registry name;
+    each takes that topology's parameters plus the link keywords and builds its graph."""
+    classes = {c for c in vars(mininet_topo).values()
+               if isinstance(c, type) and issubclass(c, GraphTopo) and c is not GraphTopo}
+    assert set(custom.topos.values()) == classes
+    assert set(custom.topos) <= set(TOPOLOGIES)
+    link = {"bw_mbps", "delay_ms", "loss_pct", "max_queue_pkts", "netem"}
+    for name, cls in custom.topos.items():
+        keywords = set(inspect.signature(cls.build).parameters) - {"self"}
+        assert keywords == set(parameters(name)) | link, name
+        g = build_graph(name, {})
+        topo = cls()
+        assert set(topo.hosts()) == set(brokers(g)), name
+        assert len(topo.links()) == g.number_of_edges(), name
+
+
+# Each module of topologies/ imported first: before each import every topologies module
+# is forgotten (third-party ones stay loaded, which keeps it to one interpreter).
+IMPORT_EACH_FIRST = textwrap.dedent("""
+    import importlib, json, sys
+    failed = {}
+    for name in sys.argv[1:]:
+        for loaded in [m for m in sys.modules if m.split(".")[0] == "topologies"]:
+            del sys.modules[loaded]
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(failed))
+""")
+
+
+def test_every_topologies_module_imports_first() -> None:
+    """An import cycle shows at run time (``partially initialized module``) only when the
+    wrong module of the circle is imported first: import each module first."""
+    names = sorted("topologies" if p.stem == "__init__" else f"topologies.{p.stem}"
+                   for p in (REPO / "topologies").glob("*.py"))
+    assert "topologies.custom" in names and "topologies.mininet_topo" in names
+    res = subprocess.run([sys.executable, "-c", IMPORT_EACH_FIRST, *names], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {}
 
 
 def test_same_graphs_with_the_system_networkx() -> None:

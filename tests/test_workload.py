@@ -9,19 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments.workload import (
-    MEGHDOOT_TEMPLATES,
-    N_SYMBOLS,
-    STOCK_SCHEMA,
-    ClientOp,
-    Workload,
-    expected_deliveries,
-    stock_workload,
-    workload_from_jsonl,
-    workload_to_jsonl,
-)
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches, overlaps
+from nodes.workloads.ops import ClientOp, Workload, workload_from_jsonl, workload_to_jsonl
+from nodes.workloads.oracle import expected_deliveries
+from nodes.workloads.stock import MEGHDOOT_TEMPLATES, N_SYMBOLS, STOCK_SCHEMA, stock_workload
 
 BROKERS = [f"b{i}" for i in range(6)]
 MODERATE = {

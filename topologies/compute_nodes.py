@@ -14,20 +14,12 @@ first. A SCOT region is a K_m clique, so fewer than m compute nodes is impossibl
 refused up front with the clique named. Compute nodes are numbered in order of first use
 by the brokers.
 
-``sudo mn --custom topologies/compute_nodes.py --topo scot-compute-nodes``
+Under Mininet: ``sudo mn --custom topologies/custom.py --topo scot-compute-nodes``
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import sys
 from collections.abc import Sequence
-from typing import Any
-
-if "__file__" not in globals():  # exec'ed by `mn --custom`, which sets no __file__
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-        inspect.currentframe().f_code.co_filename))))
 
 import networkx as nx
 
@@ -147,14 +139,3 @@ def placement_ok(g: nx.Graph) -> bool:
     compute = {b: g.nodes[b]["compute"] for b in brokers(g)}
     return (all(c is not None for c in compute.values())
             and all(compute[u] != compute[v] for u, v in overlay_of(g).edges))
-
-
-def scot_compute_nodes_topo(*args: Any, **kwargs: Any) -> Any:
-    """``mn --topo scot-compute-nodes,...``: a
-    :class:`~topologies.mininet_topo.ScotComputeNodesTopo`."""
-    from topologies.mininet_topo import ScotComputeNodesTopo
-
-    return ScotComputeNodesTopo(*args, **kwargs)
-
-
-topos = {"scot-compute-nodes": scot_compute_nodes_topo}

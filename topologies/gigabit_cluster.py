@@ -9,19 +9,10 @@ non-blocking gigabit fabric), with 1000 Mbit/s access links by default. Hosts ar
 Every PC can reach every other directly, so the overlay (``graph['overlay']``) is the
 complete graph on the PCs, typed 'overlay'.
 
-``sudo mn --custom topologies/gigabit_cluster.py --topo gigabit-cluster,paper_ips=1``
+Under Mininet: ``sudo mn --custom topologies/custom.py --topo gigabit-cluster,paper_ips=1``
 """
 
 from __future__ import annotations
-
-import inspect
-import os
-import sys
-from typing import Any
-
-if "__file__" not in globals():  # exec'ed by `mn --custom`, which sets no __file__
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-        inspect.currentframe().f_code.co_filename))))
 
 import networkx as nx
 
@@ -53,14 +44,3 @@ def gigabit_cluster_graph(n: int = PAPER_N, *, paper_ips: bool = False,
                                 addresses=addresses)
     g.graph["notes"].append("the paper's two gigabit switches are emulated as one switch s1")
     return g
-
-
-def gigabit_cluster_topo(*args: Any, **kwargs: Any) -> Any:
-    """``mn --topo gigabit-cluster,...``: a
-    :class:`~topologies.mininet_topo.GigabitClusterTopo`."""
-    from topologies.mininet_topo import GigabitClusterTopo
-
-    return GigabitClusterTopo(*args, **kwargs)
-
-
-topos = {"gigabit-cluster": gigabit_cluster_topo}

@@ -1,6 +1,7 @@
 """Mininet layer: a ``Topo`` from any topology graph, and the link class it needs.
 
-Only this module imports Mininet, so the pure builders import (and test) without it.
+Only this module imports Mininet (and :mod:`topologies.custom`, the ``mn`` entry file,
+imports it), so the pure builders import (and test) without it.
 
 - :class:`GraphTopo` adds every node and link of a graph (see :mod:`topologies.graph`):
   hosts with their main address, switches with explicit datapath ids (``cn1`` and ``s1``
@@ -12,13 +13,14 @@ Only this module imports Mininet, so the pure builders import (and test) without
   Delay, loss and the queue limit are passed only with ``netem=True``: Mininet implements
   all three with netem (the queue limit is netem's ``limit``), which some kernels lack;
   the runner decides and carries them otherwise.
-- The ``mn --topo`` classes (:class:`ScotTopo`, ...) take the registry's parameters plus
-  ``bw_mbps``, ``delay_ms``, ``loss_pct``, ``max_queue_pkts`` (which replace the
-  topology's default link parameters as a whole) and ``netem`` (default true under mn:
-  there Mininet applies everything, as its users expect). Keywords left out take the
-  registry's defaults. Example::
+- The ``mn --topo`` classes (:class:`ScotTopo`, ...), which :mod:`topologies.custom`
+  lists in ``topos`` for ``mn``, take the registry's parameters plus ``bw_mbps``,
+  ``delay_ms``, ``loss_pct``, ``max_queue_pkts`` (which replace the topology's default
+  link parameters as a whole) and ``netem`` (default true under mn: there Mininet applies
+  everything, as its users expect). Keywords left out take the registry's defaults; ``mn``
+  passes numbers as numbers and everything else as text. Example::
 
-      sudo mn --custom topologies/scot.py --topo scot,tree=f-g+g-h,m=3,mode=switch \\
+      sudo mn --custom topologies/custom.py --topo scot,tree=f-g+g-h,m=3,mode=switch \\
           --switch lxbr --controller none --test pingall
 
   Beware: when building the topology fails (a bad keyword), ``mn`` runs its full cleanup,

@@ -16,24 +16,15 @@ Our readings and choices:
   ten edge brokers hung on it 3, 2, 2, 3 (``hang``), labelled with the other letters in
   alphabetical order (a, b, c on f; d, e on g; j, k on h; l, m, n on i).
 
-``topos`` below makes this file a Mininet custom file:
-``sudo mn --custom topologies/scot.py --topo scot,tree=a-b+b-c,m=3`` (edges separated by
-'+' because mn splits on ','); see :mod:`topologies.mininet_topo` for the keywords.
+Under Mininet: ``sudo mn --custom topologies/custom.py --topo scot,tree=a-b+b-c,m=3``
+(edges separated by '+' because mn splits on ','); see :mod:`topologies.custom`.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
-from typing import Any
-
-if "__file__" not in globals():  # exec'ed by `mn --custom`, which sets no __file__
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-        inspect.currentframe().f_code.co_filename))))
 
 import networkx as nx
 
@@ -163,20 +154,3 @@ def scot_paper_graph(hang: Sequence[int] = PAPER_HANG, m: int = PAPER_M, *,
         f"Ta read as the path f-g-h-i with {'/'.join(map(str, hang))} edge brokers hung on "
         f"it (the paper's figure of Ta is not in its text)")
     return g
-
-
-def scot_topo(*args: Any, **kwargs: Any) -> Any:
-    """``mn --topo scot,...``: a :class:`~topologies.mininet_topo.ScotTopo`."""
-    from topologies.mininet_topo import ScotTopo
-
-    return ScotTopo(*args, **kwargs)
-
-
-def scot_paper_topo(*args: Any, **kwargs: Any) -> Any:
-    """``mn --topo scot-paper,...``: a :class:`~topologies.mininet_topo.ScotPaperTopo`."""
-    from topologies.mininet_topo import ScotPaperTopo
-
-    return ScotPaperTopo(*args, **kwargs)
-
-
-topos = {"scot": scot_topo, "scot-paper": scot_paper_topo}

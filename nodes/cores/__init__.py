@@ -1,9 +1,11 @@
 """Routing cores: pure state machines, one per broker, hosted by either runtime.
 
-``CORES`` maps an algorithm name to its factory ``(broker, neighbours, params) -> core``.
-Some cores need figures derived from the whole overlay (a spanning tree, SCOT clusters);
-``OVERLAY_PARAMS`` maps such a core's name to a pure function from the overlay graph to
-per-broker params, which the host merges under its own params (the host's win). The
+``CORES`` maps an algorithm name to its :class:`CoreInfo`: the factory ``(broker,
+neighbours, params) -> core``, the params a spec may set (:mod:`nodes.cores.params`), the
+workload kind it serves (``stock`` notifications or ``bulk`` data), and, for cores that
+need figures derived from the whole overlay (a spanning tree, SCOT clusters), a pure
+function from the overlay graph to per-broker params. Derived and declared params never
+share a key (a spec cannot set a derived one), so merging them is a plain union. The
 overlay is an ``nx.Graph`` over broker names carrying the topology contract's attributes
 (:mod:`topologies.graph`): nodes ``cluster``, ``region``, ``role``; edges ``type``
 (``aLink`` | ``iLink`` | ``overlay``). Derived params must be JSON-able: the emulated
@@ -22,65 +24,78 @@ bulk-data agents ``lbdd`` (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
 from nodes.cores import flood, idr, lbdd, octopia, p2p, tid
-from nodes.cores.dissemination import agent_ips
+from nodes.cores.congestion import LST_PARAMS
+from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
+from nodes.cores.params import Param, resolve_params
 
 if TYPE_CHECKING:  # annotations only: cores read the graph, they never build one
     import networkx as nx
 
 CoreFactory = Callable[[str, Sequence[str], Mapping[str, Any]], RoutingCore]
 OverlayParams = Callable[["nx.Graph"], dict[str, dict[str, Any]]]
+WorkloadKind = Literal["stock", "bulk"]
 
-CORES: dict[str, CoreFactory] = {
-    "flood": flood.FloodCore,
-    "snr": octopia.OctopiaCore,
-    "idr": idr.IdrCore,
-    "tid-static": tid.TidCore,
-    "tid-dynamic": tid.TidDynamicCore,
-    "lbdd": lbdd.LbddCore,
-    "p2p": p2p.P2PCore,
-    "p2p-parallel": p2p.P2PParallelCore,
-}
-OVERLAY_PARAMS: dict[str, OverlayParams] = {
-    "flood": flood.overlay_params,
-    "snr": octopia.overlay_params,
-    "idr": octopia.overlay_params,
-    "lbdd": agent_ips,
-    "p2p": agent_ips,
-    "p2p-parallel": agent_ips,
+
+@dataclass(frozen=True)
+class CoreInfo:
+    """What the registry knows of one core (see the module docstring)."""
+
+    factory: CoreFactory
+    params: tuple[Param, ...] = ()
+    workload: WorkloadKind = "stock"
+    derive: OverlayParams | None = None
+
+
+CORES: dict[str, CoreInfo] = {
+    "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
+    "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
+    "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
+    "tid-static": CoreInfo(tid.TidCore),
+    "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
+    "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),
+                     "bulk", agent_ips),
+    "p2p": CoreInfo(p2p.P2PCore, agent_params(p2p.P2PCore.default_window_slices),
+                    "bulk", agent_ips),
+    "p2p-parallel": CoreInfo(p2p.P2PParallelCore,
+                             agent_params(p2p.P2PParallelCore.default_window_slices),
+                             "bulk", agent_ips),
 }
 
 __all__ = [
     "CORES",
-    "OVERLAY_PARAMS",
     "CoreFactory",
+    "CoreInfo",
     "OverlayParams",
+    "core_info",
     "make_core",
     "overlay_params",
+    "resolve_params",
     "spanning_tree_neighbours",
 ]
 
 
-def _check(name: str) -> None:
+def core_info(name: str) -> CoreInfo:
+    """The registry entry of ``name``; ValueError names the allowed cores."""
     if name not in CORES:
         raise ValueError(f"unknown routing core {name!r}; allowed: {', '.join(sorted(CORES))}")
+    return CORES[name]
 
 
 def make_core(
     name: str, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]
 ) -> RoutingCore:
     """Build core ``name`` for ``broker``; ValueError names the allowed cores."""
-    _check(name)
-    return CORES[name](broker, neighbours, params)
+    return core_info(name).factory(broker, neighbours, params)
 
 
 def overlay_params(name: str, overlay: nx.Graph) -> dict[str, dict[str, Any]]:
     """Per-broker params core ``name`` derives from the overlay graph (empty if it needs
     none); ValueError when the overlay lacks what the core needs (SCOT clusters, ...)."""
-    _check(name)
-    derive = OVERLAY_PARAMS.get(name)
+    derive = core_info(name).derive
     return derive(overlay) if derive is not None else {}

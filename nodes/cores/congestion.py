@@ -27,9 +27,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.core import LinkWindow, Record
+from nodes.cores.params import Param
 
 DEFAULT_THETA = 10
 DEFAULT_CE_MIN = 1.0
+# The LST's settings, declared by every core that keeps one (idr, tid-dynamic).
+LST_PARAMS = (
+    Param("theta", "int", DEFAULT_THETA, "messages",
+          "queue length above which a link with CE > ce_min is overloaded (OctopiA's θ)",
+          minimum=0),
+    Param("ce_min", "float", DEFAULT_CE_MIN, "",
+          "congestion element (in/out per window) a link must exceed to be overloaded",
+          minimum=1e-9),
+)
 
 
 def congestion_element(w: LinkWindow) -> float:

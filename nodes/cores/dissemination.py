@@ -72,6 +72,7 @@ from nodes.core import (
     TimerFired,
 )
 from nodes.cores.actions import unhandled
+from nodes.cores.params import Param
 from nodes.messages import Message, MsgType
 
 if TYPE_CHECKING:  # annotations only: agents read the overlay, they never build one
@@ -134,6 +135,21 @@ def _number(params: Mapping[str, Any], key: str, default: float, lo: float) -> f
     return float(value)
 
 
+def agent_params(window_slices: int) -> tuple[Param, ...]:
+    """The settings of a dissemination agent whose sender window defaults to
+    ``window_slices`` (LBDD 8 per child, point-to-point 1)."""
+    return (
+        Param("heartbeat_s", "float", 0.5, "s", "interval between heartbeats", minimum=1e-3),
+        Param("timeout_s", "float", None, "s",
+              "silence after which a member is declared dead (null: 4 x heartbeat_s)",
+              minimum=1e-3),
+        Param("window_slices", "int", window_slices, "slices",
+              "unacknowledged slices a sender keeps in flight", minimum=1),
+        Param("path_update_s", "float", 0.0, "s",
+              "delay before a membership change rebuilds the buckets", minimum=0),
+    )
+
+
 class DisseminationAgent:
     """One agent; subclasses name the tree and the pacing (see the module docstring).
 
@@ -154,7 +170,9 @@ class DisseminationAgent:
                              "(the agent's address; see nodes.cores.overlay_params)")
         self.ip = ip
         self.heartbeat_s = _number(params, "heartbeat_s", 0.5, 1e-3)
-        self.timeout_s = _number(params, "timeout_s", 4 * self.heartbeat_s, self.heartbeat_s)
+        timeout_s = params.get("timeout_s")
+        self.timeout_s = (4 * self.heartbeat_s if timeout_s is None
+                          else _number(params, "timeout_s", timeout_s, self.heartbeat_s))
         self.window_slices = int(_number(params, "window_slices", self.default_window_slices, 1))
         self.path_update_s = _number(params, "path_update_s", 0.0, 0.0)
         self._pubs: set[str] = set()

@@ -56,7 +56,7 @@ class FloodCore:
             raise ValueError(f"flood core at {broker}: tree neighbours {stray} are not neighbours")
         self.tree_neighbours = tree
         # Subscription ids are the SUBSCRIBE message's (client, msg_id), as in the oracle
-        # (experiments.workload.expected_deliveries): unique system-wide.
+        # (nodes.workloads.oracle.expected_deliveries): unique system-wide.
         self._index = SubscriptionIndex()
 
     def table_sizes(self) -> dict[str, int]:

@@ -75,7 +75,8 @@ from typing import Any
 
 from nodes.core import Action, Arrived, Event, FromClient, LinkStats, Record, Send
 from nodes.cores.actions import fan_out, unhandled
-from nodes.cores.congestion import LinkStatusTable
+from nodes.cores.congestion import LST_PARAMS, LinkStatusTable
+from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, filter_from_json, matches, overlaps
@@ -340,6 +341,11 @@ class TidCore:
 
 
 DEFAULT_MAX_REROUTES = 2
+DYNAMIC_PARAMS = (
+    *LST_PARAMS,
+    Param("max_reroutes", "int", DEFAULT_MAX_REROUTES, "hops",
+          "how many times one notification may be sent over another last hop", minimum=0),
+)
 
 Alternative = tuple[str, Tid]  # (the neighbour a rerouted copy goes to, the TID it is tagged with)
 

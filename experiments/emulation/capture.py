@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from analysis.pcap import PcapError, count_records
-from experiments.network import Emulation
+from experiments.emulation.network import Emulation
 from experiments.spec import CaptureSpec, SpecError
 
 READY_TIMEOUT_S = 10.0

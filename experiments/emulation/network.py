@@ -2,7 +2,7 @@
 
 :class:`Emulation` owns everything a run creates on the machine: the Mininet network, the
 processes started on its hosts, and the state file that lets a later run undo a crash
-(:mod:`experiments.leftovers`). ``stop()`` is idempotent and is called from ``finally``.
+(:mod:`experiments.emulation.leftovers`). ``stop()`` is idempotent and is called from ``finally``.
 
 Mechanisms (chosen from the capability probe and written to the manifest):
 - bandwidth: HTB via Mininet's TCLink (the limit raised above Mininet's 1000 Mbit/s cap
@@ -15,7 +15,7 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   datapath when there is no kernel module, with checksum offload switched off on every
   interface, without which TCP over veth hangs);
 - controller: none by default (OVS in standalone fail mode learns by itself); with a
-  :class:`~experiments.controller_proc.ControllerProcess`, the controller is started
+  :class:`~experiments.emulation.controller.ControllerProcess`, the controller is started
   before the network and every OVS switch connects to it (OpenFlow 1.3, fail mode
   secure, so a switch never forwards behind the controller's back), and the network
   counts as up only once every switch has connected.
@@ -33,31 +33,16 @@ from typing import IO, Any
 
 import networkx as nx
 
-from experiments.controller_proc import ControllerProcess
-from experiments.leftovers import STATE_DIR, RunState, remove_network_leftovers, sweep_stale
+from experiments.emulation.controller import ControllerProcess
+from experiments.emulation.leftovers import (
+    STATE_DIR,
+    RunState,
+    remove_network_leftovers,
+    sweep_stale,
+)
 from topologies.links import LinkParams
 
 Log = Callable[[str], None]
-
-
-def link_mechanisms(graph: nx.Graph, probe: dict[str, Any]) -> list[dict[str, Any]]:
-    """For every link, which mechanism carries each configured parameter."""
-    netem = probe["mechanisms"]["delay_loss"] == "netem"
-    rows = []
-    for a, b, data in sorted(graph.edges(data=True)):
-        p: LinkParams = data["params"]
-        mech: dict[str, str] = {}
-        if p.bw_mbps is not None:
-            mech["bw_mbps"] = "htb" + (" (Mininet's 1000 Mbit/s cap raised)"
-                                       if p.bw_mbps > 1000 else "")
-        for key, value in (("delay_ms", p.delay_ms), ("loss_pct", p.loss_pct)):
-            if value:
-                mech[key] = "netem" if netem else "in-broker"
-        if p.max_queue_pkts is not None:
-            mech["max_queue_pkts"] = "netem limit" if netem else "pfifo"
-        rows.append({"a": a, "b": b, "type": data.get("type"), "params": vars(p).copy(),
-                     "mechanism": mech})
-    return rows
 
 
 def _interrupt_pending_commands(net: Any) -> None:

@@ -33,10 +33,10 @@ from tempfile import mkdtemp
 from typing import Any
 
 from controller import PORT_STATS_FILE
-from experiments.controller_proc import ControllerProcess, read_registry
-from experiments.doctor import probe
-from experiments.fidelity import iperf3_json
-from experiments.network import Emulation
+from experiments.emulation.controller import ControllerProcess, read_registry
+from experiments.emulation.doctor import probe
+from experiments.emulation.fidelity import iperf3_json
+from experiments.emulation.network import Emulation
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 

@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodes.runtime import BROKER_PORT
+
 SCAPY_SAMPLE = 20_000
 FLOWS = 8
-BROKER_PORT = 7000
 TSHARK_FIELDS = ("frame.time_epoch", "sll.ifindex", "sll.pkttype", "sll.etype", "ip.src",
                  "ip.dst", "ip.proto", "ip.len", "tcp.srcport", "tcp.dstport", "tcp.flags",
                  "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "frame.cap_len", "frame.len")

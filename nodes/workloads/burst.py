@@ -23,7 +23,7 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
   sorts after all of them, so no regular publisher's ``Symbol`` range covers it. Its
   advertisement (the stock model's: symbol, exchange, dates, schema domains) goes out at
   the end of the advertisement spread; its ``count`` quotes follow the stock price model
-  of :mod:`experiments.workload` as ticks spread over the regular workload's trading
+  of :mod:`nodes.workloads.stock` as ticks spread over the regular workload's trading
   days (dates in order, several ticks a day), so that its Date values lie in the run's
   range like a real intraday feed. PUBLISH ids are 2..count+1, as for regular
   publishers; quote k goes out at ``t_pub0 + start_s + k / rate_hz``, ``t_pub0`` being
@@ -39,7 +39,7 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
   their selectivity applies to every notification, the HRP's included, as the paper's
   "2 % selectivity" does; with OctopiA-mode windows there are about as many regular
   pairs as HRP-subscriber pairs at the paper's sizes. The oracle
-  :func:`~experiments.workload.expected_deliveries` counts those pairs like any other;
+  :func:`~nodes.workloads.oracle.expected_deliveries` counts those pairs like any other;
   ``meta["burst"]`` records how many there are (``regular_pairs``), besides the
   settings, the HRP's broker and cluster, the subscribers' brokers and the burst's first
   and last publication times on the workload's clock.
@@ -47,70 +47,28 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
 
-from experiments.spec import SpecError
-from experiments.workload import (
-    ClientOp,
-    Workload,
-    draw_stock,
-    quote_series,
-    stock_advertisement,
-    trading_days,
-)
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, filter_from_json, filter_to_json
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.stock import draw_stock, quote_series, stock_advertisement, trading_days
 from topologies.graph import overlay_of
 
 HRP = "hrp"
 HRP_SUBSCRIBER_PREFIX = "hrps"
 # Six letters: no universe symbol (3..5 letters) equals it, and it sorts after "zzzzz".
 HRP_SYMBOL = "zzzzzz"
-BURST_DEFAULTS: dict[str, Any] = {
-    "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
-}
 _WHERE = "workload.burst"
 
 
-def _bad(field: str, value: Any, allowed: str) -> SpecError:
-    return SpecError(f"{_WHERE}.{field}: bad value {value!r}; allowed: {allowed}")
-
-
-def burst_settings(raw: Any) -> dict[str, Any] | None:
-    """The validated ``workload.burst`` section with defaults filled in, or None for no
-    burst; a one-line :class:`SpecError` names the first bad field."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{_WHERE}: bad value {raw!r}; allowed: a mapping or null")
-    unknown = sorted(set(raw) - set(BURST_DEFAULTS))
-    if unknown:
-        raise SpecError(f"{_WHERE}: unknown field(s) {', '.join(map(str, unknown))}; "
-                        f"allowed: {', '.join(sorted(BURST_DEFAULTS))}")
-    s = {**BURST_DEFAULTS, **raw}
-
-    def number(field: str, *, positive: bool, integer: bool) -> None:
-        v = s[field]
-        ok = isinstance(v, int) if integer else isinstance(v, int | float)
-        if (isinstance(v, bool) or not ok or not math.isfinite(v)
-                or not (v > 0 if positive else v >= 0)):
-            kind = "an integer" if integer else "a number"
-            raise _bad(field, v, f"{kind} {'> 0' if positive else '>= 0'}")
-
-    number("rate_hz", positive=True, integer=False)
-    number("count", positive=True, integer=True)
-    number("start_s", positive=False, integer=False)
-    number("n_subscribers", positive=True, integer=True)
-    if s["broker"] is not None and not isinstance(s["broker"], str):
-        raise _bad("broker", s["broker"], "a broker name or null")
-    s["rate_hz"], s["start_s"] = float(s["rate_hz"]), float(s["start_s"])
-    return s
+def _bad(field: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{_WHERE}.{field}: bad value {value!r}; allowed: {allowed}")
 
 
 def clusters_of(graph: nx.Graph) -> dict[Any, list[str]]:
@@ -131,8 +89,9 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
               seed: int) -> Workload:
     """``workload`` plus the HRP and its subscribers (see the module docstring).
 
-    ``settings`` are :func:`burst_settings`' output; ``graph`` is the topology or overlay
-    graph the workload runs on. Raises :class:`SpecError` naming the field when the
+    ``settings``: a validated burst section (:func:`experiments.plan.burst_settings`);
+    ``graph`` is the topology or overlay
+    graph the workload runs on. Raises ValueError naming the field when the
     overlay cannot hold the placement (an unknown ``broker``, fewer ``n_subscribers``
     than clusters, a cluster with no broker but the HRP's).
     """
@@ -142,7 +101,7 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     names = [HRP, *(f"{HRP_SUBSCRIBER_PREFIX}{i}" for i in range(settings["n_subscribers"]))]
     taken = sorted(set(names) & (set(workload.clients) | set(all_brokers)))
     if taken:  # logs are named after nodes: a client cannot share a broker's name
-        raise ValueError(f"HRP client name(s) already used: {', '.join(taken)}")
+        raise ValueError(f"{_WHERE}: HRP client name(s) already used: {', '.join(taken)}")
     rng = random.Random(f"{seed}/burst")
     broker = settings["broker"]
     if broker is None:

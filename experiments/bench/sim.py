@@ -20,8 +20,8 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.workload import stock_workload
 from nodes.sim import simulate
+from nodes.workloads.stock import stock_workload
 
 DEGREE = 4  # of the random regular overlays; even, so any node count works
 LINK = {"bw_mbps": 1000.0, "delay_ms": 1.0}  # gigabit links, 1 ms: the LBDD cluster's scale

@@ -22,9 +22,9 @@ from pathlib import Path
 from tempfile import mkdtemp
 from typing import Any
 
-from experiments.doctor import probe
-from experiments.emulated import BROKER_PORT, BrokerRun
-from experiments.network import Emulation
+from experiments.emulation.doctor import probe
+from experiments.emulation.network import Emulation
+from experiments.runs.emulated import BROKER_PORT, BrokerRun
 from nodes.logs import iter_jsonl
 from topologies.links import LinkParams
 from topologies.registry import build_graph

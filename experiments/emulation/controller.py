@@ -1,6 +1,6 @@
 """The SDN controller process of a run (``controller: os-ken`` in a spec).
 
-:class:`~experiments.network.Emulation` owns it: it is started on the root namespace
+:class:`~experiments.emulation.network.Emulation` owns it: it is started on the root namespace
 after the machine lock is taken and before the network is built, listening on
 127.0.0.1 on a port free at that moment (the lock keeps other runs' controllers out,
 a free port keeps out whatever else listens on 6653); its pid goes into the run's

@@ -19,10 +19,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.workload import MODES, stock_workload
 from nodes.matching import LinearIndex, SubscriptionIndex
 from nodes.messages import MsgType
 from nodes.model import Notification, filter_from_json
+from nodes.workloads.stock import MODES, stock_workload
 
 _PUBLISHERS = 10
 _LINEAR_MIN_NOTIFICATIONS = 20

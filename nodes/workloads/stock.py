@@ -70,25 +70,23 @@ from __future__ import annotations
 
 import bisect
 import datetime
-import json
 import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import (
     Filter,
     Predicate,
     Schema,
     Value,
-    filter_from_json,
     filter_to_json,
 )
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
 
 STOCK_SCHEMA = Schema(
     {
@@ -138,28 +136,6 @@ _BASE_VOLUME_MEDIAN, _BASE_VOLUME_LOG_SD, _DAILY_VOLUME_LOG_SD = 1e6, 1.0, 0.4
 _TRADE_SIZE_RANGE, _TRADE_SIZE_LOG_SD = (150.0, 600.0), 0.2
 _GENERAL_VOLUME_DRAWS = 20  # "Volume >= P1" takes the max of this many published volumes
 _PUBLISHER_SHIFT = 0.01  # share of a publish period the publishers' offsets spread over
-
-
-@dataclass(frozen=True)
-class ClientOp:
-    """Client ``client``, attached to broker ``broker``, sends ``msg`` at ``t_s``."""
-
-    t_s: float
-    client: str
-    broker: str
-    msg: Message
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A complete client workload: ``ops`` are sorted by ``t_s``; ``clients`` maps each
-    client to its broker; ``meta`` (JSON-able) holds the measured selectivity, counts,
-    seed and subscription mix."""
-
-    schema: Schema
-    clients: Mapping[str, str]
-    ops: tuple[ClientOp, ...]
-    meta: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -527,59 +503,3 @@ def _measure(w: Workload, kinds: list[str]) -> dict[str, Any]:
         "subscriptions_matching_nothing": none,
         "close_share_10_30": sum(10 <= c <= 30 for c in closes) / len(closes),
     }
-
-
-def expected_deliveries(w: Workload) -> dict[tuple[str, int], frozenset[str]]:
-    """Publication key ``(origin, msg_id)`` -> subscribers whose subscription it matches.
-
-    The oracle has a global view and ignores timing and routing: every subscription counts
-    for every publication, which the phase separation of :func:`stock_workload` makes
-    true in a run. Advertisements do not change the result because every publication
-    matches its publisher's advertisement. Matching uses the exact
-    :class:`~nodes.matching.SubscriptionIndex` (property-tested against brute force) so
-    that large workloads stay fast. Workloads with UNSUBSCRIBE or UNADVERTISE need timing
-    and are refused.
-    """
-    index = SubscriptionIndex()
-    pubs: list[Message] = []
-    for op in w.ops:
-        t = op.msg.type
-        if t is MsgType.SUBSCRIBE:
-            index.add((op.client, op.msg.msg_id), filter_from_json(op.msg.payload["filter"]))
-        elif t is MsgType.PUBLISH:
-            pubs.append(op.msg)
-        elif t is not MsgType.ADVERTISE:
-            raise ValueError(f"expected_deliveries cannot order {t.name} ops (timing-dependent)")
-    return {m.key: frozenset(client for client, _ in index.match(m.payload["attrs"])) for m in pubs}
-
-
-def workload_to_jsonl(w: Workload, path: str | Path) -> None:
-    """Write ``w`` as JSON lines: a header (schema, clients, meta), then one op per line."""
-    with open(path, "w", encoding="utf-8") as fh:
-        header = {"schema": dict(w.schema), "clients": dict(w.clients), "meta": dict(w.meta)}
-        fh.write(json.dumps(header, sort_keys=True) + "\n")
-        for op in w.ops:
-            m = op.msg
-            rec = {
-                "t_s": op.t_s,
-                "client": op.client,
-                "broker": op.broker,
-                "type": m.type.name,
-                "msg_id": m.msg_id,
-                "origin": m.origin,
-                "hops": m.hops,
-                "payload": m.payload,
-            }
-            fh.write(json.dumps(rec, sort_keys=True) + "\n")
-
-
-def workload_from_jsonl(path: str | Path) -> Workload:
-    """The workload :func:`workload_to_jsonl` wrote."""
-    with open(path, encoding="utf-8") as fh:
-        header = json.loads(fh.readline())
-        ops = []
-        for line in fh:
-            r = json.loads(line)
-            msg = Message(MsgType[r["type"]], r["msg_id"], r["origin"], r["hops"], r["payload"])
-            ops.append(ClientOp(r["t_s"], r["client"], r["broker"], msg))
-    return Workload(Schema(header["schema"]), header["clients"], tuple(ops), header["meta"])

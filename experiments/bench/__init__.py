@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures, each beside a peer measured in the same run."""

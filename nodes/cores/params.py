@@ -1,0 +1,78 @@
+"""Declared core parameters: each routing core lists what a spec may set, and nothing else
+reaches it.
+
+A :class:`Param` names one setting with its type, default, unit and meaning. The run plan
+checks a spec's ``routing.params`` against the declaration before anything starts
+(:func:`resolve_params`): an unknown key, a wrong type or a value below the minimum is a
+one-line error naming the algorithm, the key and what is allowed, so a misspelt ``theta``
+can no longer run IDR at its default. Params a core derives from the overlay (SCOT
+clusters, tree neighbours, addresses) are not declared: a spec cannot set them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_KINDS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,),
+                                       "str": (str,)}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared setting of a core.
+
+    ``kind`` is ``int``, ``float``, ``bool`` or ``str``; ``default`` ``None`` means the
+    core derives the value from another param (``meaning`` says how); ``minimum`` bounds
+    numbers from below (inclusive); ``unit`` is empty for plain counts and ratios.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    unit: str
+    meaning: str
+    minimum: float | None = None
+
+    def check(self, value: Any, where: str) -> Any:
+        """``value`` as this param's kind, or ValueError naming ``where`` and the rule."""
+        types = _KINDS[self.kind]
+        ok = isinstance(value, types) and not (self.kind != "bool" and isinstance(value, bool))
+        if ok and self.kind in ("int", "float"):
+            ok = math.isfinite(value) and (self.minimum is None or value >= self.minimum)
+        if not ok:
+            bound = f" >= {self.minimum:g}" if self.minimum is not None else ""
+            unit = f" ({self.unit})" if self.unit else ""
+            raise ValueError(f"{where}: bad value {_short(value)}; allowed: {self.kind}{bound}"
+                             f"{unit}, {self.meaning}")
+        return float(value) if self.kind == "float" else value
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description, for ``pubsublab plan`` and the manifest."""
+        return {"name": self.name, "type": self.kind, "default": self.default,
+                "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum}
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (error messages stay one short line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def resolve_params(algorithm: str, declared: Sequence[Param], given: Mapping[str, Any]
+                   ) -> dict[str, Any]:
+    """``given`` checked against ``declared``, defaults filled in (declaration order).
+
+    ValueError (one line) for an unknown key, naming the algorithm and the keys allowed,
+    or for a bad value, naming the key and the rule.
+    """
+    by_name = {p.name: p for p in declared}
+    unknown = sorted(set(given) - set(by_name))
+    if unknown:
+        allowed = ", ".join(by_name) or "none (this core has no params)"
+        raise ValueError(f"routing.params: {algorithm} has no param(s) "
+                         f"{', '.join(map(str, unknown))}; allowed: {allowed}")
+    return {p.name: (p.check(given[p.name], f"routing.params.{algorithm}.{p.name}")
+                     if p.name in given else p.default) for p in declared}

@@ -1,0 +1,115 @@
+"""The summary of one algorithm's run read from its logs: the one path both runtimes take.
+
+The broker and client logs (records of :mod:`nodes.logs`) are the same in both runtimes,
+so the same reader turns them into ``summary.json`` (:func:`summarize_logs`, definitions in
+:mod:`nodes.summary`). The simulator also has an in-memory path
+(:func:`nodes.sim.summarize`), used when it writes no logs; a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nodes.logs import iter_jsonl
+from nodes.runfolder import log_path
+from nodes.summary import (
+    CARRIES,
+    MATCHED_TYPES,
+    PROPAGATED_KINDS,
+    MsgKey,
+    OpKey,
+    build_summary,
+    propagation_delays,
+)
+from nodes.workloads.ops import Workload
+
+
+def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """Notification copies (:data:`~nodes.summary.MATCHED_TYPES`: PUBLISH and IDR's
+    CIV_NOTIFY) that left each broker's output queue onto the given overlay links, per
+    direction: ``{"a>b": n, "b>a": m}``, from the brokers' ``send`` records (the same
+    records in both runtimes). Each broker's log is read once."""
+    wanted: dict[str, set[str]] = defaultdict(set)
+    for a, b in links:
+        wanted[a].add(b)
+        wanted[b].add(a)
+    counts: dict[str, int] = {}
+    for src, dsts in sorted(wanted.items()):
+        per_dst = dict.fromkeys(sorted(dsts), 0)
+        for r in iter_jsonl(log_path(out_dir, src), "send"):
+            if r.get("link") in per_dst and r.get("type") in MATCHED_TYPES:
+                per_dst[r["link"]] += 1
+        counts.update({f"{src}>{dst}": n for dst, n in per_dst.items()})
+    return counts
+
+
+def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
+    """What the clients' logs say: notifications received per (origin, msg_id) with the
+    receiving subscribers (duplicates kept), notification delays, publications sent, the
+    wall-clock span from the first publication to the last receipt, and the send times
+    (``t_wall``) of advertisements and subscriptions by (type, origin, msg_id)."""
+    deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
+    delays: list[float] = []
+    sent_s: dict[OpKey, float] = {}
+    published = 0
+    t_first, t_last = math.inf, -math.inf
+    for client in sorted(workload.clients):
+        for r in iter_jsonl(log_path(out_dir, client)):
+            if r["ev"] == "send" and r.get("type") in PROPAGATED_KINDS:
+                sent_s[(r["type"], r["origin"], r["msg_id"])] = r["t_wall"]
+            if r.get("type") != "PUBLISH":
+                continue
+            if r["ev"] == "send":
+                published += 1
+                t_first = min(t_first, r["t_wall"])
+            elif r["ev"] == "recv":
+                deliveries[(r["origin"], r["msg_id"])].append(client)
+                delays.append(r["t_wall"] - r["t_pub"])
+                t_last = max(t_last, r["t_wall"])
+    return {"deliveries": dict(deliveries), "delays_s": delays, "published": published,
+            "span_s": (t_last - t_first) if t_last > t_first else 0.0, "sent_s": sent_s}
+
+
+def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workload,
+                   algorithm: str, runtime: str, scale: float,
+                   expected: Mapping[MsgKey, frozenset[str]]) -> dict[str, Any]:
+    """summary.json of one algorithm's run from its broker and client logs, whichever
+    runtime wrote them; ``expected``: the oracle's deliveries of ``workload`` (computed
+    once for all algorithms of a run).
+
+    Advertisement and subscription delays follow :mod:`nodes.summary`: per client
+    operation, the latest over brokers of its first inter-broker ``recv`` (of a message
+    type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``. Matching
+    delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
+    """
+    names = set(broker_names)
+    got = client_receipts(out_dir, workload)
+    ims: dict[str, int] = defaultdict(int)
+    tables: dict[str, list[int]] = defaultdict(list)
+    reached_s: dict[OpKey, float] = {}
+    matching_s: list[float] = []
+    for b in sorted(names):
+        seen: set[OpKey] = set()
+        for r in iter_jsonl(log_path(out_dir, b)):
+            if "matching_ms" in r:
+                matching_s.append(r["matching_ms"] / 1000.0)
+            if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
+                ims[r["type"]] += 1
+            elif r["ev"] == "recv" and r.get("link") in names and r.get("type") in CARRIES:
+                key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
+                if key not in seen:  # a broker's log is in time order: this is the first
+                    seen.add(key)
+                    reached_s[key] = max(reached_s.get(key, -math.inf), r["t_wall"])
+            elif r["ev"] == "record" and r.get("kind") == "tables":
+                for kind in ("srt", "prt"):
+                    tables[kind].append(int(r.get(kind, 0)))
+    delays = {"notification": got["delays_s"], "matching": matching_s,
+              **propagation_delays(got["sent_s"], reached_s)}
+    return build_summary(
+        algorithm=algorithm, runtime=runtime, scale=scale, published=got["published"],
+        expected=expected, deliveries=got["deliveries"],
+        ims_by_type=ims, delays_s=delays, table_sizes=tables, duration_s=got["span_s"])

@@ -1,0 +1,118 @@
+"""The run folder: its layout and file names, in one place, for writers and readers alike.
+
+Runners (emulated, simulated, bulk) write it, brokers and clients log into it, the Spark
+analysis and the figures read it; none of them spells a file name of its own::
+
+    <runs>/<stamp>-<spec>[-n]/          one run (:func:`new_run_dir`)
+        manifest.json                   resolved plan, seed, git revision, probe, status
+        workload.jsonl                  the exact client workload (nodes.workloads.ops)
+        controller/port_stats.jsonl     the SDN controller's port statistics, if any
+        metrics/  report.html           written by `pubsublab analyze`
+        <algorithm>/                    one folder per algorithm
+            summary.json                the summary (nodes.summary)
+            <node>.jsonl                one log per broker and client (nodes.logs)
+            <broker>.status.json        a live broker's state
+            <broker>.clients.status.json  a client group's exit codes
+            <name>.stderr               a process's standard error
+            config/<name>.json          a process's config; config/<client>.ops.jsonl
+            pcap/                       packet captures
+            n<NN>/ failure/             bulk rounds: summary.json, rates.json, nic.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+WORKLOAD = "workload.jsonl"
+SWEEP = "sweep.json"
+RATES = "rates.json"
+NIC = "nic.json"
+CONFIG_DIR = "config"
+PCAP_DIR = "pcap"
+METRICS_DIR = "metrics"
+REPORT = "report.html"
+CONTROLLER_DIR = "controller"
+
+
+def log_path(folder: Path | str, node: str) -> Path:
+    """The JSON-lines log of broker or client ``node``."""
+    return Path(folder) / f"{node}.jsonl"
+
+
+def status_path(folder: Path | str, name: str) -> Path:
+    """The status file of a broker (or of a client group, ``<broker>.clients``)."""
+    return Path(folder) / f"{name}.status.json"
+
+
+def stderr_path(folder: Path | str, name: str) -> Path:
+    """Where a process started for ``name`` writes its standard error."""
+    return Path(folder) / f"{name}.stderr"
+
+
+def config_path(folder: Path | str, name: str) -> Path:
+    """The config file handed to the process started for ``name``."""
+    return Path(folder) / CONFIG_DIR / f"{name}.json"
+
+
+def ops_path(folder: Path | str, client: str) -> Path:
+    """A client's scheduled operations (JSON lines)."""
+    return Path(folder) / CONFIG_DIR / f"{client}.ops.jsonl"
+
+
+def new_run_dir(base: Path, name: str) -> Path:
+    """A fresh ``<base>/<stamp>-<name>[-n]`` folder (absolute: configs handed to processes
+    on Mininet hosts carry its paths)."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = base.resolve()
+    run_dir = base / f"{stamp}-{name}"
+    n = 1
+    while run_dir.exists():
+        n += 1
+        run_dir = base / f"{stamp}-{name}-{n}"
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as indented, key-sorted JSON, through a temporary file and a rename, so a
+    reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path | str) -> Any:
+    """The JSON document in ``path``, or ``None`` if there is no such file."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def write_summary(folder: Path, summary: dict[str, Any]) -> None:
+    write_json(folder / SUMMARY, summary)
+
+
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    return read_json(folder / SUMMARY)
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    write_json(run_dir / MANIFEST, manifest)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    return read_json(run_dir / MANIFEST)
+
+
+def algorithm_dirs(run_dir: Path) -> list[Path]:
+    """The algorithm folders of a run: those holding a config folder or a summary."""
+    return sorted(d for d in run_dir.iterdir()
+                  if d.is_dir() and ((d / CONFIG_DIR).is_dir() or (d / SUMMARY).exists()))

@@ -1,0 +1,71 @@
+"""Bulk data workloads (LBDD, point-to-point): one publisher pushes seeded data in slices
+to its subscribers, round by round (:class:`BulkPlan`); the client operations of a round
+for the simulator (:func:`bulk_workload`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.bulkdata import data_messages, slice_count
+from nodes.messages import Message, MsgType
+from nodes.model import Schema
+from nodes.workloads.ops import ClientOp, Workload
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class BulkPlan:
+    """A bulk workload resolved against a list of brokers (see the module docstring)."""
+
+    topic: str
+    data_bytes: int
+    slice_bytes: int
+    seed: int
+    start_s: float
+    publisher: str
+    others: tuple[str, ...]
+    counts: tuple[int, ...]
+    failure: Mapping[str, Any] | None
+    rate_bin_s: float
+
+    @property
+    def n_slices(self) -> int:
+        return slice_count(self.data_bytes, self.slice_bytes)
+
+    @property
+    def publisher_client(self) -> str:
+        return f"pub-{self.publisher}"
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able summary, for the plan and the manifest."""
+        return {"topic": self.topic, "data_bytes": self.data_bytes,
+                "slice_bytes": self.slice_bytes, "n_slices": self.n_slices,
+                "start_s": self.start_s, "publisher": self.publisher,
+                "subscriber_counts": list(self.counts),
+                "failure": dict(self.failure) if self.failure else None,
+                "rate_bin_s": self.rate_bin_s}
+
+    @staticmethod
+    def client_of(broker: str) -> str:
+        """The subscriber client on ``broker``."""
+        return f"sub-{broker}"
+
+
+def bulk_workload(plan: BulkPlan, subscribers: Sequence[str]) -> Workload:
+    """The client operations of one round, for the simulator: ADVERTISE and SUBSCRIBE at
+    0, the publisher's whole data at ``start_s`` (what the client roles send)."""
+    pub = plan.publisher_client
+    clients = {pub: plan.publisher, **{plan.client_of(b): b for b in subscribers}}
+    topic = {"topic": plan.topic}
+    ops = [ClientOp(0.0, pub, plan.publisher, Message(MsgType.ADVERTISE, 1, pub, 0, topic))]
+    ops += [ClientOp(0.0, plan.client_of(b), b,
+                     Message(MsgType.SUBSCRIBE, 1, plan.client_of(b), 0, topic))
+            for b in subscribers]
+    ops += [ClientOp(plan.start_s, pub, plan.publisher, m) for m in data_messages(
+        pub, plan.topic, plan.data_bytes, plan.slice_bytes, plan.seed)]
+    meta = {"kind": "bulk", "data_bytes": plan.data_bytes, "slice_bytes": plan.slice_bytes,
+            "n_slices": plan.n_slices, "subscribers": len(subscribers)}
+    return Workload(Schema({}), clients, tuple(ops), meta)
