@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nodes.runfolder import SUMMARY
+
 # Rows in this order first; anything else a summary has follows alphabetically.
 LEADING_ROWS = ("runtime", "scale", "published", "expected_deliveries", "delivered",
                 "missing", "duplicates", "ims_total")
@@ -24,10 +26,10 @@ def load_summaries(paths: list[str]) -> dict[str, dict[str, Any]]:
         p = Path(raw)
         if p.is_file():
             files = [p]
-        elif (p / "summary.json").is_file():
-            files = [p / "summary.json"]
+        elif (p / SUMMARY).is_file():
+            files = [p / SUMMARY]
         else:
-            files = sorted(p.glob("*/summary.json"))
+            files = sorted(p.glob(f"*/{SUMMARY}"))
         if not files:
             raise ValueError(f"{raw}: no summary.json there (a run folder, or a summary file)")
         for f in files:

@@ -43,6 +43,14 @@ from pyspark.sql import functions as F
 
 from analysis import transforms as T
 from analysis.logs import signed_msg_id
+from nodes.runfolder import (
+    CONFIG_DIR,
+    METRICS_DIR,
+    PCAP_DIR,
+    SUMMARY,
+    WORKLOAD,
+    algorithm_dirs,
+)
 from nodes.runtime import BROKER_PORT
 
 BIN_S = 0.1
@@ -69,27 +77,24 @@ def _read_json(path: Path) -> Any:
 def discover(run_dir: Path) -> dict[str, Any]:
     """What a run folder holds, as the job's inputs (see the module docstring)."""
     header = {}
-    workload = run_dir / "workload.jsonl"
+    workload = run_dir / WORKLOAD
     if workload.exists():
         with open(workload, encoding="utf-8") as fh:
             header = json.loads(fh.readline() or "{}")
     clients = set(header.get("clients", {}))
     found: dict[str, Any] = {"algorithms": [], "pcaps": [], "logs": [], "addresses": [],
                              "summaries": {}, "captures": {}}
-    for d in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+    for d in algorithm_dirs(run_dir):  # controller/ and metrics/ are not among them
         logs = sorted(d.glob("*.jsonl"))
-        pcap_dir = d / "pcap"
-        # An algorithm's folder holds its brokers' configs (emulated) or its summary
-        # (simulated); controller/ and metrics/ hold neither.
-        is_algorithm = (d / "config").is_dir() or (d / "summary.json").exists()
-        if not is_algorithm or (not logs and not pcap_dir.is_dir()):
+        pcap_dir = d / PCAP_DIR
+        if not logs and not pcap_dir.is_dir():
             continue
         alg = d.name
         found["algorithms"].append(alg)
         found["logs"] += [{"path": str(p), "algorithm": alg,
                            "node_role": "client" if p.stem in clients else "broker"}
                           for p in logs]
-        for cfg in sorted((d / "config").glob("*.json")):
+        for cfg in sorted((d / CONFIG_DIR).glob("*.json")):
             c = _read_json(cfg) or {}
             for name, nb in (c.get("neighbours") or {}).items():
                 found["addresses"].append((alg, nb["addr"][0], name))
@@ -102,7 +107,7 @@ def discover(run_dir: Path) -> dict[str, Any]:
                 ifaces = capture.get("hosts", {}).get(host, {}).get("interfaces", {})
                 found["pcaps"].append({"path": str(p), "algorithm": alg, "host": host,
                                        "ifnames": {k: v["name"] for k, v in ifaces.items()}})
-        summary = _read_json(d / "summary.json")
+        summary = _read_json(d / SUMMARY)
         if summary:
             found["summaries"][alg] = summary
     found["addresses"] = sorted(set(found["addresses"]))
@@ -116,9 +121,9 @@ def _expected(spark: SparkSession, run_dir: Path, algorithms: list[str],
 
     schema = "algorithm string, origin string, msg_id bigint, subscriber string"
     try:
-        expected = expected_deliveries(workload_from_jsonl(run_dir / "workload.jsonl"))
+        expected = expected_deliveries(workload_from_jsonl(run_dir / WORKLOAD))
     except (OSError, ValueError, KeyError) as exc:
-        problems.append({"source": "oracle", "file": str(run_dir / "workload.jsonl"),
+        problems.append({"source": "oracle", "file": str(run_dir / WORKLOAD),
                          "where": "", "problem": f"no expected deliveries: {exc}"})
         return spark.createDataFrame([], schema)
     rows = [(alg, origin, signed_msg_id(msg_id), sub) for alg in algorithms
@@ -144,7 +149,7 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     """Analyse ``run_dir`` (see the module docstring); returns the result dict."""
     t0 = time.monotonic()
     run_dir = run_dir.resolve()
-    metrics = run_dir / "metrics"
+    metrics = run_dir / METRICS_DIR
     inputs = discover(run_dir)
     algorithms = inputs["algorithms"]
     if not algorithms:

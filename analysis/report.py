@@ -38,6 +38,7 @@ import pandas as pd
 
 from analysis.paper_figures import draw
 from controller import PORT_STATS_FILE
+from nodes.runfolder import CONTROLLER_DIR, METRICS_DIR, REPORT, read_manifest, read_summary
 
 # The paper figures are OctopiA's (advertisement and subscription propagation); a run
 # whose summaries have neither, such as the flood demo, would show empty panels.
@@ -187,7 +188,7 @@ def port_utilization(port_stats: pd.DataFrame) -> pd.DataFrame:
 def fig_ports(run_dir: Path, ts: pd.DataFrame) -> plt.Figure | None:
     """Switch-side view from the SDN controller's port statistics: per-port utilization
     (the busier direction of each port), beside the brokers' output queues above."""
-    path = run_dir / "controller" / PORT_STATS_FILE
+    path = run_dir / CONTROLLER_DIR / PORT_STATS_FILE
     if not path.exists():
         return None
     rows = []
@@ -358,19 +359,18 @@ def _capture_section(result: dict[str, Any], manifest: dict[str, Any]) -> str:
 
 def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> Path:
     """Draw the figures and write ``run_dir/report.html``; returns its path."""
-    metrics = run_dir / "metrics"
-    manifest = json.loads((run_dir / "manifest.json").read_text()) \
-        if (run_dir / "manifest.json").exists() else {}
+    metrics = run_dir / METRICS_DIR
+    manifest = read_manifest(run_dir) or {}
     ims = _read(metrics, "ims_by_type")
     ts = _read(metrics, "link_timeseries")
     figures = [("Inter-broker messages by type: wire vs logs", fig_ims(ims)),
                ("Per-link throughput over time", fig_throughput(ts, bin_s)),
                ("Output-queue length over time", fig_queues(_read(metrics, "queue"), ts)),
                ("Notification delay CDF", fig_delay_cdf(_read(metrics, "delays")))]
-    if (run_dir / "controller").is_dir():
+    if (run_dir / CONTROLLER_DIR).is_dir():
         figures.insert(3, ("Switch port utilization (SDN controller)", fig_ports(run_dir, ts)))
-    summaries = {alg: json.loads((run_dir / alg / "summary.json").read_text())
-                 for alg in result["algorithms"] if (run_dir / alg / "summary.json").exists()}
+    summaries = {alg: summary for alg in result["algorithms"]
+                 if (summary := read_summary(run_dir / alg)) is not None}
     paper = []
     if any(s.get("delay_ms", {}).get(kind) for s in summaries.values()
            for kind in PAPER_DELAY_KINDS):
@@ -431,6 +431,6 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
     timing = ", ".join(f"{k} {v}" for k, v in result.get("timing_s", {}).items())
     parts.append(f"<p class='meta'>Metrics (Parquet): <code>{html.escape(result['metrics_dir'])}"
                  f"</code>; analysis timing (s): {html.escape(timing)}.</p></body></html>")
-    path = run_dir / "report.html"
+    path = run_dir / REPORT
     path.write_text("".join(parts), encoding="utf-8")
     return path

@@ -113,9 +113,11 @@ from nodes.core import (
 )
 from nodes.cores import make_core
 from nodes.frames import FrameError, encode
+from nodes.hosting import MATCHED, bad_action, final_records
 from nodes.logs import JsonlLog, message_fields
-from nodes.messages import Message, MsgType
+from nodes.messages import Message
 from nodes.overlay_link import OverlayLink
+from nodes.runfolder import log_path, read_json, status_path, write_json
 from nodes.runtime import (
     Backoff,
     HelloCounter,
@@ -130,13 +132,8 @@ from nodes.runtime import (
     parse_hello,
     peer_label,
     read_frames,
-    read_json,
     read_message,
-    write_json_atomic,
 )
-from nodes.summary import MATCHED_TYPES
-
-_MATCHED = {MsgType[name] for name in MATCHED_TYPES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +240,7 @@ class Broker:
         self._timer_ids = itertools.count()
         self._active: set[str] = set()
         self._state = "starting"
-        self._status_path = config.log_dir / f"{self.name}.status.json"
+        self._status_path = status_path(config.log_dir, self.name)
         self._window_s = config.window_ms / 1000.0
         self._window_start = 0.0
         self._next_tick = 0.0
@@ -273,13 +270,9 @@ class Broker:
             await stop.wait()
         finally:
             server.close()
-            sizes = getattr(self._core, "table_sizes", None)
-            if sizes is not None:
-                # Routing-table sizes at the end of the run, for summary.json (srt/prt).
-                log_now(self._log, "record", kind="tables", **sizes())
-            counters = getattr(self._core, "counters", None)
-            if counters is not None:
-                log_now(self._log, "record", kind="counters", **counters())
+            # Routing-table sizes and counters at the end of the run, for summary.json.
+            for kind, fields in final_records(self._core):
+                log_now(self._log, "record", kind=kind, **fields)
             await self._shutdown()
 
     # ---- connections ----------------------------------------------------------------
@@ -396,7 +389,7 @@ class Broker:
     ) -> None:
         fields = message_fields(msg)
         ev = event(peer, msg)
-        if msg.type not in _MATCHED:
+        if msg.type not in MATCHED:
             log_now(self._log, "recv", link=peer, **fields)
             self._dispatch(ev)
             return
@@ -444,7 +437,7 @@ class Broker:
             case Send(link=link, msg=msg):
                 target = self._links.get(link)
                 if target is None:
-                    raise ValueError(f"core sent on {link!r}, not a neighbour")
+                    raise bad_action(self.name, action, neighbour=False)
                 target.enqueue(msg, self._frame(msg))
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
@@ -455,7 +448,7 @@ class Broker:
                 self._timers[timer_id] = asyncio.get_running_loop().call_later(
                     delay_s, self._fire_timer, timer_id, name)
             case _:
-                raise TypeError(f"core returned {action!r}, not an action")
+                raise bad_action(self.name, action)
 
     def _deliver(self, client: str, msg: Message) -> None:
         writer = self._clients.get(client)
@@ -520,7 +513,7 @@ class Broker:
             "up": up, "missing": missing, "all_up": not missing,
             "clients": sorted(self._clients), "t_wall": time.time(),
         }
-        write_json_atomic(self._status_path, status)
+        write_json(self._status_path, status)
 
     async def _shutdown(self) -> None:
         if self._tick_handle is not None:
@@ -546,7 +539,7 @@ class Broker:
 
 def read_status(log_dir: Path | str, broker: str) -> dict[str, Any] | None:
     """The broker's last status (see the module docstring), ``None`` before it wrote one."""
-    return read_json(Path(log_dir) / f"{broker}.status.json")
+    return read_json(status_path(log_dir, broker))
 
 
 def wait_until_ready(
@@ -593,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pubsublab-broker: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     config.log_dir.mkdir(parents=True, exist_ok=True)
-    log = JsonlLog(config.log_dir / f"{config.broker}.jsonl", config.broker)
+    log = JsonlLog(log_path(config.log_dir, config.broker), config.broker)
     try:
         asyncio.run(_serve(config, core, log))
     except OSError as exc:

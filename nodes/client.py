@@ -93,7 +93,8 @@ from typing import Any
 from nodes.bulkdata import SLICE_BYTES, DataLog, data_messages
 from nodes.frames import FrameError, encode
 from nodes.logs import JsonlLog, message_fields
-from nodes.messages import Message, MsgType
+from nodes.messages import Message, MsgType, message_from_json, message_to_json
+from nodes.runfolder import log_path, read_json, write_json
 from nodes.runtime import (
     Backoff,
     HelloCounter,
@@ -102,13 +103,9 @@ from nodes.runtime import (
     dial,
     install_stop_signals,
     log_now,
-    message_from_json,
-    message_to_json,
     parse_addr,
     parse_backoff,
     read_frames,
-    read_json,
-    write_json_atomic,
 )
 
 
@@ -138,8 +135,10 @@ def load_ops(path: Path | str, client: str, broker: str) -> list[Op]:
     for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        obj = json.loads(line)
         try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
             for key, mine in (("client", client), ("broker", broker)):
                 if obj.pop(key, mine) != mine:
                     raise ValueError(f"the op is for another {key}, not {mine}")
@@ -405,11 +404,11 @@ async def _serve_group(group: GroupConfig, logs: dict[str, JsonlLog]) -> dict[st
 
 def _open_log(config: ClientConfig) -> JsonlLog:
     config.log_dir.mkdir(parents=True, exist_ok=True)
-    return JsonlLog(config.log_dir / f"{config.client}.jsonl", config.client)
+    return JsonlLog(log_path(config.log_dir, config.client), config.client)
 
 
 def _write_group_status(path: Path, codes: dict[str, int]) -> None:
-    write_json_atomic(path, {"codes": dict(sorted(codes.items())), "pid": os.getpid(),
+    write_json(path, {"codes": dict(sorted(codes.items())), "pid": os.getpid(),
                              "t_wall": time.time()})
 
 

@@ -8,6 +8,7 @@ The binary frame encoding of a message lives in :mod:`nodes.frames`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,3 +66,31 @@ class Message:
         # The constructor, not dataclasses.replace: this runs once per hop, ~3x cheaper.
         return Message(self.type, self.msg_id, self.origin, self.hops + 1,
                        self.payload if payload is None else payload, self.body)
+
+
+_MESSAGE_KEYS = {"type", "msg_id", "origin"}
+_MESSAGE_OPTIONAL = {"hops", "payload"}
+
+
+def message_to_json(msg: Message) -> dict[str, Any]:
+    """``msg`` as a JSON-able object (type by name)."""
+    return {"type": msg.type.name, "msg_id": msg.msg_id, "origin": msg.origin,
+            "hops": msg.hops, "payload": msg.payload}
+
+
+def message_from_json(obj: Mapping[str, Any]) -> Message:
+    """The message a :func:`message_to_json` object describes (``hops`` 0 and ``payload``
+    ``{}`` when absent); ``ValueError`` names what is wrong."""
+    missing = sorted(_MESSAGE_KEYS - set(obj))
+    unknown = sorted(set(obj) - _MESSAGE_KEYS - _MESSAGE_OPTIONAL)
+    if missing or unknown:
+        raise ValueError(f"message: missing keys {missing}, unknown keys {unknown}")
+    try:
+        mtype = MsgType[obj["type"]]
+    except KeyError:
+        raise ValueError(f"unknown message type {obj['type']!r}") from None
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ValueError("message payload must be a JSON object")
+    return Message(mtype, int(obj["msg_id"]), str(obj["origin"]), int(obj.get("hops", 0)),
+                   payload)

@@ -19,20 +19,16 @@
 - **Logging.** :func:`log_now` stamps a record with both clocks (``time.monotonic`` and
   ``time.time``). On Linux the monotonic clock is system-wide, and Mininet hosts share the
   kernel, so ``t_mono`` of different processes on one machine are directly comparable.
-- **Ops files.** :func:`message_to_json` / :func:`message_from_json` are the one place a
-  message is (de)serialised as a JSON object (``{"type": "PUBLISH", "msg_id": ...,
-  "origin": ..., "hops": ..., "payload": {...}}``); client ops files add ``t_s``.
+- **Ops files** hold messages as :func:`nodes.messages.message_to_json` objects (the one
+  place a message is (de)serialised as JSON) with ``t_s`` added.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
@@ -198,53 +194,12 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-def write_json_atomic(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` as one JSON line to ``path`` through a temporary file and a rename,
-    so that a reader polling the file never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path | str) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or ``None`` if the file does not exist (yet)."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-
-
 def check_keys(obj: Mapping[str, Any], required: set[str], optional: set[str], where: str) -> None:
     """Reject missing and unknown keys: a misspelt setting must never be silently ignored."""
     missing = sorted(required - set(obj))
     unknown = sorted(set(obj) - required - optional)
     if missing or unknown:
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {unknown}")
-
-
-_MESSAGE_KEYS = {"type", "msg_id", "origin"}
-_MESSAGE_OPTIONAL = {"hops", "payload"}
-
-
-def message_to_json(msg: Message) -> dict[str, Any]:
-    """``msg`` as a JSON-able object (type by name)."""
-    return {"type": msg.type.name, "msg_id": msg.msg_id, "origin": msg.origin,
-            "hops": msg.hops, "payload": msg.payload}
-
-
-def message_from_json(obj: Mapping[str, Any]) -> Message:
-    """The message a :func:`message_to_json` object describes (``hops`` 0 and ``payload``
-    ``{}`` when absent); ``ValueError`` names what is wrong."""
-    check_keys(obj, _MESSAGE_KEYS, _MESSAGE_OPTIONAL, "message")
-    try:
-        mtype = MsgType[obj["type"]]
-    except KeyError:
-        raise ValueError(f"unknown message type {obj['type']!r}") from None
-    payload = obj.get("payload", {})
-    if not isinstance(payload, dict):
-        raise ValueError("message payload must be a JSON object")
-    return Message(mtype, int(obj["msg_id"]), str(obj["origin"]), int(obj.get("hops", 0)),
-                   payload)
 
 
 def parse_addr(value: Any, where: str) -> tuple[str, int]:

@@ -119,6 +119,7 @@ from nodes.hosting import (
 )
 from nodes.logs import JsonlLog, message_fields
 from nodes.messages import Message, MsgType
+from nodes.runfolder import log_path
 from nodes.summary import (
     CARRIES,
     MATCHED_TYPES,
@@ -185,14 +186,14 @@ class _Logs:
         self._open: dict[str, JsonlLog] = {}
         for node in nodes:
             # JsonlLog appends; start every file empty so reruns are byte-identical.
-            (out_dir / f"{node}.jsonl").write_bytes(b"")
+            log_path(out_dir, node).write_bytes(b"")
 
     def write(self, node: str, ev: str, t_s: float, **fields: Any) -> None:
         log = self._open.get(node)
         if log is None:
             if len(self._open) >= MAX_OPEN_LOGS:
                 self._open.pop(next(iter(self._open))).close()
-            log = self._open[node] = JsonlLog(self._dir / f"{node}.jsonl", node)
+            log = self._open[node] = JsonlLog(log_path(self._dir, node), node)
         log.write(ev, t_s, SIM_EPOCH_S + t_s, **fields)
 
     def close(self) -> None:

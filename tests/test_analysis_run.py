@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 
 from analysis.pipeline import run_analysis
 from analysis.session import spark_session
-from experiments.plan import build_workload
+from experiments.plan import compile_plan
 from experiments.runs.emulated import broker_phase
-from experiments.runs.testbed import run_experiment, spec_graph
+from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 
 pytestmark = pytest.mark.usefixtures("root")
@@ -40,10 +40,10 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = parse_spec(SPEC)
-    workload = build_workload(spec, spec_graph(spec))
-    run, manifest = run_experiment(spec, tmp_path_factory.mktemp("runs"),
-                                   phases=(broker_phase(spec, workload, print),))
+    plan = compile_plan(parse_spec(SPEC))
+    assert plan.capture.enabled  # automatic: a stock workload is captured
+    run, manifest = run_experiment(plan, tmp_path_factory.mktemp("runs"),
+                                   phases=(broker_phase(plan),))
     assert manifest["status"] == "ok"
     return run
 

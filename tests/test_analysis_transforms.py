@@ -234,11 +234,12 @@ def test_sources_report_damage_and_keep_the_rest(spark: SparkSession, tmp_path: 
 def test_job_on_a_simulated_run(spark: SparkSession, tmp_path: Path) -> None:
     """A simulated run has logs and no pcaps: metrics and report still come out, and the
     verdict says the wire side is missing instead of claiming agreement."""
+    from experiments.plan import compile_plan
     from experiments.runs.simulated import run_simulation
     from experiments.spec import load_spec
 
     spec = load_spec("flood-demo", ["workload.pubs_per_publisher=5"])
-    run_dir, summaries = run_simulation(spec, tmp_path)
+    run_dir, summaries = run_simulation(compile_plan(spec), tmp_path)
     with (run_dir / "flood" / "a0.jsonl").open("a") as fh:
         fh.write("not json\n")
     # A controller's folder (JSON lines, but no algorithm) must not pass for an algorithm.

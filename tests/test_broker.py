@@ -27,8 +27,7 @@ from nodes.broker import read_status, wait_until_ready
 from nodes.client import Op, dump_ops, load_ops, role_ops
 from nodes.cores import overlay_params
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
-from nodes.messages import Message, MsgType
-from nodes.runtime import message_to_json
+from nodes.messages import Message, MsgType, message_to_json
 
 REPO = Path(__file__).resolve().parent.parent
 SUBSCRIPTION = {"filter": [["symbol", "=", "IBM"]]}

@@ -22,8 +22,7 @@ from nodes.frames import (
     encode,
     frame_size,
 )
-from nodes.messages import Message, MsgType
-from nodes.runtime import message_from_json, message_to_json
+from nodes.messages import Message, MsgType, message_from_json, message_to_json
 
 json_scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
                 | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))

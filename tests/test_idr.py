@@ -19,6 +19,7 @@ import networkx as nx
 import pytest
 from scot_cases import pairs, random_scot, small_workload
 
+from experiments.plan import compile_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
 from nodes.core import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
@@ -288,7 +289,7 @@ def test_the_random_cases_exercise_every_case() -> None:
 def test_simulated_demo_idr_routes_around_the_throttled_ilink(tmp_path: Path) -> None:
     """The demo spec in the simulator, with real statistics windows: the throttled iLink
     b0-b1 becomes overloaded under the burst and IDR hands cluster 1 over instead."""
-    _, s = run_simulation(load_spec("demo"), tmp_path)
+    _, s = run_simulation(compile_plan(load_spec("demo")), tmp_path)
     for summary in s.values():
         assert summary["missing"] == summary["duplicates"] == summary["unexpected"] == 0
     on_link = {a: s[a]["scheduled_link_notifications"]["b0>b1"] for a in ("snr", "idr")}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.runs.bulk import bulk_phase
+from experiments.plan import compile_plan
+from experiments.runs.bulk.emulated import bulk_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.bulkdata import source_checksum
@@ -38,8 +39,9 @@ def _records(path: Path, kind: str) -> list[dict]:
 
 
 def test_bulk_data_is_byte_identical_and_survives_a_failure(tmp_path: Path) -> None:
-    spec = parse_spec(SPEC)
-    run_dir, manifest = run_experiment(spec, tmp_path, phases=(bulk_phase(spec),))
+    plan = compile_plan(parse_spec(SPEC))
+    assert not plan.capture.enabled  # automatic: bulk slices are not captured
+    run_dir, manifest = run_experiment(plan, tmp_path, phases=(bulk_phase(plan),))
     assert manifest["status"] == "ok"
     checksum = source_checksum(4 * 2**20, 65536, 5)
     for algorithm in ("lbdd", "p2p"):

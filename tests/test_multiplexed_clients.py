@@ -18,12 +18,13 @@ import pytest
 from scot_cases import AGREE_SPEC, pairs
 from test_broker import NOTIFICATION, REPO, SUBSCRIPTION, free_port
 
-from experiments.plan import build_workload
-from experiments.runs.emulated import broker_phase, client_receipts
-from experiments.runs.testbed import run_experiment, spec_graph
+from experiments.plan import compile_plan
+from experiments.runs.emulated import broker_phase
+from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.broker import wait_until_ready
 from nodes.client import read_group_status
+from nodes.log_summary import client_receipts
 from nodes.workloads.oracle import expected_deliveries
 
 
@@ -116,9 +117,9 @@ SPEC = {**AGREE_SPEC, "name": "multiplexed",
 
 @pytest.mark.usefixtures("root")
 def test_grouped_clients_on_mininet_deliver_the_oracle_set(tmp_path: Path) -> None:
-    spec = parse_spec(SPEC)
-    graph = spec_graph(spec)
-    workload = build_workload(spec, graph)
+    plan = compile_plan(parse_spec(SPEC))
+    workload = plan.workload
+    assert workload is not None
     expected = pairs(expected_deliveries(workload))
     assert len(expected) > 50, "the workload should exercise many deliveries"
     by_broker: dict[str, list[str]] = {}
@@ -126,7 +127,7 @@ def test_grouped_clients_on_mininet_deliver_the_oracle_set(tmp_path: Path) -> No
         by_broker.setdefault(broker, []).append(client)
     assert max(map(len, by_broker.values())) >= 2, "some broker host should run a group"
 
-    run_dir, _ = run_experiment(spec, tmp_path, phases=(broker_phase(spec, workload, print),))
+    run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
     out = run_dir / "snr"
 
     # One process per broker host with clients, running exactly that broker's clients.

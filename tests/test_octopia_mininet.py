@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from scot_cases import AGREE_SPEC, pairs
 
-from experiments.plan import build_workload, overlay_links
-from experiments.runs.emulated import broker_phase, client_receipts
-from experiments.runs.testbed import run_experiment, spec_graph
+from experiments.plan import compile_plan
+from experiments.runs.emulated import broker_phase
+from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
+from nodes.log_summary import client_receipts
 from nodes.sim import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 
@@ -25,17 +26,18 @@ SPEC = {**AGREE_SPEC, "name": "octopia-agree",
 
 
 def test_snr_and_tid_deliver_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
-    spec = parse_spec(SPEC)
-    graph = spec_graph(spec)
-    workload = build_workload(spec, graph)
+    plan = compile_plan(parse_spec(SPEC))
+    workload = plan.workload
+    assert workload is not None
     oracle = expected_deliveries(workload)
     expected = pairs(oracle)
     assert len(expected) > 50, "the workload should exercise many deliveries"
-    overlay = overlay_links(graph, spec.links)
-    sims = {a: simulate(overlay, workload, a, seed=spec.seed) for a in spec.routing.algorithms}
+    sims = {a.name: simulate(plan.overlay, workload, a.name, dict(a.params), derived=a.derived,
+                             seed=plan.spec.seed, window_ms=plan.window_ms,
+                             until_s=plan.duration_s)
+            for a in plan.algorithms}
 
-    run_dir, manifest = run_experiment(spec, tmp_path,
-                                       phases=(broker_phase(spec, workload, print),))
+    run_dir, manifest = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
 
     n_advs, n_subs = 3, 12
     for algorithm, sim in sims.items():

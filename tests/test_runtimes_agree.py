@@ -16,15 +16,12 @@ from scot_cases import AGREE_SPEC, pairs
 from experiments.emulation.doctor import probe
 from experiments.emulation.leftovers import STATE_DIR, root_interfaces
 from experiments.emulation.network import Emulation
-from experiments.plan import build_workload, overlay_links
-from experiments.runs.emulated import (
-    BrokerRun,
-    broker_configs,
-    broker_phase,
-    client_receipts,
-)
-from experiments.runs.testbed import run_experiment, spec_graph
+from experiments.plan import compile_plan
+from experiments.runs.brokers import BrokerRun, broker_configs
+from experiments.runs.emulated import broker_phase
+from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
+from nodes.log_summary import client_receipts
 from nodes.sim import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 
@@ -34,17 +31,18 @@ SPEC = {**AGREE_SPEC, "routing": {"algorithms": ["flood"]}}
 
 
 def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
-    spec = parse_spec(SPEC)
-    graph = spec_graph(spec)
-    workload = build_workload(spec, graph)
+    plan = compile_plan(parse_spec(SPEC))
+    workload = plan.workload
+    assert workload is not None
     expected = sorted((k, s) for k, subs in expected_deliveries(workload).items() for s in subs)
     assert len(expected) > 50, "the workload should exercise many deliveries"
 
-    sim = simulate(overlay_links(graph, spec.links), workload, "flood", seed=spec.seed)
+    flood = plan.algorithm("flood")
+    sim = simulate(plan.overlay, workload, "flood", dict(flood.params), derived=flood.derived,
+                   seed=plan.spec.seed, window_ms=plan.window_ms, until_s=plan.duration_s)
     sim_pairs = pairs(sim.deliveries)
 
-    run_dir, manifest = run_experiment(spec, tmp_path,
-                                       phases=(broker_phase(spec, workload, print),))
+    run_dir, manifest = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
     emu_pairs = pairs(client_receipts(run_dir / "flood", workload)["deliveries"])
 
     assert sim_pairs == expected  # exactly the oracle's set, each once (a list, not a set)
@@ -61,14 +59,13 @@ def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
 
 
 def test_killed_broker_is_noticed_and_teardown_is_clean(tmp_path: Path) -> None:
-    spec = parse_spec(SPEC)
-    graph = spec_graph(spec)
+    plan = compile_plan(parse_spec(SPEC))
+    graph = plan.graph
     emu = Emulation(graph, switch="bridge", probe=probe(), log=lambda _m: None)
     try:
         emu.start()
         run = BrokerRun(emu, tmp_path)
-        run.start_brokers(broker_configs(graph, "flood", {}, emulate_link=True,
-                                         log_dir=tmp_path, seed=1))
+        run.start_brokers(broker_configs(plan, "flood", emulate_link=True, log_dir=tmp_path))
         run.wait_links_up(30)
         victim = "b1"
         os.kill(run.brokers[victim].pid, signal.SIGKILL)

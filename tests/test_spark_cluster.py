@@ -30,6 +30,7 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 APP_NAME = "pubsublab-analysis"  # analysis.session.spark_session's default
 # Keys of the --json result that name this run's folder or measure time, not the analysis.
 UNCOMPARED = ("run_dir", "metrics_dir", "report", "timing_s")
+ANALYZE_TIMEOUT_S = 240  # about 40 s each on an idle two-core machine
 
 
 def _free_port() -> int:
@@ -58,7 +59,9 @@ class Cluster:
             return json.load(r)
 
     def tails(self) -> str:
-        return "\n".join(_tail(p) for p in self.logs)
+        """The ends of the master's and worker's logs and of every executor's."""
+        executors = sorted(self.work_dir.glob("app-*/*/stderr"))
+        return "\n".join(_tail(p) for p in [*self.logs, *executors])
 
 
 def _java() -> str:
@@ -99,6 +102,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port, ui, worker_port, worker_ui = (_free_port() for _ in range(4))
     url = f"spark://127.0.0.1:{port}"
     classpath = f"{SPARK_HOME / 'jars'}/*"
+    # bin/spark-class would export it (load-spark-env.sh); the worker needs it to build its
+    # executors' class path from SPARK_HOME/jars ("Cannot find any build directories").
+    (core,) = (SPARK_HOME / "jars").glob("spark-core_*.jar")
+    scala = core.name.removeprefix("spark-core_").split("-")[0]
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     for role, cls, args in (
@@ -113,6 +120,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         (d / "logs").mkdir(parents=True)
         (d / "work").mkdir()
         env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_SCALA_VERSION": scala,
                "SPARK_LOG_DIR": str(d / "logs"), "SPARK_WORKER_DIR": str(d / "work"),
                "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         logs.append(d / "logs" / f"{role}.log")
@@ -161,14 +169,17 @@ def _analyze(run: Path, *master: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _result(proc: subprocess.Popen[str], what: str, extra: str = "") -> dict[str, Any]:
+def _result(proc: subprocess.Popen[str], what: str, cluster: Cluster | None = None
+            ) -> dict[str, Any]:
     try:
-        out, err = proc.communicate(timeout=150)
+        out, err = proc.communicate(timeout=ANALYZE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"{what}: analyze took over 150 s\n{err[-4000:]}\n{extra}")
-    assert proc.returncode == 0, f"{what}: analyze failed\n{err[-4000:]}\n{extra}"
+        pytest.fail(f"{what}: analyze took over {ANALYZE_TIMEOUT_S} s\n{err[-4000:]}\n"
+                    f"{cluster.tails() if cluster else ''}")
+    assert proc.returncode == 0, (f"{what}: analyze failed\n{err[-4000:]}\n"
+                                  f"{cluster.tails() if cluster else ''}")
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -201,7 +212,7 @@ def test_cluster_and_local_mode_write_the_same_metrics(cluster: Cluster, run_dir
     shutil.copytree(run_dir, local)
     procs = {"cluster": _analyze(on_cluster, "--master", cluster.url),
              "local": _analyze(local)}  # at once: two cores, one each
-    got = {name: _result(p, name, cluster.tails() if name == "cluster" else "")
+    got = {name: _result(p, name, cluster if name == "cluster" else None)
            for name, p in procs.items()}
 
     # It ran on the cluster: the master lists it finished, the worker ran its executor.

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from experiments.emulation.leftovers import STATE_DIR
+from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec, parse_spec
 
 GOOD = {
@@ -37,13 +38,20 @@ def test_good_spec_parses_into_frozen_objects() -> None:
         spec.seed = 3  # type: ignore[misc]
 
 
-def test_shipped_specs_all_load() -> None:
-    from experiments.runs.testbed import spec_graph
+def test_defaults_left_to_the_plan() -> None:
+    """No duration (the plan derives the phase), automatic capture, a 50 ms window."""
+    spec = parse_spec(GOOD)
+    assert spec.duration_s is None and spec.capture.enabled is None
+    assert spec.routing.window_ms == 50.0
+    assert spec.to_dict()["routing"]["window_ms"] == 50.0
+    assert parse_spec(_with(routing={"window_ms": 20})).routing.window_ms == 20.0
 
+
+def test_shipped_specs_all_compile() -> None:
     shipped = sorted(Path("experiments/specs").glob("*.yaml"))
     assert shipped
     for path in shipped:
-        spec_graph(load_spec(str(path)))
+        compile_plan(load_spec(str(path)))
 
 
 @pytest.mark.parametrize(
@@ -62,6 +70,10 @@ def test_shipped_specs_all_load() -> None:
          "link_schedule[0].bw_mbps", "0"),
         (_with(broker={"write_buffer_bytes": 10}), "broker.write_buffer_bytes", "10"),
         (_with(broker={"sndbuf": 10}), "broker", "sndbuf"),
+        (_with(routing={"algorithms": ["flood", "snr", "flood"]}), "routing.algorithms",
+         "flood twice"),
+        (_with(routing={"window_ms": 0}), "routing.window_ms", "0"),
+        (_with(duration_s=0), "duration_s", "0"),
     ],
 )
 def test_bad_fields_are_named(data: dict, field: str, fragment: str) -> None:
@@ -113,14 +125,13 @@ def test_set_override_reaches_the_spec() -> None:
 
 
 def test_link_schedule_names_overlay_links() -> None:
-    from experiments.runs.testbed import spec_graph
-
     spec = load_spec("demo")
     assert [(c.at_s, c.a, c.b, c.bw_mbps) for c in spec.link_schedule] == [
         (2.0, "b0", "b1", 0.5)]
     assert spec.to_dict()["link_schedule"] == [
         {"at_s": 2.0, "a": "b0", "b": "b1", "bw_mbps": 0.5}]
     with pytest.raises(SpecError, match="no overlay link between 'a0' and 'c0'"):
-        spec_graph(load_spec("demo", ["link_schedule=[{at_s: 1, a: a0, b: c0, bw_mbps: 1}]"]))
+        compile_plan(load_spec("demo",
+                               ["link_schedule=[{at_s: 1, a: a0, b: c0, bw_mbps: 1}]"]))
     with pytest.raises(SpecError, match="mode: overlay"):
-        spec_graph(load_spec("demo", ["topology.params.mode=switch"]))
+        compile_plan(load_spec("demo", ["topology.params.mode=switch"]))

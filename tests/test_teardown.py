@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from experiments.emulation.leftovers import STATE_DIR, ovs_bridges, root_interfaces
-from experiments.runs.testbed import run_experiment, spec_graph
+from experiments.plan import compile_plan, topology_graph
+from experiments.runs.testbed import run_experiment
 from experiments.spec import load_spec
 
 pytestmark = pytest.mark.usefixtures("root")
 
-DEMO_NODES = set(spec_graph(load_spec("flood-demo")).nodes)
+DEMO_NODES = set(topology_graph(load_spec("flood-demo")).nodes)
 
 
 def _our_interfaces() -> list[str]:
@@ -88,9 +89,9 @@ def test_exception_mid_run_tears_down(tmp_path: Path) -> None:
     def boom(*_args: object) -> None:
         raise RuntimeError("injected failure")
 
-    spec = load_spec("flood-demo", ["fidelity.links=1"])
+    plan = compile_plan(load_spec("flood-demo", ["fidelity.links=1"]))
     with pytest.raises(RuntimeError, match="injected"):
-        run_experiment(spec, tmp_path, phases=(boom,))
+        run_experiment(plan, tmp_path, phases=(boom,))
     (run_dir,) = tmp_path.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"].startswith("failed: RuntimeError")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodes.messages import Message, MsgType
+from nodes.messages import Message, message_from_json, message_to_json
 from nodes.model import Schema
 
 
@@ -36,22 +36,14 @@ class Workload:
 
 
 def workload_to_jsonl(w: Workload, path: str | Path) -> None:
-    """Write ``w`` as JSON lines: a header (schema, clients, meta), then one op per line."""
+    """Write ``w`` as JSON lines: a header (schema, clients, meta), then one op per line
+    (``t_s``, ``client``, ``broker`` and the message, :func:`~nodes.messages.message_to_json`)."""
     with open(path, "w", encoding="utf-8") as fh:
         header = {"schema": dict(w.schema), "clients": dict(w.clients), "meta": dict(w.meta)}
         fh.write(json.dumps(header, sort_keys=True) + "\n")
         for op in w.ops:
-            m = op.msg
-            rec = {
-                "t_s": op.t_s,
-                "client": op.client,
-                "broker": op.broker,
-                "type": m.type.name,
-                "msg_id": m.msg_id,
-                "origin": m.origin,
-                "hops": m.hops,
-                "payload": m.payload,
-            }
+            rec = {"t_s": op.t_s, "client": op.client, "broker": op.broker,
+                   **message_to_json(op.msg)}
             fh.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
@@ -62,6 +54,6 @@ def workload_from_jsonl(path: str | Path) -> Workload:
         ops = []
         for line in fh:
             r = json.loads(line)
-            msg = Message(MsgType[r["type"]], r["msg_id"], r["origin"], r["hops"], r["payload"])
-            ops.append(ClientOp(r["t_s"], r["client"], r["broker"], msg))
+            t_s, client, broker = r.pop("t_s"), r.pop("client"), r.pop("broker")
+            ops.append(ClientOp(t_s, client, broker, message_from_json(r)))
     return Workload(Schema(header["schema"]), header["clients"], tuple(ops), header["meta"])
