@@ -53,7 +53,7 @@ import matplotlib
 import networkx as nx
 import numpy as np
 
-from nodes.logs import iter_jsonl
+from nodes.logs import Ev, iter_jsonl
 from nodes.workloads.ops import Workload
 from topologies.graph import overlay_of
 
@@ -90,7 +90,7 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
     # Compact columns: a paper-scale run has millions of deliveries.
     t_col, d_col, h_col = array("d"), array("d"), array("b")
     for client in sorted(workload.clients):
-        for r in iter_jsonl(run_dir / f"{client}.jsonl", "recv"):
+        for r in iter_jsonl(run_dir / f"{client}.jsonl", Ev.RECV):
             if r.get("type") == "PUBLISH" and r.get("t_pub") is not None:
                 t = _time_s(r)
                 t_col.append(t)
@@ -101,7 +101,7 @@ def burst_metrics(run_dir: Path, workload: Workload, graph: nx.Graph, *,
     t_s = np.frombuffer(t_col, dtype=float)[order]
     delay_s = np.frombuffer(d_col, dtype=float)[order]
     is_hrp = np.frombuffer(h_col, dtype=np.int8)[order].astype(bool)
-    pubs = [float(r.get("t_pub", _time_s(r))) for r in iter_jsonl(run_dir / f"{hrp}.jsonl", "send")
+    pubs = [float(r.get("t_pub", _time_s(r))) for r in iter_jsonl(run_dir / f"{hrp}.jsonl", Ev.SEND)
             if r.get("type") == "PUBLISH"]
     if not pubs:  # no HRP log (or one without sends): its receipts still carry t_pub
         pubs = (t_s - delay_s)[is_hrp].tolist()
@@ -149,7 +149,7 @@ def _queue(run_dir: Path, broker: str, graph: nx.Graph, t0: float | None,
                            "mean_len": None, "max_len": None, "per_link_mean": {}}
     if t0 is None or t1 is None or not links:
         return out
-    recs = [r for r in iter_jsonl(run_dir / f"{broker}.jsonl", "queue") if r.get("link") in links]
+    recs = [r for r in iter_jsonl(run_dir / f"{broker}.jsonl", Ev.QUEUE) if r.get("link") in links]
     window_s = (sorted(r["window_ms"] for r in recs)[len(recs) // 2] / 1000.0) if recs else 0.05
     end = max(t1, t0 + window_s)
     area = dict.fromkeys(links, 0.0)

@@ -2,10 +2,12 @@
 
 Choices:
 
-- **One wide, sparse schema** for every record kind: the fields of message, queue, link
-  and record events each get a column (null where a record has no such field); anything
-  else a record carries (core records' own fields, ``retry_in_s``, ...) is kept as a JSON
-  object in ``extra`` so nothing is lost.
+- **One wide, sparse schema** for every record kind, derived from the typed field table
+  :data:`nodes.logs.LOG_FIELDS` (its order, each kind's Arrow and Spark type): the
+  fields of message, queue, link and record events each get a column (null where a
+  record has no such field); the fields in :data:`IN_EXTRA` and anything else a record
+  carries (core records' own fields, ``retry_in_s``, ...) are kept as a JSON object in
+  ``extra`` so nothing is lost.
 - **Problems are reported, the rest is kept.** A line that is not JSON, not an object,
   lacks ``t_wall``/``node``/``ev`` or has a field of the wrong type is reported with its
   file and line number and skipped; an empty file is reported as such. Never a whole
@@ -23,32 +25,29 @@ from typing import Any
 
 import pyarrow as pa
 
-# (field, Arrow type, Spark DDL type, Python types accepted)
+from nodes import logs as node_logs
+
+# A field kind of nodes.logs -> (Arrow type, Spark DDL type, Python types accepted).
 _NUM = (int, float)
-LOG_FIELDS: tuple[tuple[str, pa.DataType, str, tuple[type, ...]], ...] = (
-    ("t_wall", pa.float64(), "double", _NUM),
-    ("t_mono", pa.float64(), "double", _NUM),
-    ("node", pa.string(), "string", (str,)),
-    ("ev", pa.string(), "string", (str,)),
-    ("type", pa.string(), "string", (str,)),
-    ("origin", pa.string(), "string", (str,)),
-    ("msg_id", pa.int64(), "bigint", (int,)),
-    ("hops", pa.int32(), "int", (int,)),
-    ("link", pa.string(), "string", (str,)),
-    ("size", pa.int64(), "bigint", (int,)),
-    ("t_pub", pa.float64(), "double", _NUM),
-    ("count_in", pa.int64(), "bigint", (int,)),
-    ("count_out", pa.int64(), "bigint", (int,)),
-    ("queue_len", pa.int64(), "bigint", (int,)),
-    ("flushed", pa.int64(), "bigint", (int,)),
-    ("window_ms", pa.float64(), "double", _NUM),
-    ("kind", pa.string(), "string", (str,)),
-    ("state", pa.string(), "string", (str,)),
-    ("reason", pa.string(), "string", (str,)),
-    ("role", pa.string(), "string", (str,)),
-)
+KIND_TYPES: dict[str, tuple[pa.DataType, str, tuple[type, ...]]] = {
+    "float": (pa.float64(), "double", _NUM),
+    "int": (pa.int64(), "bigint", (int,)),
+    "int32": (pa.int32(), "int", (int,)),
+    "str": (pa.string(), "string", (str,)),
+    "bool": (pa.bool_(), "boolean", (bool,)),
+}
+# Fields of nodes.logs.LOG_FIELDS kept in ``extra`` rather than in columns of their own:
+# rare or runtime-specific ones (link configuration, errors, DATA slice checks) and
+# ``matching_ms`` (emulated runs only; summary.json reads it from the logs). Columns
+# would change the schema of the stored log_events tables.
+IN_EXTRA = frozenset({"matching_ms", "index", "sha256", "duplicate", "delay_ms", "loss_pct",
+                      "emulated", "retry_in_s", "stage", "peer", "addr"})
+# The columns: (field, Arrow type, Spark DDL type, Python types accepted), in the order
+# of nodes.logs.LOG_FIELDS.
+LOG_COLUMNS: tuple[tuple[str, pa.DataType, str, tuple[type, ...]], ...] = tuple(
+    (f.name, *KIND_TYPES[f.kind]) for f in node_logs.LOG_FIELDS if f.name not in IN_EXTRA)
 _REQUIRED = ("t_wall", "node", "ev")
-_KNOWN = {name for name, *_ in LOG_FIELDS}
+_KNOWN = {name for name, *_ in LOG_COLUMNS}
 _U64_WRAP = 1 << 64
 _I64_MAX = (1 << 63) - 1
 _INT_RANGES = {"msg_id": (0, _U64_WRAP - 1), "hops": (0, (1 << 31) - 1)}
@@ -56,13 +55,13 @@ _INT_RANGES = {"msg_id": (0, _U64_WRAP - 1), "hops": (0, (1 << 31) - 1)}
 
 def log_schema() -> pa.Schema:
     """The Arrow schema of :func:`read_log`'s table."""
-    return pa.schema([(name, typ) for name, typ, _, _ in LOG_FIELDS]
+    return pa.schema([(name, typ) for name, typ, _, _ in LOG_COLUMNS]
                      + [("extra", pa.string()), ("line", pa.int64())])
 
 
 def spark_ddl(extra: tuple[tuple[str, str], ...] = ()) -> str:
     """The Spark schema (DDL) of the log columns, ``extra`` columns first."""
-    cols = [*extra, *((name, ddl) for name, _, ddl, _ in LOG_FIELDS),
+    cols = [*extra, *((name, ddl) for name, _, ddl, _ in LOG_COLUMNS),
             ("extra", "string"), ("line", "bigint")]
     return ", ".join(f"{name} {ddl}" for name, ddl in cols)
 
@@ -79,7 +78,7 @@ def _check(rec: Any) -> str | None:
     missing = [k for k in _REQUIRED if k not in rec]
     if missing:
         return f"missing field(s) {', '.join(missing)}"
-    for name, _, _, types in LOG_FIELDS:
+    for name, _, _, types in LOG_COLUMNS:
         v = rec.get(name)
         if v is None:
             continue
@@ -110,7 +109,7 @@ def read_log(path: str | Path) -> tuple[pa.Table, list[tuple[int | None, str]]]:
                 continue
             if isinstance(rec.get("msg_id"), int):
                 rec["msg_id"] = signed_msg_id(rec["msg_id"])
-            for name, *_ in LOG_FIELDS:
+            for name, *_ in LOG_COLUMNS:
                 columns[name].append(rec.get(name))
             rest = {k: v for k, v in rec.items() if k not in _KNOWN}
             columns["extra"].append(json.dumps(rest, sort_keys=True) if rest else None)

@@ -48,6 +48,7 @@ from pyspark.sql import functions as F
 from analysis import logs as logfmt
 from analysis import pcap
 from analysis.streams import Segment, decode_stream
+from nodes.logs import Ev
 
 Acc = Accumulator[set[Any]]
 FLOW_KEYS = ["algorithm", "host", "ip_src", "sport", "ip_dst", "dport"]
@@ -309,9 +310,9 @@ def log_ims_by_link(spark: SparkSession, events: DataFrame) -> DataFrame:
     b = events.where(F.col("node_role") == "broker")
     brokers = b.select("algorithm", F.col("node").alias("link")).distinct()
     keys = ["algorithm", "node", "link", "type", "origin", "msg_id"]
-    sends = (b.where((F.col("ev") == "send") & (F.col("type") != "HELLO"))
+    sends = (b.where((F.col("ev") == Ev.SEND.value) & (F.col("type") != "HELLO"))
               .join(brokers, ["algorithm", "link"], "left_semi"))
-    drops = b.where(F.col("ev") == "drop").join(brokers, ["algorithm", "link"], "left_semi")
+    drops = b.where(F.col("ev") == Ev.DROP.value).join(brokers, ["algorithm", "link"], "left_semi")
     unwritten = (drops.where(F.col("reason") == "loss")
                  .unionByName(drops.where(F.col("reason") == "link_down")
                               .join(sends.select(*keys).distinct(), keys, "left_semi")))
@@ -362,7 +363,7 @@ def link_throughput(spark: SparkSession, packets: DataFrame, *, port: int,
 
 def queue_lengths(spark: SparkSession, events: DataFrame) -> DataFrame:
     """The brokers' output-queue windows (``queue`` records) per link direction."""
-    return (events.where((F.col("node_role") == "broker") & (F.col("ev") == "queue"))
+    return (events.where((F.col("node_role") == "broker") & (F.col("ev") == Ev.QUEUE.value))
             .select("algorithm", F.col("node").alias("src_broker"),
                     F.col("link").alias("dst_broker"), "t_wall", "queue_len", "count_in",
                     "count_out", "flushed", "window_ms"))
@@ -389,9 +390,9 @@ def notification_delays(spark: SparkSession, events: DataFrame) -> DataFrame:
     ``t_pub`` stamped in it (what summary.json reports) and ``send_to_recv_ms`` from the
     publisher's ``send`` record (null if that record is missing), with the hop count."""
     c = events.where((F.col("node_role") == "client") & (F.col("type") == "PUBLISH"))
-    sent = (c.where(F.col("ev") == "send")
+    sent = (c.where(F.col("ev") == Ev.SEND.value)
             .groupBy("algorithm", "origin", "msg_id").agg(F.min("t_wall").alias("t_sent")))
-    recv = c.where(F.col("ev") == "recv").select(
+    recv = c.where(F.col("ev") == Ev.RECV.value).select(
         "algorithm", "origin", "msg_id", F.col("node").alias("subscriber"), "t_pub",
         F.col("t_wall").alias("t_recv"), "hops")
     return (recv.join(sent, ["algorithm", "origin", "msg_id"], "left")

@@ -42,7 +42,11 @@ def _topo_params(pairs: list[str]) -> dict[str, Any]:
         if "=" not in pair:
             raise SpecError(f"--param {pair!r}: expected key=value")
         k, v = pair.split("=", 1)
-        params[k] = yaml.safe_load(v)
+        try:
+            params[k] = yaml.safe_load(v)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"--param {pair!r}: not valid YAML: "
+                            f"{str(exc).splitlines()[0]}") from None
     return params
 
 
@@ -78,6 +82,20 @@ def _plan(args: argparse.Namespace) -> Any:
     return compile_plan(load_spec(args.spec, args.set))
 
 
+def _out_dir(path: Path) -> Path:
+    """The ``--out`` folder, made if missing; SpecError (one line) if it cannot hold runs."""
+    import os
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as exc:
+        raise SpecError(f"--out {str(path)[:80]!r}: cannot hold run folders "
+                        f"({exc.strerror or exc})") from None
+    return path
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from experiments.plan_text import format_plan
 
@@ -89,10 +107,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import os
 
+    from experiments.plan import emulation_fits
     from experiments.runs.summaries import summary_table
     from experiments.runs.testbed import run_experiment
 
     plan = _plan(args)
+    if not args.allow_large:
+        mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        too_big = emulation_fits(plan, os.cpu_count() or 1, mem_mb)
+        if too_big:
+            raise SpecError(f"topology too large to emulate here: {too_big} (--allow-large "
+                            "to try anyway, or pubsublab sim)")
     if os.geteuid() != 0:
         raise PermissionError("emulated runs need root: run with sudo")
     phases = ()
@@ -107,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from experiments.runs.emulated import broker_phase
 
         phases = (broker_phase(plan),)
-    run_dir, manifest = run_experiment(plan, args.out, cli=args.cli, phases=phases)
+    run_dir, manifest = run_experiment(plan, _out_dir(args.out), cli=args.cli, phases=phases)
     summaries = manifest.get("summaries", {})
     result = {"run_dir": str(run_dir), "status": manifest["status"],
               "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing"),
@@ -128,7 +153,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         values = [v for v in raw.split(",") if v]
         if not key or not values:
             raise SpecError(f"--sweep {args.sweep!r}: expected key.path=V1,V2,...")
-        sweep_dir, results = run_sweep(args.spec, args.set, key, values, args.out,
+        sweep_dir, results = run_sweep(args.spec, args.set, key, values, _out_dir(args.out),
                                        log_messages=not args.no_logs)
         text = "\n".join(f"{key}={v}\n{summary_table(s)}" for v, s in results.items())
         _emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
@@ -136,7 +161,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     plan = _plan(args)
     if plan.workload is None and plan.workload_kind != "bulk":
         raise SpecError(f"spec {plan.name!r} has no workload section: nothing to simulate")
-    run_dir, summaries = run_simulation(plan, args.out, log_messages=not args.no_logs)
+    run_dir, summaries = run_simulation(plan, _out_dir(args.out), log_messages=not args.no_logs)
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
     return 0
 
@@ -362,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
         _spec_arguments(r, with_spec=name == "run")
         r.add_argument("--cli", action="store_true",
                        help="open the Mininet CLI on the live network before teardown")
+        r.add_argument("--allow-large", action="store_true",
+                       help="emulate even an overlay larger than this machine holds "
+                            "(64 brokers per core, 60 MB each within half the memory)")
         _json_flag(r)
         r.set_defaults(func=func)
     return p

@@ -55,13 +55,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
 
+from experiments.emulation.capture import plan_capture
 from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
 from nodes.cores import CORES, core_info, resolve_params
+from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
 from nodes.workloads.ops import Workload
@@ -205,6 +207,25 @@ class RunPlan:
         }
 
 
+# What one emulated broker host costs: the broker and its client group are Python
+# processes of about 25 MB each at rest (measured), plus queues, logs and a tcpdump.
+HOST_MB = 60
+BROKERS_PER_CORE = 64  # 70 brokers on 2 cores keep Mininet-HiFi's idle-CPU criterion
+
+
+def emulation_fits(plan: RunPlan, cores: int, mem_mb: float) -> str | None:
+    """Why this machine cannot emulate the plan's overlay (None if it can): more brokers
+    than :data:`BROKERS_PER_CORE` per core, or more memory than half of ``mem_mb``."""
+    n = plan.overlay.number_of_nodes()
+    if n > BROKERS_PER_CORE * cores:
+        return (f"{n} brokers on {cores} cores; allowed: at most {BROKERS_PER_CORE * cores} "
+                f"({BROKERS_PER_CORE} per core)")
+    if n * HOST_MB > mem_mb / 2:
+        return (f"{n} brokers need about {n * HOST_MB} MB; allowed: half of this machine's "
+                f"{mem_mb:.0f} MB")
+    return None
+
+
 def netem_in_kernel() -> bool:
     """Whether this kernel has netem, without root: ``sch_netem`` built in or shipped as a
     module. (``pubsublab doctor`` tries the qdisc for real; runs use its answer.)"""
@@ -232,11 +253,12 @@ def topology_graph(spec: Spec) -> nx.Graph:
         g = build_graph(spec.topology.name, spec.topology.params, spec.links)
     except ValueError as exc:
         raise SpecError(f"topology: {exc}") from None
-    for a, b, params in spec.link_overrides:
+    for a, b, fields in spec.link_overrides:
         if not g.has_edge(a, b):
             raise SpecError(f"link_overrides: no link between {a!r} and {b!r} in "
                             f"topology {spec.topology.name!r}")
-        g.edges[a, b]["params"] = params
+        # Only the fields the override names change; the others keep the link's own.
+        g.edges[a, b]["params"] = replace(g.edges[a, b]["params"], **fields)
     return g
 
 
@@ -491,6 +513,8 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                 raise SpecError(f"duration_s: bad value {spec.duration_s!r}; allowed: at "
                                 f"least {last:g} (the workload's last operation, in s)")
         capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
+        if capture.enabled and kind == "stock":
+            plan_capture(capture, brokers(graph), BROKER_PORT)  # SpecError if too small
     return RunPlan(
         spec=spec, graph=_freeze(graph), overlay=_freeze(overlay), edges=edges,
         algorithms=algorithms, window_ms=spec.routing.window_ms, workload_kind=kind,

@@ -11,13 +11,14 @@ algorithm names) must match :data:`NAME_RE`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nodes.cores.params import short_repr
 from topologies.links import LinkParams
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -30,8 +31,67 @@ class SpecError(ValueError):
     """A spec that cannot be run; the message is one line meant for the user."""
 
 
+MAX_SPEC_BYTES = 1_000_000
+MAX_ALIASES = 50  # YAML anchors a spec may refer to; an alias bomb needs many more
+MAX_NODES = 100_000  # values in a spec once its aliases are expanded
+
+
 def _fail(where: str, value: Any, allowed: str) -> SpecError:
-    return SpecError(f"{where}: bad value {value!r}; allowed: {allowed}")
+    """The one-line error; the value is cut short (it may be huge or recursive)."""
+    return SpecError(f"{where}: bad value {short_repr(value)}; allowed: {allowed}")
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses duplicate keys (YAML keeps the last one silently)
+    and counts aliases (an alias bomb expands a few hundred bytes into gigabytes)."""
+
+    aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise SpecError(f"spec: more than {MAX_ALIASES} YAML aliases; allowed: "
+                                f"at most {MAX_ALIASES} (write the values out)")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in seen:
+                line = key_node.start_mark.line + 1
+                raise SpecError(f"spec line {line}: key {short_repr(key)} appears twice in "
+                                "one mapping; allowed: each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _count_nodes(data: Any, limit: int) -> int:
+    """Values in ``data`` with aliases expanded, counting stops past ``limit``."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return count
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """``text`` parsed as YAML with :class:`_SpecLoader`'s limits; SpecError if bad."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(f"{where}: {len(text)} bytes; allowed: at most {MAX_SPEC_BYTES}")
+    try:
+        data = yaml.load(text, Loader=_SpecLoader)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{where}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if _count_nodes(data, MAX_NODES) > MAX_NODES:
+        raise SpecError(f"{where}: more than {MAX_NODES} values once aliases are expanded; "
+                        "allowed: a spec of ordinary size")
+    return data
 
 
 def _take(d: Mapping[str, Any], where: str, known: set[str]) -> dict[str, Any]:
@@ -142,7 +202,8 @@ class Spec:
     capture: CaptureSpec = field(default_factory=CaptureSpec)
     workload: Mapping[str, Any] = field(default_factory=dict)
     routing: RoutingSpec = field(default_factory=RoutingSpec)
-    link_overrides: tuple[tuple[str, str, LinkParams], ...] = ()
+    # (a, b, fields): an override changes only the fields it names (see experiments.plan)
+    link_overrides: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
     link_schedule: tuple[LinkChange, ...] = ()
     broker: BrokerSpec = field(default_factory=BrokerSpec)
 
@@ -161,7 +222,7 @@ class Spec:
             "routing": {"algorithms": list(self.routing.algorithms),
                         "params": dict(self.routing.params),
                         "window_ms": self.routing.window_ms},
-            "link_overrides": [{"a": a, "b": b, **lp(p)} for a, b, p in self.link_overrides],
+            "link_overrides": [{"a": a, "b": b, **dict(f)} for a, b, f in self.link_overrides],
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
             "broker": vars(self.broker).copy(),
         }
@@ -244,7 +305,11 @@ def parse_spec(data: Any) -> Spec:
         a, b = o.pop("a", None), o.pop("b", None)
         if not isinstance(a, str) or not isinstance(b, str):
             raise _fail(f"{where}.a/b", (a, b), "two node names")
-        overrides.append((a, b, _link_params(o, where)))
+        _link_params(o, where)  # checks the values; the plan applies only these fields
+        if any({a, b} == {x, y} for x, y, _ in overrides):
+            raise SpecError(f"{where}: a second override of link {a}-{b}; allowed: one "
+                            "override per link")
+        overrides.append((a, b, dict(o)))
     schedule = []
     for i, c in enumerate(d.get("link_schedule") or []):
         where = f"link_schedule[{i}]"
@@ -303,16 +368,15 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         if not isinstance(nxt, dict):
             raise SpecError(f"--set {assignment!r}: {k!r} is not a mapping")
         node = nxt
-    try:
-        node[keys[-1]] = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"--set {assignment!r}: value is not valid YAML ({exc})") from None
+    node[keys[-1]] = safe_yaml(raw, f"--set {short_repr(assignment)}")
 
 
 def resolve_path(name_or_path: str) -> Path:
     """A shipped spec name (``experiments/specs/NAME.yaml``) or a path to a YAML file."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise SpecError(f"{p} is a folder; give a spec file (.yaml) or a shipped name")
         if not p.is_file():
             raise SpecError(f"spec file not found: {p}")
         return p
@@ -327,9 +391,12 @@ def load_spec(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) ->
     """Read, override and validate a spec."""
     path = resolve_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not UTF-8 text (a spec is a YAML file)") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read it: {exc.strerror}") from None
+    data = safe_yaml(text, str(path))
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec must be a YAML mapping")
     for assignment in overrides:

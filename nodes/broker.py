@@ -114,7 +114,7 @@ from nodes.core import (
 from nodes.cores import make_core
 from nodes.frames import FrameError, encode
 from nodes.hosting import MATCHED, bad_action, final_records
-from nodes.logs import JsonlLog, message_fields
+from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
 from nodes.overlay_link import OverlayLink
 from nodes.runfolder import log_path, read_json, status_path, write_json
@@ -253,12 +253,12 @@ class Broker:
         try:
             server = await asyncio.start_server(self._accept, host, port)
         except OSError as exc:
-            log_now(self._log, "error", stage="listen",
+            log_now(self._log, Ev.ERROR, stage="listen",
                     reason=f"cannot listen on {host}:{port}: {exc}")
             self._write_status("failed")
             raise
         for name, nb in sorted(self.config.neighbours.items()):
-            log_now(self._log, "link", link=name, role="broker", state="configured",
+            log_now(self._log, Ev.LINK, link=name, role="broker", state="configured",
                     delay_ms=nb.delay_ms, loss_pct=nb.loss_pct,
                     emulated=self.config.emulate_link)
             if self.name < name:
@@ -272,7 +272,7 @@ class Broker:
             server.close()
             # Routing-table sizes and counters at the end of the run, for summary.json.
             for kind, fields in final_records(self._core):
-                log_now(self._log, "record", kind=kind, **fields)
+                log_now(self._log, Ev.RECORD, kind=kind, **fields)
             await self._shutdown()
 
     # ---- connections ----------------------------------------------------------------
@@ -314,14 +314,14 @@ class Broker:
             if role == "broker" and name > self.name:
                 raise ProtocolError(f"broker {name} dialled {self.name}; the smaller name dials")
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
-            log_now(self._log, "error", peer=addr, addr=addr, stage="handshake",
+            log_now(self._log, Ev.ERROR, peer=addr, addr=addr, stage="handshake",
                     reason=str(exc) or type(exc).__name__)
             writer.close()
             return None
-        log_now(self._log, "recv", link=name, **message_fields(first))
+        log_now(self._log, Ev.RECV, link=name, **message_fields(first))
         reply = self._hello.new()
         writer.write(encode(reply))
-        log_now(self._log, "send", link=name, **message_fields(reply))
+        log_now(self._log, Ev.SEND, link=name, **message_fields(reply))
         return name, role
 
     async def _dial_loop(self, name: str) -> None:
@@ -335,7 +335,7 @@ class Broker:
                                             local_host=self.config.listen[0])
             except (OSError, FrameError, ProtocolError) as exc:
                 wait_s = backoff.next_s()
-                log_now(self._log, "link", link=name, role="broker", state="dial_failed",
+                log_now(self._log, Ev.LINK, link=name, role="broker", state="dial_failed",
                         reason=str(exc) or type(exc).__name__, retry_in_s=wait_s)
                 await asyncio.sleep(wait_s)
                 continue
@@ -351,7 +351,7 @@ class Broker:
         if link.up:
             self._link_down(name, "replaced by a new connection")
         link.attach(writer)
-        log_now(self._log, "link", link=name, role="broker", state="up", peer=peer_label(writer))
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="up", peer=peer_label(writer))
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._received, name, Arrived))
@@ -360,7 +360,7 @@ class Broker:
 
     def _link_down(self, name: str, reason: str) -> None:
         self._links[name].detach()
-        log_now(self._log, "link", link=name, role="broker", state="down", reason=reason)
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="down", reason=reason)
         self._write_status()
         self._dispatch(LinkDown(name))
 
@@ -370,16 +370,16 @@ class Broker:
         old = self._clients.get(name)
         if old is not None:
             old.close()
-            log_now(self._log, "link", link=name, role="client", state="down",
+            log_now(self._log, Ev.LINK, link=name, role="client", state="down",
                     reason="replaced by a new connection")
         self._clients[name] = writer
-        log_now(self._log, "link", link=name, role="client", state="up", peer=peer_label(writer))
+        log_now(self._log, Ev.LINK, link=name, role="client", state="up", peer=peer_label(writer))
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._received, name, FromClient))
         if self._clients.get(name) is writer:
             del self._clients[name]
-            log_now(self._log, "link", link=name, role="client", state="down", reason=reason)
+            log_now(self._log, Ev.LINK, link=name, role="client", state="down", reason=reason)
             self._write_status()
 
     # ---- the core ---------------------------------------------------------------------
@@ -390,7 +390,7 @@ class Broker:
         fields = message_fields(msg)
         ev = event(peer, msg)
         if msg.type not in MATCHED:
-            log_now(self._log, "recv", link=peer, **fields)
+            log_now(self._log, Ev.RECV, link=peer, **fields)
             self._dispatch(ev)
             return
         # Stamped on arrival but written once the core has run, so that it can carry the
@@ -400,11 +400,11 @@ class Broker:
         try:
             actions = self._core.handle(ev, asyncio.get_running_loop().time())
         except Exception as exc:
-            self._log.write("recv", t_mono, t_wall, link=peer, **fields)
+            self._log.write(Ev.RECV, t_mono, t_wall, link=peer, **fields)
             self._core_failed(ev, exc)
             return
         matching_ms = round((time.perf_counter() - t0_s) * 1000.0, 6)
-        self._log.write("recv", t_mono, t_wall, link=peer, matching_ms=matching_ms, **fields)
+        self._log.write(Ev.RECV, t_mono, t_wall, link=peer, matching_ms=matching_ms, **fields)
         self._dispatch(ev, actions)
 
     def _dispatch(self, event: Event, actions: list[Action] | None = None) -> None:
@@ -421,7 +421,7 @@ class Broker:
     def _core_failed(self, event: Event, exc: Exception) -> None:
         # A core bug (or an action the runtime cannot carry out, such as a payload
         # that is not JSON) costs this one event, not the connection it came on.
-        log_now(self._log, "error", stage="core",
+        log_now(self._log, Ev.ERROR, stage="core",
                 reason=f"handling {type(event).__name__} failed: {exc!r}")
         traceback.print_exc(file=sys.stderr)
 
@@ -442,7 +442,7 @@ class Broker:
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
             case Record(kind=kind, fields=fields):
-                log_now(self._log, "record", kind=kind, **fields)
+                log_now(self._log, Ev.RECORD, kind=kind, **fields)
             case SetTimer(name=name, delay_s=delay_s):
                 timer_id = next(self._timer_ids)
                 self._timers[timer_id] = asyncio.get_running_loop().call_later(
@@ -454,10 +454,10 @@ class Broker:
         writer = self._clients.get(client)
         fields = message_fields(msg)
         if writer is None:
-            log_now(self._log, "drop", link=client, reason="client_not_connected", **fields)
+            log_now(self._log, Ev.DROP, link=client, reason="client_not_connected", **fields)
             return
         writer.write(encode(msg))
-        log_now(self._log, "deliver", link=client, t_pub=msg.payload.get("t_pub"), **fields)
+        log_now(self._log, Ev.DELIVER, link=client, t_pub=msg.payload.get("t_pub"), **fields)
 
     def _fire_timer(self, timer_id: int, name: str) -> None:
         del self._timers[timer_id]
@@ -491,7 +491,7 @@ class Broker:
             if w.count_in or w.count_out or w.queue_len or flushed:
                 active.add(name)
             if name in active or name in self._active:
-                log_now(self._log, "queue", link=name, count_in=w.count_in,
+                log_now(self._log, Ev.QUEUE, link=name, count_in=w.count_in,
                         count_out=w.count_out, queue_len=w.queue_len, flushed=flushed,
                         window_ms=window_ms)
         self._active = active
@@ -528,7 +528,7 @@ class Broker:
         for name, link in self._links.items():
             if link.up:
                 link.detach()
-                log_now(self._log, "link", link=name, role="broker", state="down",
+                log_now(self._log, Ev.LINK, link=name, role="broker", state="down",
                         reason="shutdown")
         for writer in self._clients.values():
             writer.close()

@@ -92,7 +92,7 @@ from typing import Any
 
 from nodes.bulkdata import SLICE_BYTES, DataLog, data_messages
 from nodes.frames import FrameError, encode
-from nodes.logs import JsonlLog, message_fields
+from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType, message_from_json, message_to_json
 from nodes.runfolder import log_path, read_json, write_json
 from nodes.runtime import (
@@ -299,7 +299,7 @@ async def run_client(config: ClientConfig, log: JsonlLog, stop: asyncio.Event) -
         session.result()  # a bug in the session surfaces here, not silently
         return 1  # the session only ends by itself when the broker connection ended
     if not connected.is_set():
-        log_now(log, "error", peer=config.broker, stage="dial",
+        log_now(log, Ev.ERROR, peer=config.broker, stage="dial",
                 reason="the run ended before the broker could be reached")
         return 1
     return 0
@@ -315,11 +315,11 @@ async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event
             break
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
             wait_s = backoff.next_s()
-            log_now(log, "link", link=config.broker, role="broker", state="dial_failed",
+            log_now(log, Ev.LINK, link=config.broker, role="broker", state="dial_failed",
                     reason=str(exc) or type(exc).__name__, retry_in_s=wait_s)
             await asyncio.sleep(wait_s)
     connected.set()
-    log_now(log, "link", link=config.broker, role="broker", state="up")
+    log_now(log, Ev.LINK, link=config.broker, role="broker", state="up")
     log.flush()
     data_log = DataLog()
     sender = asyncio.create_task(_send_ops(config, writer, log, data_log))
@@ -328,11 +328,11 @@ async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event
                                    lambda msg: _received(config.broker, log, data_log, msg))
     finally:
         sender.cancel()
-    log_now(log, "link", link=config.broker, role="broker", state="down", reason=reason)
+    log_now(log, Ev.LINK, link=config.broker, role="broker", state="down", reason=reason)
     log.flush()
 
 
-def _log_message(log: JsonlLog, ev: str, broker: str, msg: Message, data_log: DataLog,
+def _log_message(log: JsonlLog, ev: Ev, broker: str, msg: Message, data_log: DataLog,
                  **extra: Any) -> None:
     """Log a frame sent to or received from the broker; a DATA message is checked too, and
     the data's checksum logged (and the log flushed) once the data is complete."""
@@ -342,12 +342,12 @@ def _log_message(log: JsonlLog, ev: str, broker: str, msg: Message, data_log: Da
         extra.update(fields)
     log_now(log, ev, link=broker, **extra, **message_fields(msg))
     if done is not None:
-        log_now(log, "record", kind=f"data_{ev}", **done)
+        log_now(log, Ev.RECORD, kind=f"data_{ev}", **done)
         log.flush()
 
 
 def _received(broker: str, log: JsonlLog, data_log: DataLog, msg: Message) -> None:
-    _log_message(log, "recv", broker, msg, data_log, t_pub=msg.payload.get("t_pub"))
+    _log_message(log, Ev.RECV, broker, msg, data_log, t_pub=msg.payload.get("t_pub"))
 
 
 async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: JsonlLog,
@@ -366,7 +366,7 @@ async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: Jso
                 extra["t_pub"] = time.time()
                 msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
             writer.write(encode(msg))
-            _log_message(log, "send", config.broker, msg, data_log, **extra)
+            _log_message(log, Ev.SEND, config.broker, msg, data_log, **extra)
             await writer.drain()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodes.logs import iter_jsonl
+from nodes.logs import Ev, iter_jsonl
 from nodes.runfolder import log_path
 from nodes.summary import (
     CARRIES,
@@ -40,7 +40,7 @@ def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[
     counts: dict[str, int] = {}
     for src, dsts in sorted(wanted.items()):
         per_dst = dict.fromkeys(sorted(dsts), 0)
-        for r in iter_jsonl(log_path(out_dir, src), "send"):
+        for r in iter_jsonl(log_path(out_dir, src), Ev.SEND):
             if r.get("link") in per_dst and r.get("type") in MATCHED_TYPES:
                 per_dst[r["link"]] += 1
         counts.update({f"{src}>{dst}": n for dst, n in per_dst.items()})
@@ -59,14 +59,14 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
     t_first, t_last = math.inf, -math.inf
     for client in sorted(workload.clients):
         for r in iter_jsonl(log_path(out_dir, client)):
-            if r["ev"] == "send" and r.get("type") in PROPAGATED_KINDS:
+            if r["ev"] == Ev.SEND and r.get("type") in PROPAGATED_KINDS:
                 sent_s[(r["type"], r["origin"], r["msg_id"])] = r["t_wall"]
             if r.get("type") != "PUBLISH":
                 continue
-            if r["ev"] == "send":
+            if r["ev"] == Ev.SEND:
                 published += 1
                 t_first = min(t_first, r["t_wall"])
-            elif r["ev"] == "recv":
+            elif r["ev"] == Ev.RECV:
                 deliveries[(r["origin"], r["msg_id"])].append(client)
                 delays.append(r["t_wall"] - r["t_pub"])
                 t_last = max(t_last, r["t_wall"])
@@ -97,14 +97,14 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
         for r in iter_jsonl(log_path(out_dir, b)):
             if "matching_ms" in r:
                 matching_s.append(r["matching_ms"] / 1000.0)
-            if r["ev"] == "send" and r.get("link") in names and r.get("type") != "HELLO":
+            if r["ev"] == Ev.SEND and r.get("link") in names and r.get("type") != "HELLO":
                 ims[r["type"]] += 1
-            elif r["ev"] == "recv" and r.get("link") in names and r.get("type") in CARRIES:
+            elif r["ev"] == Ev.RECV and r.get("link") in names and r.get("type") in CARRIES:
                 key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
                 if key not in seen:  # a broker's log is in time order: this is the first
                     seen.add(key)
                     reached_s[key] = max(reached_s.get(key, -math.inf), r["t_wall"])
-            elif r["ev"] == "record" and r.get("kind") == "tables":
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "tables":
                 for kind in ("srt", "prt"):
                     tables[kind].append(int(r.get(kind, 0)))
     delays = {"notification": got["delays_s"], "matching": matching_s,

@@ -2,27 +2,129 @@
 
 Every message a broker or client sends or receives, every delivery, and every queue
 statistics window becomes one JSON object per line. Both runtimes write the same record
-shapes so that analysis does not care which runtime produced a run. Fields:
+shapes so that analysis does not care which runtime produced a run. The schema is typed
+in code: :class:`Ev` lists the events and :data:`LOG_FIELDS` every field a writer writes,
+with its kind; the readers (:mod:`nodes.log_summary`, :mod:`analysis.logs`) take their
+columns from there. Events (``ev``):
 
-- ``t_mono``: seconds on the runtime's monotonic clock (simulated time in the simulator);
-- ``t_wall``: Unix time in seconds (the simulator uses a fixed epoch plus simulated time);
-- ``node``: the broker or client writing the record;
-- ``ev``: ``send`` | ``recv`` | ``deliver`` | ``drop`` | ``queue`` | ``link`` | ``record``
-  | ``error``;
-- for message events: ``type`` (MsgType name), ``origin``, ``msg_id``, ``hops``,
-  ``link`` (neighbour or client name), ``size`` (frame bytes);
-- for ``queue``: ``link``, ``count_in``, ``count_out``, ``queue_len``, ``window_ms``.
+- ``send`` / ``recv``: a message left for / arrived from ``link``; a client's DATA also
+  carries ``index``, ``sha256`` and ``duplicate``; a broker's ``recv`` of a notification
+  carries ``matching_ms``; a publication carries ``t_pub``;
+- ``deliver``: a broker handed a notification to its client ``link`` (with ``t_pub``);
+- ``drop``: a message that will not arrive (``reason``: ``loss``, ``link_down``,
+  ``client_not_connected``);
+- ``queue``: one statistics window of the output queue to ``link``: ``count_in``,
+  ``count_out``, ``queue_len``, ``flushed``, ``window_ms``;
+- ``link``: a connection to ``link`` (``role`` broker or client) changed ``state``
+  (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated``; ``up`` with ``peer``;
+  ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``);
+- ``record``: a routing core's :class:`~nodes.core.Record` (or a host's end-of-run
+  ``tables``/``counters``, a client's ``data_send``/``data_recv``): ``kind`` and the
+  record's own fields, which are free-form (a field named like one below has its kind);
+- ``error``: something went wrong at ``stage`` (``listen``, ``handshake``, ``read``,
+  ``core``, ``dial``) with ``peer``/``addr`` where known, and ``reason``.
+
+Fields (kinds: ``float`` is a JSON number, ``int`` an integer, ``int32`` one that fits
+32 signed bits, ``str`` a string, ``bool`` true/false; a ``null`` value means the same as
+an absent field):
+
+- ``t_wall`` (float): Unix time in seconds (the simulator uses a fixed epoch plus
+  simulated time);
+- ``t_mono`` (float): seconds on the runtime's monotonic clock (simulated time in the
+  simulator);
+- ``node`` (str): the broker or client writing the record;
+- ``ev`` (str): the event, one of :class:`Ev`;
+- message events: ``type`` (str, MsgType name), ``origin`` (str), ``msg_id`` (int,
+  unsigned 64-bit), ``hops`` (int32), ``link`` (str, neighbour or client name), ``size``
+  (int, frame bytes), ``t_pub`` (float, the publication's send time on the ``t_wall``
+  scale);
+- ``queue``: ``count_in``, ``count_out``, ``queue_len``, ``flushed`` (int),
+  ``window_ms`` (float);
+- ``kind`` (str, of a ``record``), ``state``, ``reason``, ``role`` (str);
+- ``matching_ms`` (float), ``index`` (int), ``sha256`` (str), ``duplicate`` (bool),
+  ``delay_ms``, ``loss_pct`` (float), ``emulated`` (bool), ``retry_in_s`` (float),
+  ``stage``, ``peer``, ``addr`` (str): as above.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from nodes.frames import frame_size
 from nodes.messages import Message
+
+
+class Ev(StrEnum):
+    """The event of a log record (its ``ev`` field). A member is a ``str``: it compares
+    equal to, formats as and is written to JSON as its plain value."""
+
+    SEND = "send"
+    RECV = "recv"
+    DELIVER = "deliver"
+    DROP = "drop"
+    QUEUE = "queue"
+    LINK = "link"
+    RECORD = "record"
+    ERROR = "error"
+
+
+FieldKind = Literal["float", "int", "int32", "str", "bool"]
+
+
+@dataclass(frozen=True)
+class LogField:
+    """One field of the log records: its ``name``, its ``kind`` (the JSON values it
+    takes, see the module docstring) and what it means."""
+
+    name: str
+    kind: FieldKind
+    meaning: str
+
+
+# Every field any writer writes. The order is the column order of the analysis
+# (analysis.logs): append new fields, do not reorder.
+LOG_FIELDS: tuple[LogField, ...] = (
+    LogField("t_wall", "float", "Unix time, s (simulator: fixed epoch + simulated time)"),
+    LogField("t_mono", "float", "monotonic clock, s (simulator: simulated time)"),
+    LogField("node", "str", "the broker or client writing the record"),
+    LogField("ev", "str", "the event, an Ev"),
+    LogField("type", "str", "message type (MsgType name)"),
+    LogField("origin", "str", "message origin"),
+    LogField("msg_id", "int", "message id (unsigned 64-bit)"),
+    LogField("hops", "int32", "message hop count"),
+    LogField("link", "str", "neighbour or client the record is about"),
+    LogField("size", "int", "frame bytes, length prefix included"),
+    LogField("t_pub", "float", "publication's send time, t_wall scale"),
+    LogField("count_in", "int", "queue window: messages enqueued"),
+    LogField("count_out", "int", "queue window: messages that left the queue"),
+    LogField("queue_len", "int", "queue window: messages waiting at its end"),
+    LogField("flushed", "int", "queue window: messages flushed by a lost link"),
+    LogField("window_ms", "float", "queue window: length, ms"),
+    LogField("kind", "str", "record: the Record's kind"),
+    LogField("state", "str", "link: configured | up | down | dial_failed"),
+    LogField("reason", "str", "why (drop, link down or failed, error)"),
+    LogField("role", "str", "link: the peer's role, broker | client"),
+    LogField("matching_ms", "float", "broker recv of a notification: core handle time, ms"),
+    LogField("index", "int", "client DATA send/recv: slice index"),
+    LogField("sha256", "str", "client DATA send/recv: the slice's SHA-256, hex"),
+    LogField("duplicate", "bool", "client DATA recv: the slice had arrived before"),
+    LogField("delay_ms", "float", "link configured: one-way delay, ms"),
+    LogField("loss_pct", "float", "link configured: loss, percent"),
+    LogField("emulated", "bool", "link configured: the broker applies delay and loss"),
+    LogField("retry_in_s", "float", "link dial_failed: seconds until the next attempt"),
+    LogField("stage", "str", "error: listen | handshake | read | core | dial"),
+    LogField("peer", "str", "link up, error: the remote end (name or ip:port)"),
+    LogField("addr", "str", "error: the remote end's ip:port"),
+)
+FIELDS_BY_NAME: dict[str, LogField] = {f.name: f for f in LOG_FIELDS}
+# The fields every record has, whatever its event (the rest of a record payload, for
+# ev == record, is the core's own).
+COMMON_FIELDS = ("t_mono", "t_wall", "node", "ev")
 
 
 def message_fields(msg: Message, size: int | None = None) -> dict[str, Any]:
@@ -45,7 +147,11 @@ class JsonlLog:
         self.node = node
         self._fh: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
-    def write(self, ev: str, t_mono: float, t_wall: float, **fields: Any) -> None:
+    def write(self, ev: Ev, t_mono: float, t_wall: float, **fields: Any) -> None:
+        """Append one record; ``ev`` must be an :class:`Ev` (a plain string is refused,
+        so a writer cannot invent an event)."""
+        if not isinstance(ev, Ev):
+            raise ValueError(f"log event {ev!r} is not an Ev")
         rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev}
         rec.update(fields)
         self._fh.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
@@ -57,7 +163,7 @@ class JsonlLog:
         self._fh.close()
 
 
-def iter_jsonl(path: Path, ev: str | None = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path, ev: Ev | None = None) -> Iterator[dict[str, Any]]:
     """The records of a JSON-lines log, streamed (none if the file is missing); with
     ``ev``, only the records of that event."""
     if not path.exists():

@@ -45,7 +45,7 @@ from collections import deque
 
 from nodes.core import LinkWindow
 from nodes.frames import encode
-from nodes.logs import JsonlLog, message_fields
+from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
 from nodes.runtime import log_now
 
@@ -98,7 +98,7 @@ class OverlayLink:
         ``frame``: its encoding, when the caller has it (a copy sent on several links is
         encoded once)."""
         if self._writer is None:
-            log_now(self._log, "drop", link=self.neighbour, reason="link_down",
+            log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
             return
         self._queue.append((msg, encode(msg) if frame is None else frame))
@@ -133,7 +133,7 @@ class OverlayLink:
         self._queue.clear()
         self._line.clear()
         for msg in dropped:
-            log_now(self._log, "drop", link=self.neighbour, reason="link_down",
+            log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
 
     def take_window(self) -> tuple[LinkWindow, int]:
@@ -155,9 +155,9 @@ class OverlayLink:
                 msg, frame = self._queue.popleft()
                 self._count_out += 1
                 fields = message_fields(msg, len(frame))
-                log_now(self._log, "send", link=self.neighbour, **fields)
+                log_now(self._log, Ev.SEND, link=self.neighbour, **fields)
                 if self._loss_p and self._rng.random() < self._loss_p:
-                    log_now(self._log, "drop", link=self.neighbour, reason="loss", **fields)
+                    log_now(self._log, Ev.DROP, link=self.neighbour, reason="loss", **fields)
                     continue
                 if self._delay_s:
                     self._line.append((loop.time() + self._delay_s, frame, msg))

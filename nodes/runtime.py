@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
-from nodes.logs import JsonlLog, message_fields
+from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 
 Role = Literal["broker", "client"]
@@ -45,7 +45,7 @@ class ProtocolError(ValueError):
     """A frame that decodes but is not acceptable at this point of the conversation."""
 
 
-def log_now(log: JsonlLog, ev: str, **fields: Any) -> None:
+def log_now(log: JsonlLog, ev: Ev, **fields: Any) -> None:
     """Append record ``ev`` stamped with the monotonic and the wall clock, now."""
     log.write(ev, time.monotonic(), time.time(), **fields)
 
@@ -118,7 +118,7 @@ async def read_frames(
                 raise ProtocolError("HELLO after the handshake")
             on_message(msg)
     except (FrameError, ProtocolError) as exc:
-        log_now(log, "error", peer=peer, addr=peer_label(writer), stage="read", reason=str(exc))
+        log_now(log, Ev.ERROR, peer=peer, addr=peer_label(writer), stage="read", reason=str(exc))
         return f"protocol error: {exc}"
     except ConnectionError as exc:
         return f"connection lost: {exc!r}"
@@ -153,13 +153,13 @@ async def dial(
         try:
             mine = hello.new()
             writer.write(encode(mine))
-            log_now(log, "send", link=link, **message_fields(mine))
+            log_now(log, Ev.SEND, link=link, **message_fields(mine))
             reply = await read_message(reader)
             if reply is None:
                 raise ProtocolError("peer closed the connection during the handshake")
             if parse_hello(reply) != expect:
                 raise ProtocolError(f"expected {expect[1]} {expect[0]}, got HELLO {reply.payload}")
-            log_now(log, "recv", link=link, **message_fields(reply))
+            log_now(log, Ev.RECV, link=link, **message_fields(reply))
         except BaseException:
             writer.close()
             raise

@@ -117,7 +117,7 @@ from nodes.hosting import (
     handle_timed,
     merge_params,
 )
-from nodes.logs import JsonlLog, message_fields
+from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 from nodes.runfolder import log_path
 from nodes.summary import (
@@ -188,7 +188,7 @@ class _Logs:
             # JsonlLog appends; start every file empty so reruns are byte-identical.
             log_path(out_dir, node).write_bytes(b"")
 
-    def write(self, node: str, ev: str, t_s: float, **fields: Any) -> None:
+    def write(self, node: str, ev: Ev, t_s: float, **fields: Any) -> None:
         log = self._open.get(node)
         if log is None:
             if len(self._open) >= MAX_OPEN_LOGS:
@@ -481,7 +481,7 @@ class _Sim:
                 if a not in dead:
                     link = self.brokers[b]
                     if log is not None:
-                        log(self.brokers[a], "link", t, link=link, role="broker",
+                        log(self.brokers[a], Ev.LINK, t, link=link, role="broker",
                             state="down", reason="peer died")
                     act(a, cores[a].handle(LinkDown(link), t), t)
                     events += 1
@@ -497,7 +497,7 @@ class _Sim:
                 dst = link_dst[a]
                 src = link_src_name[a]
                 if log is not None:
-                    log(self.brokers[dst], "recv", t, link=src, **message_fields(b))
+                    log(self.brokers[dst], Ev.RECV, t, link=src, **message_fields(b))
                 op_type = carries.get(b.type)
                 if op_type is not None:
                     key = (op_type, b.origin, b.msg_id)
@@ -553,8 +553,8 @@ class _Sim:
         self.sent_at[(msg.type, msg.origin, msg.msg_id)] = t
         if self.log is not None:
             fields = message_fields(msg)
-            self.log(op.client, "send", t, link=op.broker, **extra, **fields)
-            self.log(op.broker, "recv", t, link=op.client, **fields)
+            self.log(op.client, Ev.SEND, t, link=op.broker, **extra, **fields)
+            self.log(op.broker, Ev.RECV, t, link=op.client, **fields)
         bi = self.bidx[op.broker]
         actions, took_s = handle_timed(self.cores[bi], FromClient(op.client, msg), t, msg.type)
         if took_s is not None:
@@ -620,12 +620,12 @@ class _Sim:
                 if log is not None:
                     t_pub = msg.payload.get("t_pub")
                     fields = message_fields(msg)
-                    log(broker, "deliver", now, link=client, t_pub=t_pub, **fields)
-                    log(client, "recv", now, link=broker, t_pub=t_pub, **fields)
+                    log(broker, Ev.DELIVER, now, link=client, t_pub=t_pub, **fields)
+                    log(client, Ev.RECV, now, link=broker, t_pub=t_pub, **fields)
             elif cls is Record:
                 self.records[action.kind] += 1
                 if log is not None:
-                    log(broker, "record", now, kind=action.kind, **action.fields)
+                    log(broker, Ev.RECORD, now, kind=action.kind, **action.fields)
             elif cls is SetTimer:
                 self.seq += 1
                 heapq.heappush(self.heap, (now + action.delay_s, self.seq, _TIMER, bi, action.name))
@@ -640,9 +640,9 @@ class _Sim:
             return
         fields = message_fields(msg)
         broker, link = self.link_src_name[lid], self.link_dst_name[lid]
-        self.log(broker, "send", t, link=link, **fields)
+        self.log(broker, Ev.SEND, t, link=link, **fields)
         if lost:
-            self.log(broker, "drop", t, link=link, reason="loss", **fields)
+            self.log(broker, Ev.DROP, t, link=link, reason="loss", **fields)
 
     def _window(self, t_w: float) -> None:
         """Close the statistics window ending at ``t_w``: log it and feed the cores."""
@@ -673,7 +673,7 @@ class _Sim:
                 links[nb] = LinkWindow(*fig)
                 if self.logs is not None:
                     self.logs.write(
-                        self.brokers[bi], "queue", t_w, link=nb, count_in=fig[0],
+                        self.brokers[bi], Ev.QUEUE, t_w, link=nb, count_in=fig[0],
                         count_out=fig[1], queue_len=fig[2], flushed=0, window_ms=window_ms,
                     )
             self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
@@ -693,7 +693,7 @@ class _Sim:
                 tables[kind].append(int(sizes.get(kind, 0)))
             if self.logs is not None and self.log is not None and bi not in self.dead:
                 for kind, fields in final_records(c):
-                    self.logs.write(self.brokers[bi], "record", end_s, kind=kind, **fields)
+                    self.logs.write(self.brokers[bi], Ev.RECORD, end_s, kind=kind, **fields)
         return SimResult(
             algorithm=self.algorithm,
             published=self.published,

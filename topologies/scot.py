@@ -91,11 +91,22 @@ def parse_tree(text: str) -> list[tuple[str, str]]:
     return edges
 
 
+# Bounds checked before anything is built (K_m grows as m^2): the simulator's largest
+# overlays are around 10,000 nodes.
+MAX_BROKERS = 20_000
+MAX_LINKS = 2_000_000
+
+
 def scot_overlay(tree_edges: Iterable[Sequence[str]], m: int) -> nx.Graph:
     """The SCOT overlay Ta □ K_m over broker names, edges typed 'aLink' / 'iLink'."""
     if isinstance(m, bool) or not isinstance(m, int) or m < 2:
         raise ValueError(f"m: bad value {m!r}; allowed: an integer >= 2 (the size of K_m)")
     ta = check_tree(tree_edges)
+    n_links = ta.number_of_edges() * m + ta.number_of_nodes() * m * (m - 1) // 2
+    if ta.number_of_nodes() * m > MAX_BROKERS or n_links > MAX_LINKS:
+        raise ValueError(f"m: bad value {m!r}; allowed: a SCOT of at most {MAX_BROKERS} "
+                         f"brokers and {MAX_LINKS} links (this one: {ta.number_of_nodes() * m} "
+                         f"and {n_links})")
     labels = sorted(ta, key=_label_key)
     ov = nx.Graph()
     for x in labels:

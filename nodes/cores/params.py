@@ -45,7 +45,7 @@ class Param:
         if not ok:
             bound = f" >= {self.minimum:g}" if self.minimum is not None else ""
             unit = f" ({self.unit})" if self.unit else ""
-            raise ValueError(f"{where}: bad value {_short(value)}; allowed: {self.kind}{bound}"
+            raise ValueError(f"{where}: bad value {short_repr(value)}; allowed: {self.kind}{bound}"
                              f"{unit}, {self.meaning}")
         return float(value) if self.kind == "float" else value
 
@@ -55,7 +55,7 @@ class Param:
                 "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum}
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters (error messages stay one short line)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
