@@ -12,13 +12,17 @@ Choices:
   small, and Spark's default of 200 costs a minute of task overhead on two cores.
 - **Code shipping**: on a cluster the executors need :mod:`analysis` and :mod:`nodes`
   (frame decoding); they are zipped and added with ``addPyFile``, so the job runs
-  unchanged on a cluster that has pyspark, pyarrow, pandas and numpy. Input paths must
-  then be visible on every executor under the same name (a shared file system), as for
-  any ``file://`` input to Spark.
+  unchanged on a cluster that has pyspark, pyarrow, pandas and numpy, without pubsublab
+  installed there (``tests/test_spark_cluster.py`` runs it on a standalone cluster). The
+  executors run ``$PYSPARK_PYTHON`` as set where the driver runs (else ``python3``), so
+  set it to an interpreter with the same Python version that exists on the workers.
+  Input paths must be visible on every executor under the same name (a shared file
+  system), as for any ``file://`` input to Spark.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
@@ -40,6 +44,7 @@ def _ship_code(spark: SparkSession) -> None:
             for path in sorted((_HERE.parent / package).rglob("*.py")):
                 zf.write(path, path.relative_to(_HERE.parent).as_posix())
     spark.sparkContext.addPyFile(name)
+    atexit.register(Path(name).unlink, missing_ok=True)  # served to executors until then
 
 
 def spark_session(master: str | None = None, app_name: str = "pubsublab-analysis"

@@ -3,9 +3,9 @@
 Every message a broker or client sends or receives, every delivery, and every queue
 statistics window becomes one JSON object per line. Both runtimes write the same record
 shapes so that analysis does not care which runtime produced a run. The schema is typed
-in code: :class:`Ev` lists the events and :data:`LOG_FIELDS` every field a writer writes,
-with its kind; the readers (:mod:`nodes.log_summary`, :mod:`analysis.logs`) take their
-columns from there. Events (``ev``):
+in code: :class:`Ev` lists the events (writers must pass one, readers compare with one)
+and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
+:mod:`analysis.logs`, derives its columns from it). Events (``ev``):
 
 - ``send`` / ``recv``: a message left for / arrived from ``link``; a client's DATA also
   carries ``index``, ``sha256`` and ``duplicate``; a broker's ``recv`` of a notification

@@ -30,6 +30,7 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 APP_NAME = "pubsublab-analysis"  # analysis.session.spark_session's default
 # Keys of the --json result that name this run's folder or measure time, not the analysis.
 UNCOMPARED = ("run_dir", "metrics_dir", "report", "timing_s")
+WORKER_TIMEOUT_S = 90
 ANALYZE_TIMEOUT_S = 420  # bounded; a loaded two-core machine needs minutes
 
 
@@ -53,6 +54,7 @@ class Cluster:
     json_url: str  # the master's web UI state as JSON
     work_dir: Path  # the worker's: one app-* folder per application it ran executors for
     logs: list[Path]
+    procs: list[subprocess.Popen[bytes]]
 
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.json_url, timeout=5) as r:
@@ -62,6 +64,23 @@ class Cluster:
         """The ends of the master's and worker's logs and of every executor's."""
         executors = sorted(self.work_dir.glob("app-*/*/stderr"))
         return "\n".join(_tail(p) for p in [*self.logs, *executors])
+
+    def wait_for_worker(self, timeout_s: float = WORKER_TIMEOUT_S) -> None:
+        """Until the master's web UI lists the worker alive; fails with the logs' ends."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dead = [p.args[5] for p in self.procs if p.poll() is not None]  # the class
+            if dead:
+                pytest.fail(f"Spark {', '.join(dead)} exited at start-up\n{self.tails()}")
+            try:
+                if self.state().get("aliveworkers", 0) >= 1:
+                    return
+            except OSError:
+                pass  # the master's web UI is not up yet
+            if time.monotonic() > deadline:
+                pytest.fail(f"no worker registered with the master at {self.url} within "
+                            f"{timeout_s} s\n{self.tails()}")
+            time.sleep(0.5)
 
 
 def _java() -> str:
@@ -95,6 +114,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A master and a worker, started; the test waits for them (wait_for_worker) while
+    its local run goes on."""
     java = _java()
     if not (SPARK_HOME / "jars").is_dir():
         pytest.fail(f"{SPARK_HOME}/jars missing: reinstall pyspark (`sudo make setup`)")
@@ -126,24 +147,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         logs.append(d / "logs" / f"{role}.log")
         procs.append(_start([java, "-Xmx512m", "-Dspark.master.rest.enabled=false", "-cp",
                             classpath, cls, *args], env, logs[-1]))
-    c = Cluster(url=url, json_url=f"http://127.0.0.1:{ui}/json/",
-                work_dir=base / "worker" / "work", logs=logs)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            dead = [p.args[5] for p in procs if p.poll() is not None]
-            if dead:
-                pytest.fail(f"Spark {', '.join(dead)} exited at start-up\n{c.tails()}")
-            try:
-                if c.state().get("aliveworkers", 0) >= 1:
-                    break
-            except OSError:
-                pass  # the master's web UI is not up yet
-            if time.monotonic() > deadline:
-                pytest.fail(f"no worker registered with the master at {url} within 60 s\n"
-                            f"{c.tails()}")
-            time.sleep(0.5)
-        yield c
+        yield Cluster(url=url, json_url=f"http://127.0.0.1:{ui}/json/",
+                      work_dir=base / "worker" / "work", logs=logs, procs=procs)
     finally:
         for p in reversed(procs):
             _stop(p)
@@ -167,6 +173,17 @@ def _analyze(run: Path, *master: str) -> subprocess.Popen[str]:
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     return subprocess.Popen([str(BIN / "pubsublab"), "analyze", str(run), *master, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Stop an analysis still running: SIGTERM stops its Spark session, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def _result(proc: subprocess.Popen[str], what: str, cluster: Cluster | None = None
@@ -210,10 +227,15 @@ def test_cluster_and_local_mode_write_the_same_metrics(cluster: Cluster, run_dir
     local = tmp_path / "local" / run_dir.name
     shutil.copytree(run_dir, on_cluster)
     shutil.copytree(run_dir, local)
-    procs = {"cluster": _analyze(on_cluster, "--master", cluster.url),
-             "local": _analyze(local)}  # at once: two cores, one each
-    got = {name: _result(p, name, cluster if name == "cluster" else None)
-           for name, p in procs.items()}
+    procs = {"local": _analyze(local)}  # while the cluster starts; then both at once
+    try:
+        cluster.wait_for_worker()
+        procs["cluster"] = _analyze(on_cluster, "--master", cluster.url)
+        got = {name: _result(p, name, cluster if name == "cluster" else None)
+               for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            _end(p)
 
     # It ran on the cluster: the master lists it finished, the worker ran its executor.
     deadline = time.monotonic() + 15

@@ -1,0 +1,203 @@
+"""The processes of an emulated run on a live Mininet network: broker configs from the run
+plan, and :class:`BrokerRun`, which starts brokers and client groups on their hosts, waits
+for overlay links and clients, and stops them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from experiments.emulation.network import Emulation
+from experiments.plan import RunPlan
+from nodes.broker import read_status, wait_until_ready
+from nodes.client import read_group_status
+from experiments.progress import log
+from nodes.messages import message_to_json
+from nodes.runfolder import CONFIG_DIR, config_path, ops_path, status_path, stderr_path
+from nodes.runtime import BROKER_PORT
+from nodes.workloads.ops import Workload
+from topologies.graph import endpoint_ip
+
+START_MARGIN_S = 2.0  # clients' t_s = 0 lies at least this far after they are started
+# ... plus this much per client process: one costs about 80 ms of CPU to start (measured
+# on the 2-core machines), and 70 of them start while 70 brokers run; a client that
+# starts late sends its subscriptions late, possibly after the publications.
+CLIENT_PROCESS_START_S = 0.1
+
+
+def start_margin_s(workload: Workload) -> float:
+    """How long before the schedule's t_s = 0 the clients of ``workload`` are started:
+    :data:`START_MARGIN_S`, plus :data:`CLIENT_PROCESS_START_S` per process (one per
+    broker host with clients, see :meth:`BrokerRun.start_clients`)."""
+    return START_MARGIN_S + CLIENT_PROCESS_START_S * len(set(workload.clients.values()))
+
+
+def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir: Path
+                   ) -> dict[str, dict[str, Any]]:
+    """One broker config (see :mod:`nodes.broker`) per broker of the plan: each overlay
+    neighbour with the address to dial and the edge's delay and loss from the plan (which
+    the broker applies itself when ``emulate_link``, where the kernel has no netem)."""
+    alg = plan.algorithm(algorithm)
+    configs = {}
+    for b in plan.overlay.nodes:
+        neighbours = {}
+        for n in sorted(plan.overlay.neighbors(b)):
+            edge = plan.overlay.edges[b, n]
+            neighbours[n] = {"addr": [endpoint_ip(plan.graph, b, n), BROKER_PORT],
+                             "delay_ms": edge["delay_ms"], "loss_pct": edge["loss_pct"]}
+        configs[b] = {
+            "broker": b, "listen": ["0.0.0.0", BROKER_PORT], "neighbours": neighbours,
+            "core": {"name": algorithm, "params": alg.broker_params(b)},
+            "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": plan.spec.seed,
+            "window_ms": plan.window_ms, "write_buffer_bytes": plan.broker.write_buffer_bytes,
+        }
+    return configs
+
+
+class BrokerRun:
+    """The processes of one algorithm's run on a live :class:`Emulation`."""
+
+    def __init__(self, emu: Emulation, out_dir: Path) -> None:
+        self.emu = emu
+        self.out_dir = out_dir
+        self.config_dir = out_dir / CONFIG_DIR
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.brokers: dict[str, Any] = {}
+        # Client name -> its process; the clients of a group share one.
+        self.clients: dict[str, Any] = {}
+        self._group_status: dict[str, Path] = {}  # grouped client -> its group's status file
+
+    def _start(self, host: str, module: str, name: str, config: dict[str, Any]) -> Any:
+        path = config_path(self.out_dir, name)
+        path.write_text(json.dumps(config, indent=1, sort_keys=True))
+        err = open(stderr_path(self.out_dir, name), "wb")  # noqa: SIM115 - child owns it
+        try:
+            return self.emu.popen(host, [sys.executable, "-m", module, "--config", str(path)],
+                                  stdout=err, stderr=err)
+        finally:
+            err.close()
+
+    def start_brokers(self, configs: dict[str, dict[str, Any]]) -> None:
+        for b, cfg in configs.items():
+            self.brokers[b] = self._start(b, "nodes.broker", b, cfg)
+
+    def status(self, broker: str) -> dict[str, Any] | None:
+        return read_status(self.out_dir, broker)
+
+    def wait_links_up(self, timeout_s: float) -> float:
+        """Seconds until every broker reports all its overlay links up; RuntimeError
+        naming the missing links (and any broker that died) on timeout."""
+        t0 = time.monotonic()
+        while True:
+            dead = [b for b, p in self.brokers.items() if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"broker(s) exited during start-up: {', '.join(dead)} "
+                                   f"(see {self.out_dir}/<broker>.stderr)")
+            # One look (timeout 0): this loop also watches for brokers that died.
+            missing = wait_until_ready(self.out_dir, self.brokers, timeout_s=0.0)
+            if not missing:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                links = sorted({"-".join(sorted((b, n))) for b, ns in missing.items()
+                                for n in ns})
+                raise RuntimeError(f"overlay links not up after {timeout_s:.0f} s: "
+                                   f"{', '.join(links)}")
+            time.sleep(0.1)
+
+    def start_clients(self, workload: Workload, *, start_at_wall: float,
+                      duration_s: float) -> None:
+        """Start ``workload``'s clients: one process per broker host runs all of that
+        broker's clients (see :meth:`start_client_group`), each with its own ops file."""
+        ops_by_client: dict[str, list[str]] = defaultdict(list)
+        for op in workload.ops:
+            ops_by_client[op.client].append(json.dumps(
+                {"t_s": op.t_s, **message_to_json(op.msg)}, sort_keys=True))
+        by_broker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for client, broker in sorted(workload.clients.items()):
+            path = ops_path(self.out_dir, client)
+            path.write_text("\n".join(ops_by_client[client]) + "\n")
+            by_broker[broker].append({"client": client, "ops": str(path)})
+        for broker, clients in sorted(by_broker.items()):
+            self.start_client_group(broker, clients, {"start_at_wall": start_at_wall,
+                                                      "duration_s": duration_s})
+
+    def _client_config(self, broker: str) -> dict[str, Any]:
+        """What every client on ``broker``'s host has in its config: its broker, over the
+        host's loopback, and the log folder."""
+        return {"broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
+                "log_dir": str(self.out_dir)}
+
+    def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
+        """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;
+        ``settings`` complete its config (ops or a role, timing; see :mod:`nodes.client`)."""
+        self.clients[client] = self._start(broker, "nodes.client", client, {
+            "client": client, **self._client_config(broker), **settings})
+
+    def start_client_group(self, broker: str, clients: list[dict[str, Any]],
+                           settings: dict[str, Any]) -> None:
+        """Start one process on ``broker``'s host for ``clients`` (each a client config's
+        own part: ``client``, and ops or a role), all connected to ``broker`` over the
+        host's loopback; ``settings`` are common to them (timing). Its config, standard
+        error and status file are ``<broker>.clients.*``."""
+        name = f"{broker}.clients"
+        status = status_path(self.out_dir, name)
+        proc = self._start(broker, "nodes.client", name, {
+            "clients": clients, "common": {**self._client_config(broker), **settings},
+            "status_file": str(status)})
+        for entry in clients:
+            self.clients[entry["client"]] = proc
+            self._group_status[entry["client"]] = status
+
+    def wait_clients(self, timeout_s: float) -> dict[str, int]:
+        """Each client's exit status (see :mod:`nodes.client`: 1 lost or never reached its
+        broker, 2 bad config), once every client process has ended; a process still
+        running at the timeout is killed. A grouped client's status comes from its
+        group's status file, or is the process's when the group wrote none (rejected or
+        killed)."""
+        deadline = time.monotonic() + timeout_s
+        exit_codes: dict[Any, int] = {}  # by process: a group's is shared
+        for p in self.clients.values():
+            if p in exit_codes:
+                continue
+            try:
+                exit_codes[p] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                exit_codes[p] = p.wait()
+        codes = {}
+        statuses: dict[Path, dict[str, Any] | None] = {}
+        for c, p in self.clients.items():
+            codes[c] = exit_codes[p]
+            path = self._group_status.get(c)
+            if path is not None:
+                if path not in statuses:
+                    statuses[path] = read_group_status(path)
+                status = statuses[path]
+                if status is not None:
+                    codes[c] = int(status["codes"].get(c, codes[c]))
+        return codes
+
+    def stop_brokers(self, timeout_s: float = 15.0) -> dict[str, int]:
+        """Stop every broker (SIGTERM, then SIGKILL for one that has not exited within
+        ``timeout_s``); their exit codes. Never raises for a hung broker: this runs in
+        ``finally`` blocks, where an exception would mask the one being handled."""
+        for p in self.brokers.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + timeout_s
+        codes = {}
+        for b, p in self.brokers.items():
+            try:
+                codes[b] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"WARNING broker {b} did not stop within {timeout_s:g} s: killed")
+                p.kill()
+                codes[b] = p.wait()
+        return codes
+
+

@@ -1,0 +1,30 @@
+"""What every run's ``manifest.json`` starts with, whichever runtime writes it."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from experiments.plan import RunPlan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def git_revision() -> dict[str, Any]:
+    """The repository's commit and whether tracked files differ from it."""
+    def git(*args: str) -> str:
+        res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                             check=False)
+        return res.stdout.strip() if res.returncode == 0 else ""
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def base_manifest(plan: RunPlan, run_dir: Path, runtime: str) -> dict[str, Any]:
+    """The fields every manifest has: run, runtime, resolved spec and plan, seed, scale
+    (the stated factor by which the paper's workload was scaled), git revision."""
+    return {"run": run_dir.name, "runtime": runtime, "started": datetime.now().isoformat(),
+            "spec": plan.spec.to_dict(), "plan": plan.describe(), "seed": plan.spec.seed,
+            "scale": plan.spec.scale, "git": git_revision()}

@@ -1,0 +1,43 @@
+"""What a runner adds to an algorithm's summary from its logs, and how summaries print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from analysis.burst import burst_metrics
+from experiments.plan import RunPlan
+from nodes.log_summary import link_notifications
+
+
+def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
+    """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
+    notifications on the links the plan's ``link_schedule`` changes, and the burst's
+    metrics (:func:`analysis.burst.burst_metrics`) when the workload has one."""
+    extras: dict[str, Any] = {}
+    if plan.link_schedule:
+        extras["scheduled_link_notifications"] = link_notifications(
+            out_dir, [(c.a, c.b) for c in plan.link_schedule])
+    if plan.workload is not None and "burst" in plan.workload.meta:
+        extras["burst"] = burst_metrics(out_dir, plan.workload, plan.overlay)
+    return extras
+
+
+def summary_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """A short human-readable table of per-algorithm summaries: deliveries, lost
+    (expected but never delivered), duplicates, inter-broker messages, notification
+    delays, and, when the spec scheduled link changes, the notification copies sent on
+    those links."""
+    throttled = any("scheduled_link_notifications" in s for s in summaries.values())
+    head = ("algorithm     delivered  expected   lost  dup      IMs   p50_ms   p95_ms   max_ms"
+            + ("  on_changed_links" if throttled else ""))
+    rows = [head]
+    for name, s in summaries.items():
+        d = (s.get("delay_ms") or {}).get("notification") or {}
+        row = (f"{name:13} {s['delivered']:9} {s['expected_deliveries']:9} {s['missing']:6} "
+               f"{s['duplicates']:4} {s['ims_total']:8} {d.get('p50', float('nan')):8.2f} "
+               f"{d.get('p95', float('nan')):8.2f} {d.get('max', float('nan')):8.2f}")
+        if throttled:
+            row += f"  {sum((s.get('scheduled_link_notifications') or {}).values()):16}"
+        rows.append(row)
+    return "\n".join(rows)
