@@ -423,6 +423,7 @@ class _Sim:
         self.lost = 0
         self.published = 0
         self.first_pub_s = math.inf
+        self.last_window_s = 0.0
         self.last_delivery_s = -math.inf
         # Frame sizes by (type, origin, msg_id), valid while the payload object is the same
         # one: forwarded copies share their payload, so encoding happens once per message.
@@ -646,6 +647,7 @@ class _Sim:
 
     def _window(self, t_w: float) -> None:
         """Close the statistics window ending at ``t_w``: log it and feed the cores."""
+        self.last_window_s = t_w
         figures: dict[int, tuple[int, int, int]] = {}
         still_active: set[int] = set()
         for lid in sorted(self.active):
@@ -692,8 +694,10 @@ class _Sim:
             for kind in TABLE_KINDS:
                 tables[kind].append(int(sizes.get(kind, 0)))
             if self.logs is not None and self.log is not None and bi not in self.dead:
+                # After the last event and the last window, so every log stays in order.
+                t_end = max(end_s, self.last_window_s)
                 for kind, fields in final_records(c):
-                    self.logs.write(self.brokers[bi], Ev.RECORD, end_s, kind=kind, **fields)
+                    self.logs.write(self.brokers[bi], Ev.RECORD, t_end, kind=kind, **fields)
         return SimResult(
             algorithm=self.algorithm,
             published=self.published,
