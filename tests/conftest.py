@@ -1,5 +1,6 @@
-"""Shared fixtures. Tests that need root, Mininet or Open vSwitch fail (never skip) with
-a message that says what to do when the capability is missing."""
+"""Shared fixtures. Tests that need root, Mininet or Open vSwitch carry the ``root`` marker
+and fail (never skip) with a message that says what to do when the capability is
+missing."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def root() -> None:
-    """Fail unless running as root with Mininet importable and OVS running."""
+def _check_root() -> None:
+    """Fail unless running as root with Mininet importable, iperf3 present and OVS
+    running; the message says what to do."""
     if os.geteuid() != 0:
         pytest.fail("this test needs root: run `sudo make test`")
     try:
@@ -28,6 +29,15 @@ def root() -> None:
                       check=False).returncode != 0:
         pytest.fail("Open vSwitch is not running: run `sudo make setup` "
                     "(/usr/share/openvswitch/scripts/ovs-ctl start)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Every test that needs root carries the one marker, ``@pytest.mark.root`` (module
+    ``pytestmark`` or a class or function decorator); its check runs before any fixture,
+    so a class-scoped network is never built without it."""
+    if item.get_closest_marker("root") is not None:
+        _check_root()
 
 
 @pytest.fixture

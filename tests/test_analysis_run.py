@@ -23,7 +23,7 @@ from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 SPEC = {
     "name": "wire",

@@ -241,7 +241,7 @@ def _dump_flows(switch: str) -> list[str]:
 
 
 @pytest.fixture(scope="class")
-def cluster(root: None, tmp_path_factory: pytest.TempPathFactory
+def cluster(tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[tuple[Emulation, ControllerProcess]]:
     """The 4-PC gigabit cluster on one OVS switch with the controller, for the tests of
     one class in turn (a network each would hold the machine's Mininet longer). Class
@@ -255,6 +255,7 @@ def cluster(root: None, tmp_path_factory: pytest.TempPathFactory
         emu.stop()
 
 
+@pytest.mark.root
 class TestOnTheGigabitCluster:
     """One network, four tests in order: forwarding, flows, port statistics, reconnection."""
 
@@ -320,7 +321,7 @@ class TestOnTheGigabitCluster:
         assert f"switch {dpid} disconnected" in log and "(connection 2)" in log
 
 
-@pytest.mark.usefixtures("root")
+@pytest.mark.root
 @pytest.mark.parametrize(("topo", "params", "n_switches"), [
     ("scot", {"tree": "a-b,b-c", "m": 3, "mode": "switch"}, 1),
     ("scot-compute-nodes", {"hang": "0+0+0+0", "m": 3, "n_nodes": 3}, 4),
@@ -359,7 +360,7 @@ def _pubsublab(tmp_path: Path, *args: str) -> list[str]:
             str(tmp_path), *args]
 
 
-@pytest.mark.usefixtures("root")
+@pytest.mark.root
 def test_controller_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     res = subprocess.run(_pubsublab(tmp_path, "--json"), capture_output=True, text=True,
                          timeout=600, check=False, cwd=REPO)
@@ -378,7 +379,7 @@ def test_controller_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> N
     assert _controller_targets(int(ctl["listen"].rsplit(":", 1)[1])) == []
 
 
-@pytest.mark.usefixtures("root")
+@pytest.mark.root
 def test_killed_runners_controller_is_ended_by_the_next_run(tmp_path: Path) -> None:
     proc = subprocess.Popen(_pubsublab(tmp_path, "--set", "fidelity.iperf_s=20"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

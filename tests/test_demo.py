@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 
 def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: Path) -> None:

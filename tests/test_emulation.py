@@ -12,7 +12,7 @@ from experiments.emulation.network import Emulation
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 
 def _emulation(topo: str, params: dict[str, Any], bw_mbps: float | None,

@@ -16,7 +16,7 @@ from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.bulkdata import source_checksum
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 SUBSCRIBERS = [f"pc{i}" for i in range(2, 13)]
 SPEC = {

@@ -115,7 +115,7 @@ SPEC = {**AGREE_SPEC, "name": "multiplexed",
         "routing": {"algorithms": ["snr"]}}
 
 
-@pytest.mark.usefixtures("root")
+@pytest.mark.root
 def test_grouped_clients_on_mininet_deliver_the_oracle_set(tmp_path: Path) -> None:
     plan = compile_plan(parse_spec(SPEC))
     workload = plan.workload

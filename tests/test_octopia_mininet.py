@@ -18,7 +18,7 @@ from nodes.log_summary import client_receipts
 from nodes.sim import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 SPEC = {**AGREE_SPEC, "name": "octopia-agree",
         "workload": {**AGREE_SPEC["workload"], "advertise_spread_s": 0.3},

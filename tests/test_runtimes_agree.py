@@ -25,7 +25,7 @@ from nodes.log_summary import client_receipts
 from nodes.sim import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 SPEC = {**AGREE_SPEC, "routing": {"algorithms": ["flood"]}}
 

@@ -18,7 +18,7 @@ from experiments.plan import compile_plan, topology_graph
 from experiments.runs.testbed import run_experiment
 from experiments.spec import load_spec
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 DEMO_NODES = set(topology_graph(load_spec("flood-demo")).nodes)
 

@@ -14,7 +14,7 @@ from experiments.emulation.network import Emulation
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
-pytestmark = pytest.mark.usefixtures("root")
+pytestmark = pytest.mark.root
 
 
 def _throttle(*args: str) -> subprocess.CompletedProcess[str]:

@@ -213,7 +213,7 @@ def test_same_graphs_with_the_system_networkx() -> None:
 
 
 @pytest.mark.root
-def test_real_network_overlay_links_and_10g_shaping(root: None) -> None:
+def test_real_network_overlay_links_and_10g_shaping() -> None:
     """Every overlay link carries ping between its two /30 ends, and HTB shapes 10 Gbit/s.
 
     Unusual labels (qx, qy, qz) keep our interface names apart from other runs'."""

@@ -227,7 +227,7 @@ def run_rounds(run_plan: RunPlan, ips: Mapping[str, str], runtime: str,
     plan = run_plan.bulk
     assert plan is not None
     algorithms = [a.name for a in run_plan.algorithms]
-    scale = run_plan.scale
+    scale = run_plan.spec.scale
     for algorithm in algorithms:
         rows = []
         for n in plan.counts:
