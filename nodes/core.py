@@ -73,7 +73,16 @@ class LinkDown:
     link: str
 
 
-Event = Arrived | FromClient | TimerFired | LinkStats | LinkDown
+@dataclass(frozen=True, slots=True)
+class LinkUp:
+    """A link to ``link`` opened on demand: the runtime dialled it on this core's first
+    ``Send`` to a node that was not yet a neighbour, or ``link`` dialled us. Fixed
+    overlays never see it (their links are the core's ``neighbours`` from the start)."""
+
+    link: str
+
+
+Event = Arrived | FromClient | TimerFired | LinkStats | LinkDown | LinkUp
 
 # ---- actions ------------------------------------------------------------------------
 
@@ -110,14 +119,25 @@ class SetTimer:
     delay_s: float
 
 
-Action = Send | Deliver | Record | SetTimer
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close the link to ``link`` (opened on demand); messages still queued on it are
+    sent first. The other side gets :class:`LinkDown`; a later ``Send`` opens it again."""
+
+    link: str
+
+
+Action = Send | Deliver | Record | SetTimer | Disconnect
 
 
 class RoutingCore(Protocol):
     """What every routing core provides.
 
     ``broker`` is the core's own broker name and ``neighbours`` the brokers it has
-    overlay links to; both are fixed at construction.
+    fixed overlay links to at construction. A core may also ``Send`` to any node whose
+    name it has learnt (from a message, a bootstrap param or its own state) where the
+    runtime opens links on demand; such links come and go with :class:`LinkUp`,
+    :class:`Disconnect` and :class:`LinkDown`.
     """
 
     broker: str

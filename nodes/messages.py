@@ -32,6 +32,8 @@ class MsgType(enum.IntEnum):
     DATA_ACK = 14  # bulk data: a receiver acknowledges one slice to the node that sent it
     HAVE = 15  # bulk data: a receiver tells a sender which slices it already holds
     HAVE_QUERY = 16  # bulk data: a sender asks a new child which slices it already holds
+    LEAVE = 17  # membership: a node leaves gracefully (a client op, like JOIN)
+    CRASH = 18  # membership: the runtime kills the node (a workload op; never sent)
 
 
 @dataclass(frozen=True, slots=True)
