@@ -369,13 +369,74 @@ def build_parser() -> argparse.ArgumentParser:
                        description="matching: index vs linear scan at 500/5,000/50,000 "
                                    "subscriptions; sim: simulated messages/s at 1,000 and "
                                    "10,000 nodes; broker: one broker's zero-loss rate in "
-                                   "Mininet (root); controller: the SDN controller's start-up, "
+                                   "Mininet and its per-message cost, the simulator's "
+                                   "calibration (root); controller: the SDN controller's start-up, "
                                    "flow set-up latency and port-statistics accuracy in "
                                    "Mininet (root); analysis: pcap to Parquet packets/s with "
                                    "Spark beside tshark and scapy.")
     b.add_argument("which", choices=["matching", "sim", "broker", "controller", "analysis"])
+    bo = b.add_argument_group(
+        "bench broker", "the zero-loss rate steps, then the per-message cost calibration "
+                        "(experiments.bench.broker)")
+    bo.add_argument("--rates", metavar="HZ,HZ,...", help="rate steps (default 1000,2000,"
+                    "5000,10000,20000,30000,40000); 'none' skips them")
+    bo.add_argument("--step-s", type=float, metavar="S", help="length of a rate step (3)")
+    bo.add_argument("--sub-counts", metavar="K,K,...", help="subscription counts of the "
+                    "calibration (1,4,16; at least two); 'none' skips it")
+    bo.add_argument("--calibration-rate", type=int, metavar="HZ",
+                    help="publication rate of a calibration step (500)")
+    bo.add_argument("--calibration-step-s", type=float, metavar="S",
+                    help="length of a calibration step (5)")
+    bo.add_argument("--calibration-repeats", type=int, metavar="N",
+                    help="rounds over the subscription counts; the fit takes medians (3)")
+    bo.add_argument("--calibration-out", type=Path, metavar="PATH",
+                    help="where the calibration goes (nodes/calibration.json); 'none': "
+                         "nowhere")
     _json_flag(b)
-    b.set_defaults(func=cmd_bench)
+
+    def bench(args: argparse.Namespace) -> int:  # bench broker takes the options above
+        from experiments.bench import broker
+
+        def ints(text: str, flag: str) -> list[int]:
+            if text.strip().lower() == "none":
+                return []
+            try:
+                return [int(x) for x in text.split(",") if x.strip()]
+            except ValueError:
+                raise SpecError(f"{flag} {text!r}: expected integers, comma-separated "
+                                "(or none)") from None
+
+        options = {key: getattr(args, key) for key in ("rates", "step_s", "sub_counts",
+                                                      "calibration_rate",
+                                                      "calibration_step_s",
+                                                      "calibration_repeats",
+                                                      "calibration_out")}
+        given = {k: v for k, v in options.items() if v is not None}
+        if args.which != "broker":
+            if given:
+                raise SpecError(f"--{next(iter(given)).replace('_', '-')}: only for "
+                                "bench broker")
+            return cmd_bench(args)
+        kw: dict[str, Any] = {}
+        if "rates" in given:
+            kw["rates_hz"] = ints(given["rates"], "--rates")
+        if "sub_counts" in given:
+            kw["sub_counts"] = ints(given["sub_counts"], "--sub-counts")
+        for key, name in (("step_s", "step_s"), ("calibration_rate", "calibration_rate_hz"),
+                          ("calibration_step_s", "calibration_step_s"),
+                          ("calibration_repeats", "repeats")):
+            if key in given:
+                if given[key] <= 0:
+                    raise SpecError(f"--{key.replace('_', '-')}: must be positive")
+                kw[name] = given[key]
+        if "calibration_out" in given:
+            out = given["calibration_out"]
+            kw["calibration_out"] = None if str(out).lower() == "none" else out
+        result = broker.run(**kw)
+        _emit(args, result, broker.format_result(result))
+        return 0
+
+    b.set_defaults(func=bench)
 
     for name, func, helptext in (
         ("run", cmd_run, "run an experiment spec in Mininet (root)"),

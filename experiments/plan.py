@@ -20,7 +20,8 @@ consume the plan, never the raw spec, so they cannot disagree on:
   the core derives from the overlay (SCOT clusters for ``snr``; a core that cannot run on
   this overlay is refused here);
 - the statistics window, the workload (built and placed once, with its oracle input), the
-  link schedule, the capture, the broker settings and the duration.
+  link schedule, the capture, the broker settings (with the brokers whose hosts are
+  CPU-limited, ``broker.cpu``, checked to name brokers) and the duration.
 
 The ``workload`` section of a spec (all optional; defaults are small so that a plain spec
 runs in seconds)::
@@ -41,6 +42,15 @@ runs in seconds)::
 
 ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point), with its own
 keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`).
+
+Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
+fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
+demand instead: no fixed
+links; every broker may reach every other (``peers`` in its config, :mod:`nodes.broker`),
+each pair's figures being those of the path between them (:func:`pair_figures`), and a
+broker whose node has a JOIN operation in the workload starts dormant. It needs a
+switch-mode topology (flat addressing: every host reaches every other; in overlay mode a
+host reaches only its overlay neighbours), and is refused otherwise.
 
 ``duration_s`` (optional) bounds a stock workload's phase on the workload's clock: an
 operation scheduled after it is refused, and both runtimes stop there (the emulated clients
@@ -150,6 +160,7 @@ class RunPlan:
     duration_s: float | None
     delay_loss_mechanism: str
     notes: tuple[str, ...] = field(default=())
+    links: str = "fixed"  # or "on-demand" (see the module docstring)
 
     @property
     def name(self) -> str:
@@ -201,9 +212,10 @@ class RunPlan:
             "phase_s": self.phase_s() if self.workload is not None else None,
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
             "capture": vars(self.capture).copy(),
-            "broker": vars(self.broker).copy(),
+            "broker": {**vars(self.broker), "cpu": dict(self.broker.cpu)},
             "duration_s": self.duration_s,
             "notes": list(self.notes),
+            "links": self.links,
         }
 
 
@@ -247,6 +259,27 @@ def netem_in_kernel() -> bool:
                for f in files)
 
 
+def links_mode(spec: Spec, graph: nx.Graph) -> str:
+    """``routing.links`` checked against the topology (module docstring), or a SpecError."""
+    mode = spec.routing.links
+    if mode == "on-demand" and graph.graph.get("mode") != "switch":
+        raise SpecError(f"routing.links: on-demand links need a switch-mode topology (every "
+                        f"host reaches every other); topology {spec.topology.name!r} is in "
+                        f"{graph.graph.get('mode')} mode")
+    return mode
+
+
+def pair_figures(graph: nx.Graph, a: str, b: str) -> tuple[float | None, float, float]:
+    """Rate (Mbit/s, ``None``: unshaped), one-way delay (ms) and loss (%) of the path
+    between brokers ``a`` and ``b``, by the rules of the overlay edges (module doc): what
+    a link opened on demand between them meets."""
+    params = [graph.edges[u, v]["params"] for u, v in path_links(graph, a, b)]
+    rates = [p.bw_mbps for p in params if p.bw_mbps is not None]
+    keep = math.prod(1.0 - p.loss_pct / 100.0 for p in params)
+    return (min(rates) if rates else None, round(sum(p.delay_ms for p in params), 9),
+            round(100.0 * (1.0 - keep), 6))
+
+
 def topology_graph(spec: Spec) -> nx.Graph:
     """The topology graph of a spec with its link overrides applied (SpecError if bad)."""
     try:
@@ -272,6 +305,16 @@ def _check_schedule(spec: Spec, g: nx.Graph) -> None:
             raise SpecError(f"link_schedule: {c.a}-{c.b} is not a link of its own; changing "
                             "one overlay link's rate needs an overlay-as-links topology "
                             "(topology.params.mode: overlay)")
+
+
+def _check_cpu_limits(spec: Spec, g: nx.Graph) -> None:
+    """``broker.cpu`` may name brokers only (a switch has no host to limit)."""
+    names = brokers(g)
+    for b in spec.broker.cpu:
+        if b not in names:
+            some = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            raise SpecError(f"broker.cpu: {b!r} is not a broker of topology "
+                            f"{spec.topology.name!r}; allowed: its brokers ({some})")
 
 
 def _mechanism(p: LinkParams, netem: bool) -> dict[str, str]:
@@ -303,14 +346,12 @@ def overlay_edges(graph: nx.Graph, netem: bool) -> tuple[nx.Graph, tuple[Overlay
     edges = []
     for a, b, kind in sorted((min(u, v), max(u, v), k) for u, v, k in overlay.edges(data="type")):
         links = tuple(path_links(graph, a, b))
-        params: list[LinkParams] = [graph.edges[u, v]["params"] for u, v in links]
-        rates = [p.bw_mbps for p in params if p.bw_mbps is not None]
-        keep = math.prod(1.0 - p.loss_pct / 100.0 for p in params)
+        bw_mbps, delay_ms, loss_pct = pair_figures(graph, a, b)
         edge = OverlayEdge(
-            a=a, b=b, kind=kind or "overlay", bw_mbps=min(rates) if rates else None,
-            delay_ms=round(sum(p.delay_ms for p in params), 9),
-            loss_pct=round(100.0 * (1.0 - keep), 6), links=links,
-            mechanism={k: v for p in params for k, v in _mechanism(p, netem).items()})
+            a=a, b=b, kind=kind or "overlay", bw_mbps=bw_mbps, delay_ms=delay_ms,
+            loss_pct=loss_pct, links=links,
+            mechanism={k: v for u, w in links
+                       for k, v in _mechanism(graph.edges[u, w]["params"], netem).items()})
         edges.append(edge)
         ov.add_edge(a, b, type=edge.kind, bw_mbps=edge.bw_mbps, delay_ms=edge.delay_ms,
                     loss_pct=edge.loss_pct)
@@ -472,10 +513,6 @@ def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPla
                     rate_bin_s=float(p["rate_bin_s"]))
 
 
-def _freeze(g: nx.Graph) -> nx.Graph:
-    return nx.freeze(g)
-
-
 def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
     """Compile ``spec`` (see the module docstring); ``netem`` says whether the kernel has
     netem (default: :func:`netem_in_kernel`); only the recorded mechanisms depend on it."""
@@ -483,6 +520,8 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
         netem = netem_in_kernel()
     graph = topology_graph(spec)
     _check_schedule(spec, graph)
+    _check_cpu_limits(spec, graph)
+    links = links_mode(spec, graph)
     overlay, edges = overlay_edges(graph, netem)
     kind = (spec.workload.get("kind", "stock") if spec.workload else None)
     wparams = workload_params(spec) if spec.workload else {}
@@ -516,9 +555,9 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
         if capture.enabled and kind == "stock":
             plan_capture(capture, brokers(graph), BROKER_PORT)  # SpecError if too small
     return RunPlan(
-        spec=spec, graph=_freeze(graph), overlay=_freeze(overlay), edges=edges,
+        spec=spec, graph=nx.freeze(graph), overlay=nx.freeze(overlay), edges=edges,
         algorithms=algorithms, window_ms=spec.routing.window_ms, workload_kind=kind,
         workload_params=wparams, workload=workload, bulk=bulk,
         link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
         duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",
-        notes=tuple(notes))
+        notes=tuple(notes), links=links)

@@ -47,6 +47,9 @@ def format_plan(plan: RunPlan) -> str:
         lines.append(f"workload bulk: {w.get('bulk') or 'depth sweep'}")
     for c in d["link_schedule"]:
         lines.append(f"at {c['at_s']:g} s: {c['a']}-{c['b']} to {c['bw_mbps']:g} Mbit/s")
+    if plan.broker.cpu:
+        lines.append("CPU-limited broker hosts (share of one core; emulated): " + ", ".join(
+            f"{b} {share:g}" for b, share in plan.broker.cpu.items()))
     cap = d["capture"]
     lines.append("capture: " + (f"on, snaplen {cap['snaplen']}, at most {cap['max_mb']:g} MB"
                                 if cap["enabled"] else "off"))

@@ -159,11 +159,13 @@ class RoutingSpec:
     """The algorithms to compare on one workload, their params (shared keys, and a mapping
     per algorithm name; see :func:`experiments.plan.algorithm_params`) and the statistics
     window W in milliseconds: both runtimes hand each core its output queues' figures
-    every ``window_ms`` (OctopiA's W; IDR's congestion detection depends on it)."""
+    every ``window_ms`` (OctopiA's W; IDR's congestion detection depends on it). ``links``:
+    ``fixed`` overlay links, or links opened ``on-demand`` (:mod:`experiments.plan`)."""
 
     algorithms: tuple[str, ...] = ("flood",)
     params: Mapping[str, Any] = field(default_factory=dict)
     window_ms: float = 50.0
+    links: str = "fixed"  # or "on-demand": see experiments.plan
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,18 @@ class BrokerSpec:
     """Settings of the emulated broker processes. ``write_buffer_bytes`` caps each overlay
     socket's send buffer (see :mod:`nodes.overlay_link`): with the kernel's default the
     socket absorbs megabytes behind a throttled link before the broker's own output queue
-    (where IDR looks for congestion) grows at all. ``None`` keeps the default."""
+    (where IDR looks for congestion) grows at all. ``None`` keeps the default.
+
+    ``cpu`` limits named brokers' hosts to a share of one core each (``{b0: 0.2}``; 0.001
+    to 1, the range a CFS quota of at least 1 ms per period of at most 1 s can express):
+    the emulated runtime builds them as Mininet ``CPULimitedHost`` s (a cgroup CFS quota of
+    share x period; everything on the host shares it: the broker and its clients'
+    process), refuses to start where the probe's ``cpu_limit`` check fails, and writes
+    the share each host achieved under load into the manifest (``cpu_limits``). Empty:
+    no limit."""
 
     write_buffer_bytes: int | None = None
+    cpu: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,10 +232,11 @@ class Spec:
             "workload": dict(self.workload),
             "routing": {"algorithms": list(self.routing.algorithms),
                         "params": dict(self.routing.params),
-                        "window_ms": self.routing.window_ms},
+                        "window_ms": self.routing.window_ms,
+                        "links": self.routing.links},
             "link_overrides": [{"a": a, "b": b, **dict(f)} for a, b, f in self.link_overrides],
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
-            "broker": vars(self.broker).copy(),
+            "broker": {**vars(self.broker), "cpu": dict(self.broker.cpu)},
         }
 
 
@@ -279,7 +291,10 @@ def parse_spec(data: Any) -> Spec:
         file_mb=int(_number(cap.get("file_mb", 10), "capture.file_mb", lo=1, hi=10000,
                             integer=True)),
     )
-    rout = _take(d.get("routing") or {}, "routing", {"algorithms", "params", "window_ms"})
+    rout = _take(d.get("routing") or {}, "routing",
+                 {"algorithms", "params", "window_ms", "links"})
+    if rout.get("links", "fixed") not in ("fixed", "on-demand"):
+        raise _fail("routing.links", rout["links"], "fixed or on-demand")
     algos = rout.get("algorithms", ["flood"])
     if isinstance(algos, str):
         algos = [algos]
@@ -297,6 +312,7 @@ def parse_spec(data: Any) -> Spec:
         algorithms=names, params=dict(params),
         window_ms=float(_number(rout.get("window_ms", 50.0), "routing.window_ms",
                                 lo=1.0, hi=60_000.0)),
+        links=rout.get("links", "fixed"),
     )
     overrides = []
     for i, o in enumerate(d.get("link_overrides") or []):
@@ -323,10 +339,16 @@ def parse_spec(data: Any) -> Spec:
             at_s=float(_number(c["at_s"], f"{where}.at_s", lo=0, hi=86400)),
             a=c["a"], b=c["b"],
             bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=1e-3, hi=100_000))))
-    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes"})
+    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes", "cpu"})
     wbb = brk.get("write_buffer_bytes")
     if wbb is not None:
         wbb = int(_number(wbb, "broker.write_buffer_bytes", lo=1024, hi=2**30, integer=True))
+    cpu = brk.get("cpu") or {}
+    if not isinstance(cpu, Mapping):
+        raise _fail("broker.cpu", cpu, "a mapping of broker name to share of one core, "
+                                       "e.g. {b0: 0.2}")
+    cpu = {check_name(b, "broker.cpu"): float(_number(v, f"broker.cpu.{b}", lo=0.001, hi=1.0))
+           for b, v in cpu.items()}
     workload = d.get("workload") or {}
     if not isinstance(workload, Mapping):
         raise _fail("workload", workload, "a mapping")
@@ -350,7 +372,7 @@ def parse_spec(data: Any) -> Spec:
         routing=routing,
         link_overrides=tuple(overrides),
         link_schedule=tuple(sorted(schedule, key=lambda c: c.at_s)),
-        broker=BrokerSpec(write_buffer_bytes=wbb),
+        broker=BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items()))),
     )
 
 

@@ -22,6 +22,13 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
     backoff_s          [0.1, 2.0]   first and largest redial delay
     write_buffer_bytes int | null   cap on overlay sockets' send buffers, so a slow link
                                     backs up into the output queue (see nodes.overlay_link)
+    peers              {name: [ip, port] or {"addr": [ip, port], "delay_ms": 0.0,
+                         "loss_pct": 0.0}} = {}
+                                    brokers this one may open links to on demand (in a
+                                    run's on-demand mode: every other broker of the run);
+                                    a fixed neighbour listed here stays a fixed link
+    dormant            bool = false start dormant, until a local client's JOIN; only for a
+                                    broker without fixed neighbours
 
 Behaviour (design choices):
 
@@ -38,9 +45,9 @@ Behaviour (design choices):
   carries on. A dial that fails: one ``link`` record (``state: dial_failed``, with the
   reason and ``retry_in_s``) per attempt, attempts spaced by exponential backoff. A
   lost link: ``link`` record ``state: down``, :class:`~nodes.core.LinkDown` to the core,
-  everything queued on it dropped and logged, and the dialling side redials. The core
-  interface has no "link up" event: after a redial the link simply carries ``Send``
-  actions again. An exception raised by the core, or by carrying out its actions (a
+  everything queued on it dropped and logged, and the dialling side redials. A fixed
+  link's core gets no :class:`~nodes.core.LinkUp`: after a redial the link simply
+  carries ``Send`` actions again. An exception raised by the core, or by carrying out its actions (a
   ``Send`` to a non-neighbour, a payload that is not JSON, a ``Record`` field that
   clashes with a log key), is logged as an ``error`` record (``stage: core``; the
   traceback goes to standard error) and the rest of that event is skipped, so one bad
@@ -77,6 +84,78 @@ Behaviour (design choices):
 - **Stop.** SIGTERM or SIGINT: close the links (logged ``down``, reason ``shutdown``,
   no ``LinkDown`` to the core), log the last partial window, write the status, flush and
   close the log, exit 0.
+
+Links opened on demand (``peers``; fixed neighbours are untouched by all of this):
+
+- **Opening.** A core's ``Send`` to a peer with no open link makes the broker dial it
+  (the HELLO handshake as for fixed links, one attempt bounded by ``connect_timeout_s``);
+  the message waits on the link's output queue meanwhile (counted in), and so do later
+  ones. Once the handshake is done the queue starts to drain, the ``link`` record ``up``
+  is written with ``reason: dialled`` and the core gets :class:`~nodes.core.LinkUp`
+  (after the messages already queued, so what it sends then goes behind them). A peer
+  that dials us is accepted (``reason: accepted``) and the core gets ``LinkUp`` before
+  the first message that arrives on it. A ``Send`` to a name that is neither a neighbour
+  nor a peer is a core bug (``ValueError``, as before).
+- **Failing.** A peer that cannot be reached (connection refused: its process is dead;
+  no answer within ``connect_timeout_s``; or it turned us away because it is dormant):
+  a ``link`` record ``dial_failed`` with the reason (and no ``retry_in_s``: nothing is
+  retried until the core sends again), a ``drop`` record (reason ``dial_failed``) per
+  message that was waiting, then :class:`~nodes.core.LinkDown` to
+  the core. A link that is lost once up is handled as a fixed one (``down``, drops,
+  ``LinkDown``), but never redialled by the broker: the core's next ``Send`` opens it
+  again.
+- **Both dial at once** (two connections between the same pair): exactly one is kept,
+  the one dialled by the broker with the smaller name. The smaller one, while its own
+  dial is under way or its own connection is up, answers the larger one's HELLO with a
+  refusal (a HELLO carrying ``refused: crossed``, see :mod:`nodes.runtime`; logged as
+  ``link`` ``state: refused``). The larger one always accepts the smaller one's
+  connection; the messages held for its own dial go out on it, and its own dial, when
+  refused, ends quietly (no ``dial_failed``, no ``LinkDown``). A ``crossed`` refusal
+  with no connection from the peer yet (the peer had not noticed that our previous
+  connection closed) is retried after the first backoff delay for up to
+  ``connect_timeout_s``. Otherwise the newest connection wins, as for fixed links, but
+  without losing anything: the new connection takes over the queue (``link`` ``down``
+  with reason ``replaced by a new connection``, then ``up`` with ``reason: replaced``;
+  the core sees neither, the link never stopped being up for it).
+- **Closing.** :class:`~nodes.core.Disconnect`: once everything queued has been handed
+  to the socket, the broker half-closes the connection (``link`` ``down``, reason
+  ``disconnect``; no ``LinkDown`` to our core, which asked for it) and keeps reading
+  until the peer closes its side (at most ``connect_timeout_s``): messages the peer sent
+  before it saw the close still arrive. The peer gets ``LinkDown``. A ``Send`` to the
+  peer before the close happened cancels it; one after it opens a new link. A
+  ``Disconnect`` while the dial is under way closes the link once it is up and has sent
+  what waited (the core gets no ``LinkUp`` for it). A ``Disconnect`` of a peer with no
+  open link does nothing; of a fixed link or a name that is no peer, it is a core bug
+  (``ValueError``). These rules are the hosts' shared ones (:mod:`nodes.hosting`).
+- **Dormancy** (``dormant``: a node whose JOIN is in the workload). A dormant broker
+  listens and serves its local clients, but turns every dialling broker away with a
+  ``refused: dormant`` HELLO (so the dialler gets a prompt, explicit failure rather than
+  a timeout) and hands its core no event: a message from a client or a broker is logged
+  (``recv``) and dropped (``drop``, reason ``dormant``); no ``LinkUp``, ``LinkDown`` or
+  statistics windows; only timers the core set before it went dormant still fire (a
+  core that left stops them itself). It logs ``record`` kind ``membership``, ``state:
+  dormant`` at start; a local client's JOIN wakes it (``state: joined``) before the core
+  handles the JOIN. A LEAVE is handed
+  to the core and its actions are carried out; then the broker closes, as by
+  ``Disconnect``, every on-demand link still open and is dormant again (``state:
+  left``). A broker with fixed neighbours is never dormant: JOIN and LEAVE only go to
+  its core.
+- **File descriptors.** Each connection is one descriptor per side. At start the broker
+  raises its soft ``RLIMIT_NOFILE`` (and the hard one, where it may) to
+  :func:`nofile_needed` of its neighbours and peers: 64 for the process itself, 2 per
+  overlay link (a crossed or replacing connection lives beside the current one for a
+  moment) and 1024 for local clients, so 1,214 for a 64-broker full mesh; it never
+  lowers a limit. The limits are in the status file (``nofile``: soft, hard, needed)
+  and, with peers, in the log (``record`` kind ``nofile``).
+
+The status file also gives ``peers_up`` (on-demand links up) and ``dormant``;
+``neighbours``, ``up``, ``missing`` and ``all_up`` concern fixed links only. An on-demand
+link's coming or going does not rewrite the status file at once (as a fixed link's does):
+the next statistics window does, at most every :data:`PEERS_STATUS_EVERY_S` (0.5 s).
+Measured: with 64 brokers opening 63 links each in a burst, one status write (a file
+created and renamed in the shared log folder) per link change stalled the brokers' event
+loops for seconds (up to 25 s on the loaded 2-core machines), long enough for dials to
+time out.
 """
 
 from __future__ import annotations
@@ -87,6 +166,7 @@ import itertools
 import json
 import os
 import random
+import resource
 import sys
 import time
 import traceback
@@ -100,10 +180,12 @@ from nodes.core import (
     Action,
     Arrived,
     Deliver,
+    Disconnect,
     Event,
     FromClient,
     LinkDown,
     LinkStats,
+    LinkUp,
     LinkWindow,
     Record,
     RoutingCore,
@@ -115,13 +197,14 @@ from nodes.cores import make_core
 from nodes.frames import FrameError, encode
 from nodes.hosting import MATCHED, bad_action, final_records
 from nodes.logs import Ev, JsonlLog, message_fields
-from nodes.messages import Message
+from nodes.messages import Message, MsgType
 from nodes.overlay_link import OverlayLink
 from nodes.runfolder import log_path, read_json, status_path, write_json
 from nodes.runtime import (
     Backoff,
     HelloCounter,
     ProtocolError,
+    Refused,
     Role,
     check_keys,
     dial,
@@ -134,6 +217,46 @@ from nodes.runtime import (
     read_frames,
     read_message,
 )
+
+CROSSED = "crossed"  # refusal: both brokers dialled each other; the smaller name's dial wins
+DORMANT = "dormant"  # refusal: this broker has not joined (or has left)
+NOFILE_BASE = 64  # the process itself: stdio, listening socket, log and status files, epoll
+NOFILE_PER_LINK = 2  # a link's connection, and a crossed or replacing one beside it briefly
+NOFILE_CLIENTS = 1024  # local client connections (a host's client group: one per client)
+PEERS_STATUS_EVERY_S = 0.5  # on-demand link changes reach the status file at most this often
+
+
+def nofile_needed(links: int) -> int:
+    """File descriptors a broker with ``links`` neighbours and peers may need at once."""
+    return NOFILE_BASE + NOFILE_PER_LINK * links + NOFILE_CLIENTS
+
+
+def raise_nofile(needed: int) -> dict[str, int]:
+    """Raise this process's ``RLIMIT_NOFILE`` to at least ``needed`` (the hard limit too
+    where the process may, as root does); never lower it. The limits now and ``needed``
+    (``-1``: unlimited)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    inf = resource.RLIM_INFINITY
+    if soft != inf and soft < needed:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (needed, hard if hard == inf or hard >= needed else needed))
+        except (ValueError, OSError):  # raising the hard limit needs CAP_SYS_RESOURCE
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (needed if hard == inf else min(needed, hard), hard))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return {"soft": soft, "hard": hard, "needed": needed}
+
+
+def _peer_config(value: Any, where: str) -> NeighbourConfig:
+    """A ``peers`` entry: ``[ip, port]``, or a neighbour's object."""
+    if isinstance(value, list | tuple):
+        return NeighbourConfig(parse_addr(value, where))
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected [ip, port] or an object, got {value!r}")
+    check_keys(value, {"addr"}, {"delay_ms", "loss_pct"}, where)
+    return NeighbourConfig(parse_addr(value["addr"], where), float(value.get("delay_ms", 0.0)),
+                           float(value.get("loss_pct", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +284,15 @@ class BrokerConfig:
     connect_timeout_s: float = 3.0
     backoff_s: tuple[float, float] = (0.1, 2.0)
     write_buffer_bytes: int | None = None
+    peers: Mapping[str, NeighbourConfig] = field(default_factory=dict)
+    dormant: bool = False
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> BrokerConfig:
         """Validate and convert the JSON config object."""
         check_keys(obj, {"broker", "listen", "neighbours", "core", "log_dir"},
                    {"emulate_link", "window_ms", "seed", "connect_timeout_s", "backoff_s",
-                    "write_buffer_bytes"}, "broker config")
+                    "write_buffer_bytes", "peers", "dormant"}, "broker config")
         if not isinstance(obj["neighbours"], dict) or obj["broker"] in obj["neighbours"]:
             raise ValueError("broker config: neighbours must map other brokers' names to links")
         neighbours = {}
@@ -185,6 +310,15 @@ class BrokerConfig:
         if write_buffer_bytes is not None and (type(write_buffer_bytes) is not int
                                                or write_buffer_bytes <= 0):
             raise ValueError("broker config: write_buffer_bytes must be a positive int or null")
+        raw_peers = obj.get("peers", {})
+        if not isinstance(raw_peers, dict) or obj["broker"] in raw_peers:
+            raise ValueError("broker config: peers must map other brokers' names to addresses")
+        peers = {name: _peer_config(p, f"broker config, peer {name}")
+                 for name, p in raw_peers.items()}
+        dormant = obj.get("dormant", False)
+        if not isinstance(dormant, bool) or (dormant and neighbours):
+            raise ValueError("broker config: dormant must be true or false, and a dormant "
+                             "broker has no fixed neighbours (its links open on demand)")
         return cls(
             broker=obj["broker"],
             listen=parse_addr(obj["listen"], "broker config, listen"),
@@ -198,6 +332,8 @@ class BrokerConfig:
             connect_timeout_s=float(obj.get("connect_timeout_s", 3.0)),
             backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "broker config"),
             write_buffer_bytes=write_buffer_bytes,
+            peers=peers,
+            dormant=dormant,
         )
 
 
@@ -221,17 +357,19 @@ class Broker:
         self._core = core
         self._log = log
         self._hello = HelloCounter(self.name, "broker")
-        self._links = {
-            name: OverlayLink(
-                name,
-                log,
-                delay_ms=nb.delay_ms if config.emulate_link else 0.0,
-                loss_pct=nb.loss_pct if config.emulate_link else 0.0,
-                rng=random.Random(f"{config.seed}:{self.name}:{name}"),
-                write_buffer_bytes=config.write_buffer_bytes,
-            )
-            for name, nb in sorted(config.neighbours.items())
-        }
+        self._links = {name: self._make_link(name, nb)
+                       for name, nb in sorted(config.neighbours.items())}
+        # Links opened on demand (see the module docstring): their names in _links, the
+        # dial under way per peer, whether we dialled the connection that is up, and the
+        # links a Disconnect will close once idle.
+        self._demand: set[str] = set()
+        self._dialling: dict[str, asyncio.Task[None]] = {}
+        self._dialled_here: dict[str, bool] = {}
+        self._closing: set[str] = set()
+        self._dormant = config.dormant
+        self._nofile: dict[str, int] = {}
+        self._status_stale = False  # an on-demand link changed since the last status write
+        self._status_due = 0.0  # time.monotonic() before which such a change waits
         self._clients: dict[str, asyncio.StreamWriter] = {}
         self._last_sent: Message | None = None  # see _frame
         self._last_frame = b""
@@ -246,10 +384,22 @@ class Broker:
         self._next_tick = 0.0
         self._tick_handle: asyncio.TimerHandle | None = None
 
+    def _make_link(self, name: str, nb: NeighbourConfig) -> OverlayLink:
+        return OverlayLink(
+            name,
+            self._log,
+            delay_ms=nb.delay_ms if self.config.emulate_link else 0.0,
+            loss_pct=nb.loss_pct if self.config.emulate_link else 0.0,
+            rng=random.Random(f"{self.config.seed}:{self.name}:{name}"),
+            write_buffer_bytes=self.config.write_buffer_bytes,
+        )
+
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         loop = asyncio.get_running_loop()
         host, port = self.config.listen
+        self._nofile = raise_nofile(
+            nofile_needed(len(set(self.config.neighbours) | set(self.config.peers))))
         try:
             server = await asyncio.start_server(self._accept, host, port)
         except OSError as exc:
@@ -263,6 +413,10 @@ class Broker:
                     emulated=self.config.emulate_link)
             if self.name < name:
                 self._spawn(self._dial_loop(name))
+        if self.config.peers:
+            log_now(self._log, Ev.RECORD, kind="nofile", **self._nofile)
+        if self._dormant:
+            log_now(self._log, Ev.RECORD, kind="membership", state="dormant")
         self._write_status("running")
         self._window_start = self._next_tick = loop.time()
         self._schedule_tick()
@@ -277,10 +431,11 @@ class Broker:
 
     # ---- connections ----------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -309,20 +464,41 @@ class Broker:
             if first is None:
                 raise ProtocolError("closed before sending HELLO")
             name, role = parse_hello(first)
-            if role == "broker" and name not in self._links:
-                raise ProtocolError(f"broker {name} is not a neighbour of {self.name}")
-            if role == "broker" and name > self.name:
-                raise ProtocolError(f"broker {name} dialled {self.name}; the smaller name dials")
+            refusal = None
+            if role == "broker" and name in self.config.neighbours:
+                if name > self.name:
+                    raise ProtocolError(f"broker {name} dialled {self.name}; "
+                                        "the smaller name dials")
+            elif role == "broker":
+                if name not in self.config.peers:
+                    raise ProtocolError(f"broker {name} is not a neighbour of {self.name}")
+                refusal = self._refusal(name)
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
             log_now(self._log, Ev.ERROR, peer=addr, addr=addr, stage="handshake",
                     reason=str(exc) or type(exc).__name__)
             writer.close()
             return None
         log_now(self._log, Ev.RECV, link=name, **message_fields(first))
-        reply = self._hello.new()
+        reply = self._hello.new(refusal)
         writer.write(encode(reply))
         log_now(self._log, Ev.SEND, link=name, **message_fields(reply))
+        if refusal is not None:
+            log_now(self._log, Ev.LINK, link=name, role="broker", state="refused",
+                    reason=refusal)
+            writer.close()  # after the refusal HELLO, which is buffered
+            return None
         return name, role
+
+    def _refusal(self, peer: str) -> str | None:
+        """Why a dialling peer (not a fixed neighbour) is turned away, or ``None``: we are
+        dormant, or both of us dial and ours (the smaller name's) wins."""
+        if self._dormant:
+            return DORMANT
+        link = self._links.get(peer)
+        if self.name < peer and (peer in self._dialling or (
+                link is not None and link.up and self._dialled_here.get(peer, False))):
+            return CROSSED
+        return None
 
     async def _dial_loop(self, name: str) -> None:
         """Keep the link to ``name`` (a neighbour we dial) up, redialling with backoff."""
@@ -345,14 +521,21 @@ class Broker:
             await asyncio.sleep(backoff.next_s())
 
     async def _run_link(
-        self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        dialled: bool = False
     ) -> None:
+        if name not in self._links:  # a peer opened a link to us on demand
+            self._new_peer_link(name)
         link = self._links[name]
-        if link.up:
-            self._link_down(name, "replaced by a new connection")
-        link.attach(writer)
-        log_now(self._log, Ev.LINK, link=name, role="broker", state="up", peer=peer_label(writer))
-        self._write_status()
+        if name not in self._demand:
+            if link.up:
+                self._link_down(name, "replaced by a new connection")
+            link.attach(writer)
+            log_now(self._log, Ev.LINK, link=name, role="broker", state="up",
+                    peer=peer_label(writer))
+            self._write_status()
+        else:
+            self._attach_peer(name, writer, dialled)
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._received, name, Arrived))
         if link.writer is writer:
@@ -360,9 +543,126 @@ class Broker:
 
     def _link_down(self, name: str, reason: str) -> None:
         self._links[name].detach()
+        self._dialled_here.pop(name, None)
+        self._closing.discard(name)
         log_now(self._log, Ev.LINK, link=name, role="broker", state="down", reason=reason)
-        self._write_status()
+        if name in self._demand:
+            self._status_stale = True
+        else:
+            self._write_status()
         self._dispatch(LinkDown(name))
+
+    # ---- links opened on demand (see the module docstring) ------------------------------
+
+    def _new_peer_link(self, name: str) -> OverlayLink:
+        nb = self.config.peers[name]
+        link = self._links[name] = self._make_link(name, nb)
+        self._demand.add(name)
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="configured",
+                delay_ms=nb.delay_ms, loss_pct=nb.loss_pct, emulated=self.config.emulate_link)
+        return link
+
+    def _open_on_demand(self, name: str, action: Action) -> OverlayLink:
+        """Hold the core's messages for ``name`` on its link and dial it."""
+        if name not in self.config.peers:
+            raise bad_action(self.name, action, neighbour=False)
+        link = self._links.get(name) or self._new_peer_link(name)
+        link.hold()
+        self._dialling[name] = self._spawn(self._dial_on_demand(name))
+        return link
+
+    async def _dial_on_demand(self, name: str) -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.config.connect_timeout_s
+        while True:
+            try:
+                reader, writer = await dial(self.config.peers[name].addr, self._hello,
+                                            (name, "broker"), self._log,
+                                            self.config.connect_timeout_s,
+                                            local_host=self.config.listen[0])
+                break
+            except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
+                if self._dialling.get(name) is not task:
+                    return  # the peer's own connection won the race: nothing was lost
+                if (isinstance(exc, Refused) and exc.reason == CROSSED
+                        and loop.time() < give_up):
+                    await asyncio.sleep(self.config.backoff_s[0])
+                    if self._dialling.get(name) is not task:
+                        return
+                    continue
+                del self._dialling[name]
+                self._dial_failed(name, str(exc) or type(exc).__name__)
+                return
+        if self._dialling.get(name) is task:
+            del self._dialling[name]
+        # The peer accepted this connection, so it is the current one on its side: use it
+        # even if its own connection got here first (then ours replaces it).
+        await self._run_link(name, reader, writer, dialled=True)
+
+    def _dial_failed(self, name: str, reason: str) -> None:
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="dial_failed",
+                reason=reason)
+        self._links[name].fail("dial_failed")
+        self._closing.discard(name)
+        self._dispatch(LinkDown(name))
+
+    def _attach_peer(self, name: str, writer: asyncio.StreamWriter, dialled: bool) -> None:
+        link = self._links[name]
+        self._dialling.pop(name, None)  # an accepted connection supersedes our dial
+        replaced = link.up
+        if replaced:
+            link.swap(writer)
+            log_now(self._log, Ev.LINK, link=name, role="broker", state="down",
+                    reason="replaced by a new connection")
+        else:
+            link.attach(writer)
+        self._dialled_here[name] = dialled
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="up",
+                peer=peer_label(writer),
+                reason="replaced" if replaced else "dialled" if dialled else "accepted")
+        self._status_stale = True
+        if name in self._closing:  # a Disconnect came while we dialled: no LinkUp then
+            self._spawn(self._close_when_idle(name, writer))
+        elif not replaced:
+            self._dispatch(LinkUp(name))
+
+    def _disconnect(self, name: str) -> None:
+        if name in self.config.neighbours or name not in self.config.peers:
+            raise ValueError(f"core at {self.name} disconnected {name!r}: not a peer "
+                             "(a fixed link, or no node); a core bug")
+        link = self._links.get(name)
+        if link is None or not (link.up or link.holding) or name in self._closing:
+            return  # no link open: nothing to do
+        self._closing.add(name)
+        if link.writer is not None:
+            self._spawn(self._close_when_idle(name, link.writer))
+        # else: the dial under way attaches the connection and then closes it
+
+    async def _close_when_idle(self, name: str, writer: asyncio.StreamWriter) -> None:
+        link = self._links[name]
+        await link.wait_idle()
+        if name not in self._closing or link.writer is not writer:
+            return  # a Send took the link back, or this connection is gone already
+        self._closing.discard(name)
+        link.release()
+        self._dialled_here.pop(name, None)
+        log_now(self._log, Ev.LINK, link=name, role="broker", state="down", reason="disconnect")
+        self._status_stale = True
+        if writer.can_write_eof():
+            writer.write_eof()
+        # Keep reading (in _run_link) until the peer closes too, but not for ever.
+        asyncio.get_running_loop().call_later(self.config.connect_timeout_s, writer.close)
+
+    def _go_dormant(self) -> None:
+        """After a LEAVE's actions: close what is still open, and sleep."""
+        self._dormant = True
+        log_now(self._log, Ev.RECORD, kind="membership", state="left")
+        for name in sorted(self._demand):
+            link = self._links[name]
+            if link.up or link.holding:
+                self._disconnect(name)
+        self._write_status()
 
     async def _run_client(
         self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -389,9 +689,20 @@ class Broker:
     ) -> None:
         fields = message_fields(msg)
         ev = event(peer, msg)
+        member_op = msg.type if event is FromClient and self._may_sleep() else None
+        if self._dormant and member_op is not MsgType.JOIN:
+            log_now(self._log, Ev.RECV, link=peer, **fields)
+            log_now(self._log, Ev.DROP, link=peer, reason="dormant", **fields)
+            return
         if msg.type not in MATCHED:
             log_now(self._log, Ev.RECV, link=peer, **fields)
+            if member_op is MsgType.JOIN and self._dormant:
+                self._dormant = False
+                log_now(self._log, Ev.RECORD, kind="membership", state="joined")
+                self._write_status()
             self._dispatch(ev)
+            if member_op is MsgType.LEAVE:
+                self._go_dormant()
             return
         # Stamped on arrival but written once the core has run, so that it can carry the
         # matching time, and before any of the core's actions, so the log stays in order.
@@ -407,9 +718,15 @@ class Broker:
         self._log.write(Ev.RECV, t_mono, t_wall, link=peer, matching_ms=matching_ms, **fields)
         self._dispatch(ev, actions)
 
+    def _may_sleep(self) -> bool:
+        """Whether JOIN and LEAVE change this broker's dormancy: only without fixed links."""
+        return not self.config.neighbours
+
     def _dispatch(self, event: Event, actions: list[Action] | None = None) -> None:
         """Feed ``event`` to the core (unless ``actions`` is what it already returned for
-        it) and carry out its actions."""
+        it) and carry out its actions; a dormant broker's core gets only its timers."""
+        if self._dormant and not isinstance(event, TimerFired | FromClient):
+            return
         try:
             if actions is None:
                 actions = self._core.handle(event, asyncio.get_running_loop().time())
@@ -436,8 +753,11 @@ class Broker:
         match action:
             case Send(link=link, msg=msg):
                 target = self._links.get(link)
-                if target is None:
-                    raise bad_action(self.name, action, neighbour=False)
+                if target is None or (link in self._demand and not target.up
+                                      and not target.holding):
+                    target = self._open_on_demand(link, action)
+                elif self._closing:
+                    self._closing.discard(link)  # a Send after a Disconnect keeps the link
                 target.enqueue(msg, self._frame(msg))
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
@@ -447,6 +767,8 @@ class Broker:
                 timer_id = next(self._timer_ids)
                 self._timers[timer_id] = asyncio.get_running_loop().call_later(
                     delay_s, self._fire_timer, timer_id, name)
+            case Disconnect(link=link):
+                self._disconnect(link)
             case _:
                 raise bad_action(self.name, action)
 
@@ -475,6 +797,8 @@ class Broker:
     def _tick(self) -> None:
         window_ms, figures = self._close_window()
         self._log.flush()
+        if self._status_stale and time.monotonic() >= self._status_due:
+            self._write_status()
         self._dispatch(LinkStats(window_ms, figures))
         self._schedule_tick()
 
@@ -505,15 +829,20 @@ class Broker:
         self._log.flush()
         if state is not None:
             self._state = state
-        up = sorted(name for name, link in self._links.items() if link.up)
-        missing = sorted(set(self._links) - set(up))
+        fixed = sorted(self.config.neighbours)
+        up = [name for name in fixed if self._links[name].up]
+        missing = sorted(set(fixed) - set(up))
         status = {
             "node": self.name, "pid": os.getpid(), "state": self._state,
-            "listen": list(self.config.listen), "neighbours": sorted(self._links),
+            "listen": list(self.config.listen), "neighbours": fixed,
             "up": up, "missing": missing, "all_up": not missing,
             "clients": sorted(self._clients), "t_wall": time.time(),
+            "peers_up": sorted(name for name in self._demand if self._links[name].up),
+            "dormant": self._dormant, "nofile": self._nofile,
         }
         write_json(self._status_path, status)
+        self._status_stale = False
+        self._status_due = time.monotonic() + PEERS_STATUS_EVERY_S
 
     async def _shutdown(self) -> None:
         if self._tick_handle is not None:
@@ -530,6 +859,8 @@ class Broker:
                 link.detach()
                 log_now(self._log, Ev.LINK, link=name, role="broker", state="down",
                         reason="shutdown")
+            elif link.holding:
+                link.fail("shutdown")
         for writer in self._clients.values():
             writer.close()
         self._clients.clear()

@@ -8,7 +8,30 @@ follow these rules, written here once:
   with the declared params of the run plan (:func:`merge_params`; the two never share a
   key).
 - **Actions.** A ``Send`` must name a neighbour, a ``Deliver`` a local client; anything
-  else a core returns is a bug in the core (:func:`bad_action`).
+  else a core returns is a bug in the core (:func:`bad_action`). Where the host opens
+  links on demand, a ``Send`` may name any node (below), and ``Disconnect`` is an action.
+- **Links on demand.** A ``Send`` to a node the core has no link to dials it; the dial
+  costs what a TCP connect does: the dialler's side is up one round trip after the
+  first ``Send`` (its core gets :class:`~nodes.core.LinkUp`, then what it sent meanwhile
+  goes, in order), the acceptor's when the dialler's HELLO arrives (its ``LinkUp`` before
+  the first message). One connection per pair: both directions share it. Every side that
+  comes up logs ``link`` ``state: up`` with ``peer`` and ``reason`` ``dialled`` or
+  ``accepted``. ``Disconnect``: what is queued still goes, then the connection closes;
+  the closer logs ``link`` ``state: down`` (no ``LinkDown`` to its core) and still
+  receives what the peer sent before the close reached it; the peer gets ``LinkDown``
+  when it does; a later ``Send`` dials again. A dial to a node that is dead or dormant
+  fails: ``link`` ``state: dial_failed`` with the reason, a ``drop`` (reason
+  ``dial_failed``) for each message sent on it, and ``LinkDown`` to the dialler's core.
+  A ``Send`` to, or ``Disconnect`` of, a name that is no node, and a ``Disconnect`` of a
+  fixed link, are core bugs; a ``Disconnect`` with no link open does nothing.
+- **Membership.** A node with a JOIN operation in the workload is dormant until its
+  first JOIN, and again after a LEAVE (``record`` kind ``membership``, ``state``
+  ``dormant``, ``joined``, ``left``): it accepts no connection, drops what reaches it
+  (``drop`` reason ``dormant``) and its core gets no event but the timers it set before
+  a LEAVE. JOIN (payload ``{"bootstrap": NAME}``) and LEAVE reach the core as client
+  operations; after a LEAVE the host closes what links the core left open. CRASH kills
+  the node's process. A client operation other than JOIN on a dormant node is a workload
+  error (the simulator refuses it before the run).
 - **Matching delay.** The handling of a message of a type in
   :data:`~nodes.summary.MATCHED_TYPES` is timed on ``time.perf_counter``
   (:func:`handle_timed`): the paper's matching delay, measured, never modelled.
@@ -18,7 +41,8 @@ follow these rules, written here once:
 - **Events.** A lost overlay link is a :class:`~nodes.core.LinkDown` to the core and a
   ``link`` record ``state: down`` (the emulated broker when the connection ends, the
   simulator when a neighbour's process dies, one link delay later, as the peer's FIN or
-  RST would arrive).
+  RST would arrive). A link opened on demand is a :class:`~nodes.core.LinkUp` when it
+  comes up (links on demand, above); fixed links never give one.
 - **Inter-broker messages (IMs)** are counted when they leave an output queue onto the
   wire (a ``send`` record), not when a core enqueues them: a message still queued when a
   run ends, or queued at a broker that dies, never reached the network.

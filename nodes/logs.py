@@ -12,14 +12,18 @@ and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
   carries ``matching_ms``; a publication carries ``t_pub``;
 - ``deliver``: a broker handed a notification to its client ``link`` (with ``t_pub``);
 - ``drop``: a message that will not arrive (``reason``: ``loss``, ``link_down``,
-  ``client_not_connected``);
+  ``client_not_connected``, ``dial_failed`` (a link opened on demand could not be),
+  ``dormant`` (it reached a node that has not joined));
 - ``queue``: one statistics window of the output queue to ``link``: ``count_in``,
   ``count_out``, ``queue_len``, ``flushed``, ``window_ms``;
 - ``link``: a connection to ``link`` (``role`` broker or client) changed ``state``
-  (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated``; ``up`` with ``peer``;
-  ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``);
+  (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated``; ``up`` with ``peer``
+  and, for links opened on demand, ``reason`` ``dialled``, ``accepted`` or ``replaced``;
+  ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``;
+  ``refused``: a dialler turned away, ``reason`` ``crossed`` or ``dormant``);
 - ``record``: a routing core's :class:`~nodes.core.Record` (or a host's end-of-run
-  ``tables``/``counters``, a client's ``data_send``/``data_recv``): ``kind`` and the
+  ``tables``/``counters``, its ``nofile`` limit and ``membership`` changes, a client's
+  ``data_send``/``data_recv``): ``kind`` and the
   record's own fields, which are free-form (a field named like one below has its kind);
 - ``error``: something went wrong at ``stage`` (``listen``, ``handshake``, ``read``,
   ``core``, ``dial``) with ``peer``/``addr`` where known, and ``reason``.

@@ -34,6 +34,14 @@ Design choices:
   ``link_down``; counted as ``flushed`` in the window so the figures add up), and so are
   those in the delay line (already counted out). A ``Send`` while the link is down is
   dropped and logged but not counted in: the queue only exists while the link is up.
+- **Links opened on demand** (see :mod:`nodes.broker`) add three moves. :meth:`hold`: while
+  the broker dials, messages are queued (and counted in) as if the link were up; if the
+  dial fails, :meth:`fail` drops them (``drop`` records with the reason given, counted as
+  ``flushed``). :meth:`swap`: a connection that replaces the current one takes over the
+  queue and the delay line (the old one is closed after what it has buffered). A graceful
+  close waits for :meth:`wait_idle` (queue and delay line empty, every frame handed to
+  the socket) and then takes the connection back with :meth:`release`, open, so that the
+  broker can half-close it; nothing is dropped.
 """
 
 from __future__ import annotations
@@ -82,6 +90,8 @@ class OverlayLink:
         self._count_in = 0
         self._count_out = 0
         self._flushed = 0
+        self._holding = False
+        self._idle = asyncio.Event()
 
     @property
     def up(self) -> bool:
@@ -93,11 +103,47 @@ class OverlayLink:
         """The attached connection's writer (to tell a replaced connection from the current one)."""
         return self._writer
 
+    @property
+    def holding(self) -> bool:
+        """Whether messages are queued for a connection still being opened (:meth:`hold`)."""
+        return self._holding
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing in the delay line."""
+        return not self._queue and not self._line
+
+    def hold(self) -> None:
+        """Queue (and count in) messages while a connection is being opened; :meth:`attach`
+        starts carrying them, :meth:`fail` drops them."""
+        if self._writer is not None:
+            raise RuntimeError(f"link to {self.neighbour} is already up")
+        self._holding = True
+
+    def fail(self, reason: str) -> None:
+        """The connection :meth:`hold` waited for could not be opened: drop (and log with
+        ``reason``) everything queued."""
+        self._holding = False
+        self._flushed += len(self._queue)
+        dropped = [msg for msg, _ in self._queue]
+        self._queue.clear()
+        self._idle.set()
+        for msg in dropped:
+            log_now(self._log, Ev.DROP, link=self.neighbour, reason=reason,
+                    **message_fields(msg))
+
+    async def wait_idle(self) -> None:
+        """Return once nothing is queued or in the delay line (every frame handed to the
+        connection); at once if that is so now."""
+        while not self.idle:
+            self._idle.clear()
+            await self._idle.wait()
+
     def enqueue(self, msg: Message, frame: bytes | None = None) -> None:
         """Put ``msg`` on the output queue (or drop and log it if the link is down);
         ``frame``: its encoding, when the caller has it (a copy sent on several links is
         encoded once)."""
-        if self._writer is None:
+        if self._writer is None and not self._holding:
             log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
             return
@@ -115,7 +161,40 @@ class OverlayLink:
             )
             writer.transport.set_write_buffer_limits(high=self._write_buffer_bytes)
         self._writer = writer
+        self._holding = False
         self._pump_task = asyncio.create_task(self._pump(writer), name=f"pump-{self.neighbour}")
+
+    def swap(self, writer: asyncio.StreamWriter) -> None:
+        """Carry on over the connection ``writer`` instead of the current one, which is
+        closed once it has sent what it buffered; the queue and the delay line move over."""
+        old = self._writer
+        if old is None:
+            raise RuntimeError(f"link to {self.neighbour} is not up")
+        self._stop_pump()
+        old.close()
+        self._writer = None
+        self.attach(writer)
+        if self._line:
+            loop = asyncio.get_running_loop()
+            self._release_timer = loop.call_at(self._line[0][0], self._release)
+
+    def release(self) -> asyncio.StreamWriter:
+        """Hand the connection back, still open, for a graceful close; only when
+        :attr:`idle` (nothing is dropped)."""
+        writer = self._writer
+        if writer is None or not self.idle:
+            raise RuntimeError(f"link to {self.neighbour} is not up and idle")
+        self._stop_pump()
+        self._writer = None
+        return writer
+
+    def _stop_pump(self) -> None:
+        assert self._pump_task is not None
+        self._pump_task.cancel()
+        self._pump_task = None
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
 
     def detach(self) -> None:
         """Close the connection; drop (and log) everything queued or in flight on it."""
@@ -132,6 +211,7 @@ class OverlayLink:
         dropped = [msg for msg, _ in self._queue] + [msg for _, _, msg in self._line]
         self._queue.clear()
         self._line.clear()
+        self._idle.set()
         for msg in dropped:
             log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
@@ -150,6 +230,8 @@ class OverlayLink:
             while True:
                 if not self._queue:
                     self._queued.clear()
+                    if not self._line:
+                        self._idle.set()
                     await self._queued.wait()
                     continue
                 msg, frame = self._queue.popleft()
@@ -179,3 +261,5 @@ class OverlayLink:
         assert self._writer is not None  # detach() cancels this timer
         self._writer.writelines(due)
         self._release_timer = loop.call_at(self._line[0][0], self._release) if self._line else None
+        if not self._line and not self._queue:
+            self._idle.set()

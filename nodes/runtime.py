@@ -12,7 +12,10 @@
   broker's core numbers its own messages from small integers. A frame that decodes but
   is out of place (a HELLO after the handshake, a non-HELLO first frame, a HELLO from the
   wrong peer) is a :class:`ProtocolError`; the runtime treats it exactly like an
-  undecodable frame: log an ``error`` record, close that connection.
+  undecodable frame: log an ``error`` record, close that connection. An accepting broker
+  may instead turn a dialling broker away by answering with a HELLO whose payload also
+  holds ``refused`` (why: ``dormant``, or ``crossed`` when both brokers dial each other at
+  once, see :mod:`nodes.broker`) and closing; :func:`dial` raises :class:`Refused` then.
 - **Reconnecting.** :class:`Backoff` doubles the wait after each failed attempt
   (default 0.1 s up to 2 s), so an unreachable peer costs one attempt and one log record
   per backoff step and never a busy loop.
@@ -43,6 +46,14 @@ BROKER_PORT = 7000  # every emulated broker listens here; the analysis filters p
 
 class ProtocolError(ValueError):
     """A frame that decodes but is not acceptable at this point of the conversation."""
+
+
+class Refused(ProtocolError):
+    """The peer answered our HELLO with a refusal (its HELLO carries ``refused``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"refused by the peer: {reason}")
+        self.reason = reason
 
 
 def log_now(log: JsonlLog, ev: Ev, **fields: Any) -> None:
@@ -80,10 +91,13 @@ class HelloCounter:
         self.role = role
         self._ids: Iterator[int] = iter(range(HELLO_ID_BASE, 1 << 64))
 
-    def new(self) -> Message:
-        """A fresh HELLO naming this node."""
-        return Message(MsgType.HELLO, next(self._ids), self.name, 0,
-                       {"name": self.name, "role": self.role})
+    def new(self, refused: str | None = None) -> Message:
+        """A fresh HELLO naming this node; with ``refused``, one that turns the dialling
+        peer away (see :class:`Refused`)."""
+        payload: dict[str, Any] = {"name": self.name, "role": self.role}
+        if refused is not None:
+            payload["refused"] = refused
+        return Message(MsgType.HELLO, next(self._ids), self.name, 0, payload)
 
 
 def parse_hello(msg: Message) -> tuple[str, Role]:
@@ -144,7 +158,8 @@ async def dial(
 
     The whole attempt (TCP connect and HELLO exchange) is bounded by ``timeout_s``; both
     HELLOs are logged. Raises ``OSError``, ``TimeoutError``, :class:`FrameError` or
-    :class:`ProtocolError`; the connection is closed on failure.
+    :class:`ProtocolError` (:class:`Refused` when the peer turned us away); the connection
+    is closed on failure.
     """
     link = expect[0]
     local_addr = (local_host, 0) if local_host else None
@@ -160,6 +175,8 @@ async def dial(
             if parse_hello(reply) != expect:
                 raise ProtocolError(f"expected {expect[1]} {expect[0]}, got HELLO {reply.payload}")
             log_now(log, Ev.RECV, link=link, **message_fields(reply))
+            if "refused" in reply.payload:
+                raise Refused(str(reply.payload["refused"]))
         except BaseException:
             writer.close()
             raise

@@ -5,7 +5,8 @@ the cores with a workload's client operations, and writes the records the emulat
 runtime writes (:mod:`nodes.broker`, :mod:`nodes.client`, :mod:`nodes.overlay_link`), so
 analysis does not care which runtime produced a run. Modelling choices:
 
-- **Links.** Every overlay edge is two directed links, each with its own FIFO output
+- **Links.** Every overlay edge is two directed links (fixed links; with ``on_demand``
+  more open as cores send, see Links on demand), each with its own FIFO output
   queue, bandwidth and propagation latency (edge attributes ``bw_mbps``, ``delay_ms``,
   ``loss_pct``; missing ones take the ``default_*`` arguments, whose defaults match
   :class:`topologies.links.LinkParams`; ``bw_mbps=None`` is an unshaped link that
@@ -51,7 +52,9 @@ analysis does not care which runtime produced a run. Modelling choices:
   ``recv`` on arrival, ``deliver`` at the broker and ``recv`` at the client (both with
   ``t_pub``), client ``send`` (with ``t_pub`` for PUBLISH) and broker ``recv`` for a
   client operation, ``record`` for a core's :class:`~nodes.core.Record`, ``queue`` per
-  window. ``log_messages=False`` writes only the ``queue`` records.
+  window, ``link`` (``role: broker``) when a link is lost or, on demand, comes up, is
+  closed or fails to dial (below), with the fields the emulated broker writes.
+  ``log_messages=False`` writes only the ``queue`` records.
 - **Delays** come from simulated times, not from the rounded logs, with the
   definitions of :mod:`nodes.summary`: notification delay is delivery time minus the
   publication's send time; advertisement and subscription delay run from the client's
@@ -73,6 +76,71 @@ analysis does not care which runtime produced a run. Modelling choices:
   one link delay after the death, as the emulated broker does when the dead process's
   connection ends (:mod:`nodes.hosting`); whether a core acts on it is the core's
   reading (LBDD's agents detect failures by heartbeats only, as the paper does).
+  A workload's CRASH ops are kills as well (see Membership).
+- **Links on demand** (``on_demand``, a :class:`LinkModel`). The brokers are the overlay
+  graph's nodes; its edges, if any, stay fixed links as above. A core may ``Send`` to
+  any broker: on a Send to a broker it has no link to, the simulator dials it, opening
+  one connection for the pair as TCP does, two directed links appended to the per-link
+  lists (created lazily: 10,000 brokers cost only the pairs that talk; every per-link
+  list must grow in ``_new_pair``). Link a -> b has delay ``latency_ms(a, b)`` (asked
+  once, when it opens; :func:`underlay_latency` gives shortest paths over an underlay),
+  rate ``link_mbps`` (``None``: unshaped) and no loss (TCP retransmits); every frame
+  also passes the sender's NIC (node attribute ``nic_mbps``, else ``LinkModel.nic_mbps``;
+  NICs as above). **Timing is a TCP dial's**: the dialler's side is up one round trip
+  after its first Send (SYN and SYN-ACK, ``d(a, b) + d(b, a)``); then its core gets
+  :class:`~nodes.core.LinkUp` and the Sends it made meanwhile enter the output queue,
+  in order, ahead of anything it sends on LinkUp (they are IMs only when they leave
+  it). The acceptor's side is up one link delay later, when the dialler's ACK and HELLO
+  frame (which names it) arrive: its LinkUp comes before the dialler's first frame,
+  even on a tie. Handshake frames take no time on the wire and are not IMs. **One
+  connection a pair**: a Send by the acceptor before its side is up waits for that side
+  (a simultaneous open joins the pending connection instead of dialling a second). Each
+  side that comes up writes a ``link`` record ``state: up`` with ``peer`` (the broker's
+  name); ``SimResult.links_opened`` counts them, two a connection.
+- **Disconnect** closes the core's side of a link opened on demand at once (``link``
+  ``state: down``, reason ``disconnect``; the closer gets no LinkDown); a later Send
+  dials again and brings a new LinkUp. Frames already queued still go, and the peer's
+  side closes one link delay after the last of them left (the FIN follows the data):
+  the peer's core gets LinkDown, its log ``down`` with reason ``closed by peer``. The
+  closer keeps reading until then, as the emulated broker does after its half-close:
+  what the peer sent before its side closed still arrives and reaches the core. Frames
+  still queued at the peer when its side closes are flushed: a ``drop`` record (reason
+  ``link_down``) when each would have left, not an IM, counted in the window's
+  ``flushed``. A Disconnect before the side is up takes effect when it comes up and
+  what was sent on it has gone (the core never gets that LinkUp). Disconnecting a
+  broker with no link open does nothing; a fixed link or a name that is no broker is a
+  core bug (``ValueError``), and so is any Disconnect without ``on_demand``.
+- **Failed dials.** A Send to a broker with no route (latency ``inf``) fails at once
+  (reason ``no route``); one to a dead broker one round trip later (``refused``, the RST
+  a closed port answers a SYN with), and so does one to a dormant broker (``dormant``;
+  the emulated broker answers with a refusing HELLO instead). The target's state at the
+  Send decides (a simplification: the SYN reaches it one link delay later). The dialler
+  logs ``link`` ``state: dial_failed`` with the reason and a ``drop`` (reason
+  ``dial_failed``) per message it sent meanwhile, and its core gets LinkDown;
+  ``SimResult.dials_failed`` counts them. A death closes the peer's side of each of the
+  dead broker's connections one link delay later (reason ``peer died``; a side that never
+  came up tells its core only if the core sent on it, as a failed dial). A Send to a name
+  that is no broker, or to the sender itself, is a core bug (``ValueError``), as in the
+  emulated broker. ``link`` records ``up`` carry ``reason`` ``dialled`` or ``accepted``.
+- **Membership.** A broker named by a JOIN op anywhere in the workload is dormant until
+  its first JOIN (``record`` kind ``membership``, ``state`` ``dormant`` at time 0, then
+  ``joined``; ``left`` after a LEAVE, as the emulated broker logs): its core gets no
+  event (it can have no timer yet), dials to it fail and frames reaching it are dropped
+  (``drop``, reason ``dormant``). JOIN and LEAVE are client ops, logged as such and
+  delivered to the core as :class:`~nodes.core.FromClient` (JOIN's payload:
+  ``{"bootstrap": NAME}``); a JOIN at a broker already joined goes to its core alone.
+  Once the core's actions for a LEAVE are carried out the broker is dormant again and
+  may JOIN later: the simulator disconnects each link on demand it still has (as
+  Disconnect: queued frames still go) and, as above, refuses dials to it and drops
+  frames reaching it, fixed links included. Its core gets no LinkUp, LinkDown or
+  statistics windows while dormant, but its own timers still fire: the process runs on,
+  and a core that stops ticking when it finds itself left (as ``gossip`` does) could not
+  start again otherwise (a link that comes up at a dormant broker, from a dial of its
+  own, carries what was sent on it and closes). A CRASH op kills its broker at its
+  time as ``kill_at`` does (the earliest of the two counts; the op is not logged); a
+  killed broker never comes back, so a JOIN after its death is refused. A client op
+  other than JOIN on a dormant broker is a workload error: ``ValueError`` naming the op,
+  before the run starts (ops of a dead broker are skipped, as before).
 - **Rate changes.** ``link_changes`` lists ``(t_s, a, b, bw_mbps)``: from ``t_s`` on, the
   link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
   enqueued before ``t_s`` keep the departure times they were given at the old rate (a
@@ -84,7 +152,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import Counter, deque
+import resource
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -97,9 +166,11 @@ from nodes.core import (
     Action,
     Arrived,
     Deliver,
+    Disconnect,
     FromClient,
     LinkDown,
     LinkStats,
+    LinkUp,
     LinkWindow,
     Record,
     RoutingCore,
@@ -133,10 +204,16 @@ if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, 
     from nodes.workloads.ops import ClientOp, Workload
 
 SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depend on the day
-MAX_OPEN_LOGS = 512  # log files kept open at once; others are reopened in append mode
+# Log files kept open at once (others are reopened in append mode): half the soft limit on
+# open files, 512..4096, so a run of a few thousand nodes does not reopen a file per record.
+MAX_OPEN_LOGS = max(512, min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2))
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
 _OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE, _DOWN = 0, 1, 2, 3, 4, 5, 6
+# Links on demand: a side comes up (a: link, b: True for the dialler's side), a side is
+# closed by its peer (a: link, b: reason), a dial fails (a: dialling broker, b: name).
+_UP, _CLOSE, _REFUSE = 7, 8, 9
+_MEMBERSHIP = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
@@ -172,6 +249,10 @@ class SimResult:
     # From the first publication's send to the last notification's delivery (seconds), the
     # summary's duration_s in both runtimes; 0 without deliveries.
     span_s: float = 0.0
+    # Links opened on demand: directed links that came up (one per `link` record with
+    # state up; a connection is two), and dials that failed (`link` state dial_failed).
+    links_opened: int = 0
+    dials_failed: int = 0
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
     matching_s: list[float] = field(default_factory=list, compare=False, repr=False)
@@ -219,6 +300,7 @@ def simulate(
     kill_at: Mapping[str, float] | None = None,
     link_changes: Sequence[tuple[float, str, str, float]] = (),
     derived: Mapping[str, Mapping[str, Any]] | None = None,
+    on_demand: LinkModel | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
@@ -230,7 +312,11 @@ def simulate(
     With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
     Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
     ``kill_at`` maps brokers to the times they die, ``link_changes`` lists rate changes
-    ``(t_s, a, b, bw_mbps)`` (see the module docstring for both).
+    ``(t_s, a, b, bw_mbps)`` (see the module docstring for both). With ``on_demand`` a
+    core may send to any broker of the overlay, whose edges (fixed links) are then
+    optional: the simulator opens links as the :class:`LinkModel` says (module docstring,
+    "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive membership (module
+    docstring, "Membership").
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -247,6 +333,7 @@ def simulate(
         kill_at=kill_at or {},
         link_changes=link_changes,
         derived=derived,
+        on_demand=on_demand,
     )
     try:
         return sim.run(until_s)
@@ -274,6 +361,92 @@ def summarize(
     summary["events"] = result.events
     summary["lost"] = result.lost
     return summary
+
+
+LatencyFn = Callable[[str, str], float]
+RateFn = Callable[[str, str], float | None]
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """How links opened on demand behave (module docstring, "Links on demand").
+
+    ``latency_ms``: the one-way propagation delay of the directed link a -> b, a constant
+    or a function ``(a, b) -> ms`` (:func:`underlay_latency` builds one from an underlay
+    graph; ``math.inf`` means no route). ``nic_mbps``: the NIC rate of every broker
+    without a ``nic_mbps`` node attribute, fixed links included (``None``: no NIC limit).
+    ``link_mbps``: the rate of each link opened on demand, a constant or a function
+    ``(a, b) -> Mbit/s`` (``None``: unshaped, only the NIC limits it).
+    """
+
+    latency_ms: float | LatencyFn = 0.0
+    nic_mbps: float | None = None
+    link_mbps: float | RateFn | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.latency_ms):
+            _link_number("latency_ms", self.latency_ms, 0.0, math.inf)
+        if self.nic_mbps is not None:
+            _link_number("nic_mbps", self.nic_mbps, 1e-9, math.inf)
+        if self.link_mbps is not None and not callable(self.link_mbps):
+            _link_number("link_mbps", self.link_mbps, 1e-9, math.inf)
+
+
+class UnderlayLatency:
+    """``(a, b) -> ms``: the shortest-path latency over an underlay graph between the
+    underlay nodes that host overlay brokers a and b (see :func:`underlay_latency`)."""
+
+    def __init__(self, underlay: nx.Graph, *, weight: str = "delay_ms", default_ms: float = 0.0,
+                 host_of: Mapping[str, Any] | None = None, max_sources: int = 1024) -> None:
+        if max_sources < 1:
+            raise ValueError(f"max_sources must be >= 1, got {max_sources}")
+        self._g = underlay
+        self._host = dict(host_of or {})
+        self._symmetric = not underlay.is_directed()
+        self._max = max_sources
+        self._cache: OrderedDict[Any, dict[Any, float]] = OrderedDict()
+        self.dijkstra_runs = 0  # single-source searches made (cache misses)
+
+        def edge_ms(_u: Any, _v: Any, data: Mapping[str, Any]) -> float:
+            return float(data.get(weight, default_ms))
+
+        self._weight = edge_ms
+
+    def __call__(self, a: str, b: str) -> float:
+        ha, hb = self._host.get(a, a), self._host.get(b, b)
+        for broker, host in ((a, ha), (b, hb)):
+            if host not in self._g:
+                raise ValueError(f"broker {broker!r}: host {host!r} is not in the underlay")
+        if ha == hb:
+            return 0.0
+        src, dst = ha, hb
+        if self._symmetric and hb in self._cache and ha not in self._cache:
+            src, dst = hb, ha  # undirected: b's search answers a -> b too
+        dist = self._cache.get(src)
+        if dist is None:
+            dist = nx.single_source_dijkstra_path_length(self._g, src, weight=self._weight)
+            self.dijkstra_runs += 1
+            self._cache[src] = dist
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(src)
+        return float(dist.get(dst, math.inf))
+
+
+def underlay_latency(underlay: nx.Graph, *, weight: str = "delay_ms", default_ms: float = 0.0,
+                     host_of: Mapping[str, Any] | None = None,
+                     max_sources: int = 1024) -> UnderlayLatency:
+    """A :attr:`LinkModel.latency_ms` function: the least total ``weight`` (edge
+    attribute, ms; ``default_ms`` where an edge lacks it) over ``underlay`` from the
+    node hosting a to the node hosting b (``host_of`` maps a broker to its underlay node;
+    a broker it does not list is its own underlay node), ``math.inf`` where there is no
+    path. One Dijkstra search per source, cached for the ``max_sources`` most recently
+    used sources (a 10,000-node underlay costs ~10,000 floats per cached source); on an
+    undirected underlay a cached search from b answers a -> b as well. Each link asks
+    once, when it opens."""
+    return UnderlayLatency(underlay, weight=weight, default_ms=default_ms, host_of=host_of,
+                           max_sources=max_sources)
 
 
 def _link_number(key: str, value: Any, lo: float, hi: float) -> float:
@@ -304,6 +477,7 @@ class _Sim:
         kill_at: Mapping[str, float],
         link_changes: Sequence[tuple[float, str, str, float]] = (),
         derived: Mapping[str, Mapping[str, Any]] | None = None,
+        on_demand: LinkModel | None = None,
     ) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
@@ -344,7 +518,8 @@ class _Sim:
         ]
         n_links = len(directed)
         self.busy_until = [0.0] * n_links
-        nics = [overlay.nodes[b].get("nic_mbps") for b in brokers]
+        nic_default = None if on_demand is None else on_demand.nic_mbps
+        nics = [overlay.nodes[b].get("nic_mbps", nic_default) for b in brokers]
         self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (_link_number("nic_mbps", bw, 1e-9,
                                                                           math.inf) * 1e6)
                                for bw in nics]
@@ -355,6 +530,21 @@ class _Sim:
         self.out_links: list[dict[str, int]] = [{} for _ in brokers]
         for lid, (a, b, _, _, _) in enumerate(directed):
             self.out_links[bidx[a]][b] = lid
+        # ---- links on demand (none of this is used without on_demand)
+        self.on_demand = on_demand
+        self.n_fixed = n_links  # links from here on were opened on demand
+        self.link_rev = [self.out_links[bidx[b]][a] for a, b, _, _, _ in directed]
+        self.waiting: dict[int, list[Message]] = {}  # sides not up yet -> Sends held
+        self.close_when_up: set[int] = set()  # Disconnected before they came up
+        self.closed: set[int] = set()  # sides closed: no Send takes them again
+        self.cut: set[int] = set()  # links whose queued frames are dropped (peer gone)
+        # Frames flushed from a cut link's queue, by (link, id(message)): their arrivals,
+        # scheduled when they were enqueued, never happen.
+        self.flushed_frames: Counter[tuple[int, int]] = Counter()
+        self.flushed: dict[int, int] = {}  # frames dropped from a queue, per link
+        self.refusing: dict[tuple[int, str], tuple[str, list[Message]]] = {}
+        self.links_opened = 0
+        self.dials_failed = 0
         self.rate_changes: list[tuple[float, list[int], float]] = []
         for t_s, a, b, bw in link_changes:
             lids = [self.out_links[bidx[x]].get(y) for x, y in ((a, b), (b, a))
@@ -377,6 +567,7 @@ class _Sim:
             if workload.clients.get(op.client) != op.broker:
                 raise ValueError(f"op at {op.t_s} s: client {op.client} is not attached to "
                                  f"{op.broker} in the workload's client map")
+        self.dormant = self._membership(workload.ops)
 
         # ---- cores
         if isinstance(core, str):
@@ -404,6 +595,9 @@ class _Sim:
         )
         # The per-message writer, or None when per-message logs are off.
         self.log = self.logs.write if log_messages and self.logs is not None else None
+        if self.log is not None:  # as the emulated broker does when it starts dormant
+            for bi in sorted(self.dormant):
+                self.log(brokers[bi], Ev.RECORD, 0.0, kind="membership", state="dormant")
 
         # ---- results
         self.heap: list[tuple[Any, ...]] = []
@@ -443,6 +637,8 @@ class _Sim:
         heapq.heapify(heap)
         self.seq = len(heap)
         dead = self.dead
+        gone = self.cut  # sets changed in place, never rebound
+        dormant = self.dormant
         horizon = math.inf if until_s is None else until_s
         window_s = self.window_s
         k = 1
@@ -492,7 +688,12 @@ class _Sim:
                 for lid in a:
                     self.s_per_byte[lid] = b
                 continue
-            if dead and self._at_dead_broker(kind, a):
+            if kind >= _UP:  # links on demand: up, closed by the peer, dial failed
+                if self._up(a, b, t) if kind == _UP else self._link_event(kind, a, b, t):
+                    events += 1
+                    end_s = t
+                continue
+            if (dead or gone or dormant) and self._at_dead_broker(kind, a, b, t):
                 continue
             if kind == _ARRIVE:
                 dst = link_dst[a]
@@ -529,10 +730,21 @@ class _Sim:
             nbi = self.bidx[nb]
             if nbi not in self.dead:
                 self.seq += 1
-                heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _DOWN, nbi, bi))
+                if lid < self.n_fixed:
+                    heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _DOWN, nbi, bi))
+                else:  # a link opened on demand: the peer's side closes
+                    heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _CLOSE,
+                                               self.link_rev[lid], "peer died"))
+        # Disconnected before they came up: no longer in out_links, but the peer's side
+        # waits for them.
+        for lid in sorted(x for x in self.close_when_up if self.link_src[x] == bi):
+            self.seq += 1
+            heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _CLOSE,
+                                       self.link_rev[lid], "peer died"))
 
-    def _at_dead_broker(self, kind: int, a: Any) -> bool:
-        """Whether a heap entry concerns a dead broker, and so never happens."""
+    def _at_dead_broker(self, kind: int, a: Any, b: Any = None, t: float = 0.0) -> bool:
+        """Whether a heap entry concerns a dead broker, and so never happens; or is the
+        arrival of a flushed frame, or one at a dormant broker (dropped, and logged)."""
         if kind == _TIMER:
             return a in self.dead
         if kind == _OP:
@@ -540,12 +752,29 @@ class _Sim:
         # a is a link: a dead sender's frames are lost, and so is what reaches the dead.
         if kind == _DEPART:
             return self.link_src[a] in self.dead
-        return self.link_src[a] in self.dead or self.link_dst[a] in self.dead
+        if self.link_src[a] in self.dead or self.link_dst[a] in self.dead:
+            return True
+        if kind != _ARRIVE:
+            return False
+        if a in self.cut:
+            key = (a, id(b))
+            if self.flushed_frames[key]:
+                self.flushed_frames[key] -= 1
+                return True
+        if self.link_dst[a] in self.dormant:
+            if self.log is not None:
+                self.log(self.link_dst_name[a], Ev.DROP, t, link=self.link_src_name[a],
+                         reason="dormant", **message_fields(b))
+            return True
+        return False
 
     def _client_op(self, op: ClientOp, t: float) -> None:
         """A client sends ``op.msg`` to its broker at ``t``."""
         msg: Message = op.msg
         extra: dict[str, Any] = {}
+        if msg.type in _MEMBERSHIP:
+            self._member_op(op, t)
+            return
         if msg.type is MsgType.PUBLISH:
             self.published += 1
             self.first_pub_s = min(self.first_pub_s, t)
@@ -570,44 +799,12 @@ class _Sim:
             cls = type(action)
             if cls is Send:
                 lid = self.out_links[bi].get(action.link)
-                if lid is None:
-                    raise bad_action(broker, action, neighbour=False)
-                msg = action.msg
-                ckey = (msg.type, msg.origin, msg.msg_id)
-                cached = self.size_cache.get(ckey)
-                if cached is not None and cached[0] is msg.payload:
-                    size = cached[1]
+                if lid is None or lid in self.waiting:
+                    if self.on_demand is None:
+                        raise bad_action(broker, action, neighbour=False)
+                    self._send_on_demand(bi, action.link, action.msg, now)
                 else:
-                    size = frame_size(msg)
-                    self.size_cache[ckey] = (msg.payload, size)
-                start = self.busy_until[lid]
-                if start < now:
-                    start = now
-                nic = self.nic_s_per_byte[bi]
-                if nic:
-                    start = max(start, self.nic_busy_until[bi])
-                    end = self.nic_busy_until[bi] = start + size * max(nic, self.s_per_byte[lid])
-                else:
-                    end = start + size * self.s_per_byte[lid]
-                self.busy_until[lid] = end
-                self.tx_starts[lid].append(start)
-                self.count_in[lid] += 1
-                self.active.add(lid)
-                rng = self.link_rng[lid]
-                lost = rng is not None and rng.random() < self.loss_p[lid]
-                if start > now:
-                    # Scheduled before the arrival, so `send` precedes `recv` even on a
-                    # tie; extra sequence numbers keep the other events' order.
-                    self.seq += 1
-                    heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
-                else:
-                    self._departed(lid, msg, lost, now)
-                if lost:
-                    self.lost += 1
-                else:
-                    self.seq += 1
-                    arrive = end + self.delay_s[lid]
-                    heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
+                    self._enqueue(bi, lid, action.msg, now)
             elif cls is Deliver:
                 client = action.client
                 if client not in self.clients_of[bi]:
@@ -630,12 +827,65 @@ class _Sim:
             elif cls is SetTimer:
                 self.seq += 1
                 heapq.heappush(self.heap, (now + action.delay_s, self.seq, _TIMER, bi, action.name))
+            elif cls is Disconnect:
+                if self.on_demand is None:
+                    raise ValueError(f"core at {broker} returned {action!r}: links are fixed "
+                                     "here (simulate(on_demand=...) opens them on demand)")
+                self._disconnect(bi, action.link, now)
             else:
                 raise bad_action(broker, action)
+
+    def _enqueue(self, bi: int, lid: int, msg: Message, now: float) -> None:
+        """Put ``msg`` on link ``lid``'s output queue at ``now`` (module docstring, Links
+        and NICs): schedule its departure and its arrival."""
+        ckey = (msg.type, msg.origin, msg.msg_id)
+        cached = self.size_cache.get(ckey)
+        if cached is not None and cached[0] is msg.payload:
+            size = cached[1]
+        else:
+            size = frame_size(msg)
+            self.size_cache[ckey] = (msg.payload, size)
+        start = self.busy_until[lid]
+        if start < now:
+            start = now
+        nic = self.nic_s_per_byte[bi]
+        if nic:
+            start = max(start, self.nic_busy_until[bi])
+            end = self.nic_busy_until[bi] = start + size * max(nic, self.s_per_byte[lid])
+        else:
+            end = start + size * self.s_per_byte[lid]
+        self.busy_until[lid] = end
+        self.tx_starts[lid].append(start)
+        self.count_in[lid] += 1
+        self.active.add(lid)
+        rng = self.link_rng[lid]
+        lost = rng is not None and rng.random() < self.loss_p[lid]
+        if start > now:
+            # Scheduled before the arrival, so `send` precedes `recv` even on a
+            # tie; extra sequence numbers keep the other events' order.
+            self.seq += 1
+            heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
+        else:
+            self._departed(lid, msg, lost, now)
+        if lost:
+            self.lost += 1
+        else:
+            self.seq += 1
+            arrive = end + self.delay_s[lid]
+            heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
 
     def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
         """``msg`` leaves link ``lid``'s queue at ``t``: an IM (counted here, see
         :mod:`nodes.hosting`), logged with its loss on the wire."""
+        if self.cut and lid in self.cut:  # its connection was lost: flushed, never sent
+            self.tx_starts[lid].remove(t)
+            self.flushed[lid] = self.flushed.get(lid, 0) + 1
+            self.flushed_frames[(lid, id(msg))] += 1
+            self.active.add(lid)
+            if self.log is not None:
+                self.log(self.link_src_name[lid], Ev.DROP, t, link=self.link_dst_name[lid],
+                         reason="link_down", **message_fields(msg))
+            return
         self.ims[msg.type] += 1
         if self.log is None:
             return
@@ -665,9 +915,17 @@ class _Sim:
         self.active = still_active
         window_ms = self.window_s * 1000.0
         zero = LinkWindow(0, 0, 0)
+        # Closed links opened on demand are in no out_links, but their last frames count.
+        closed: dict[int, list[int]] = {}
+        if self.closed:
+            for lid in figures:
+                if lid in self.closed:
+                    closed.setdefault(self.link_src[lid], []).append(lid)
         for bi in sorted({self.link_src[lid] for lid in figures} - self.dead):
             links: dict[str, LinkWindow] = {}
             for nb, lid in self.out_links[bi].items():
+                if lid in self.waiting:  # not up yet: the core has not heard of it
+                    continue
                 fig = figures.get(lid)
                 if fig is None:
                     links[nb] = zero
@@ -676,8 +934,19 @@ class _Sim:
                 if self.logs is not None:
                     self.logs.write(
                         self.brokers[bi], Ev.QUEUE, t_w, link=nb, count_in=fig[0],
-                        count_out=fig[1], queue_len=fig[2], flushed=0, window_ms=window_ms,
+                        count_out=fig[1], queue_len=fig[2], flushed=self.flushed.pop(lid, 0),
+                        window_ms=window_ms,
                     )
+            for lid in closed.get(bi, ()):
+                fig = figures[lid]
+                if self.logs is not None:
+                    self.logs.write(
+                        self.brokers[bi], Ev.QUEUE, t_w, link=self.link_dst_name[lid],
+                        count_in=fig[0], count_out=fig[1], queue_len=fig[2],
+                        flushed=self.flushed.pop(lid, 0), window_ms=window_ms,
+                    )
+            if bi in self.dormant:  # a dormant core gets no statistics windows
+                continue
             self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
 
     def _result(self, events: int, end_s: float) -> SimResult:
@@ -714,4 +983,258 @@ class _Sim:
             matching_s=self.matching_s,
             span_s=max(0.0, self.last_delivery_s - self.first_pub_s)
             if self.last_delivery_s > self.first_pub_s else 0.0,
+            links_opened=self.links_opened,
+            dials_failed=self.dials_failed,
         )
+
+    # ---- membership and links on demand (module docstring) --------------------------------
+
+    def _membership(self, ops: Sequence[ClientOp]) -> set[int]:
+        """Check the workload's membership ops and return the brokers dormant at the
+        start (those with a JOIN op); CRASH ops become kills (the earliest counts)."""
+        bidx = self.bidx
+        for op in ops:
+            if op.msg.type is MsgType.CRASH:
+                bi = bidx[op.broker]
+                self.kill_at[bi] = min(self.kill_at.get(bi, math.inf), float(op.t_s))
+        dormant = {bidx[op.broker] for op in ops if op.msg.type is MsgType.JOIN}
+        away = set(dormant)
+        for i in sorted(range(len(ops)), key=lambda i: (ops[i].t_s, i)):  # run order
+            op = ops[i]
+            bi, mtype = bidx[op.broker], op.msg.type
+            dies = self.kill_at.get(bi, math.inf)
+            if mtype is MsgType.JOIN:
+                if op.t_s >= dies:
+                    raise ValueError(f"op at {op.t_s} s: JOIN by client {op.client} on "
+                                     f"{op.broker}, killed at {dies} s (a killed broker does "
+                                     "not come back)")
+                away.discard(bi)
+            elif mtype is MsgType.CRASH or op.t_s > dies:
+                continue  # the ops of a dead broker are not carried out
+            elif bi in away:
+                raise ValueError(f"op at {op.t_s} s: {mtype.name} by client {op.client} on "
+                                 f"{op.broker}, which is dormant (not joined): clients attach "
+                                 "only to nodes that have joined")
+            elif mtype is MsgType.LEAVE:
+                away.add(bi)
+        return dormant
+
+    def _member_op(self, op: ClientOp, t: float) -> None:
+        """A JOIN, LEAVE or CRASH op (CRASH is carried out as a kill, see _membership)."""
+        mtype = op.msg.type
+        if mtype is MsgType.CRASH:
+            return
+        bi = self.bidx[op.broker]
+        log = self.log
+        if log is not None:
+            fields = message_fields(op.msg)
+            log(op.client, Ev.SEND, t, link=op.broker, **fields)
+            log(op.broker, Ev.RECV, t, link=op.client, **fields)
+        if mtype is MsgType.JOIN and bi in self.dormant:
+            self.dormant.discard(bi)
+            if log is not None:
+                log(op.broker, Ev.RECORD, t, kind="membership", state="joined")
+        self._act(bi, self.cores[bi].handle(FromClient(op.client, op.msg), t), t)
+        if mtype is MsgType.LEAVE:
+            self.dormant.add(bi)
+            for nb, lid in sorted(self.out_links[bi].items()):
+                if lid >= self.n_fixed:
+                    self._disconnect(bi, nb, t)
+            if log is not None:
+                log(op.broker, Ev.RECORD, t, kind="membership", state="left")
+
+    def _latency_s(self, a: str, b: str) -> float:
+        lat = self.on_demand.latency_ms  # type: ignore[union-attr]
+        if not callable(lat):
+            return lat / 1000.0  # checked by LinkModel
+        ms = lat(a, b)
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0:
+            raise ValueError(f"latency of {a} -> {b}: want ms >= 0 (inf: no route), got {ms!r}")
+        return ms / 1000.0
+
+    def _s_per_byte(self, a: str, b: str) -> float:
+        rate = self.on_demand.link_mbps  # type: ignore[union-attr]
+        if rate is None:
+            return 0.0
+        if not callable(rate):
+            return 8.0 / (rate * 1e6)  # checked by LinkModel
+        mbps = rate(a, b)
+        if mbps is None:
+            return 0.0
+        return 8.0 / (_link_number("link_mbps", mbps, 1e-9, math.inf) * 1e6)
+
+    def _new_pair(self, a: int, b: int, d_ab: float, d_ba: float, s_ab: float,
+                  s_ba: float) -> int:
+        """Append links a -> b and b -> a (ids ab and ab + 1) to every per-link list (in
+        place: the event loop holds some of them); ab."""
+        ab = len(self.link_src)
+        na, nb = self.brokers[a], self.brokers[b]
+        self.link_src += (a, b)
+        self.link_dst += (b, a)
+        self.link_src_name += (na, nb)
+        self.link_dst_name += (nb, na)
+        self.s_per_byte += (s_ab, s_ba)
+        self.delay_s += (d_ab, d_ba)
+        self.loss_p += (0.0, 0.0)
+        self.link_rng += (None, None)
+        self.busy_until += (0.0, 0.0)
+        self.tx_starts += (deque(), deque())
+        self.count_in += (0, 0)
+        self.link_rev += (ab + 1, ab)
+        return ab
+
+    def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def _send_on_demand(self, bi: int, name: str, msg: Message, now: float) -> None:
+        """A Send to ``name`` on no link that is up: it waits for the side coming up, joins
+        a dial that is failing, or dials (module docstring, "Links on demand")."""
+        lid = self.out_links[bi].get(name)
+        if lid is not None:  # a side not up yet (our dial, or the peer's)
+            self.waiting[lid].append(msg)
+            return
+        failing = self.refusing.get((bi, name))
+        if failing is not None:
+            failing[1].append(msg)
+            return
+        me = self.brokers[bi]
+        ti = self.bidx.get(name)
+        if ti is None or ti == bi:  # a core bug, as in the emulated broker
+            raise ValueError(f"core at {me} sent {msg.type.name} to {name!r}: "
+                             f"{'itself' if ti == bi else 'no such broker'}")
+        lat = self.on_demand.latency_ms  # type: ignore[union-attr]
+        if callable(lat):
+            d_ab, d_ba = self._latency_s(me, name), self._latency_s(name, me)
+        else:
+            d_ab = d_ba = lat / 1000.0  # checked by LinkModel
+        if math.isinf(d_ab) or math.isinf(d_ba):
+            self._refuse(bi, name, msg, now, "no route")
+        elif ti in self.dead:
+            self._refuse(bi, name, msg, now + d_ab + d_ba, "refused")
+        elif ti in self.dormant:
+            self._refuse(bi, name, msg, now + d_ab + d_ba, "dormant")
+        else:
+            rate = self.on_demand.link_mbps  # type: ignore[union-attr]
+            if rate is None:
+                s_ab = s_ba = 0.0
+            else:
+                s_ab, s_ba = self._s_per_byte(me, name), self._s_per_byte(name, me)
+            ab = self._new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
+            ba = ab + 1
+            self.out_links[bi][name] = ab
+            self.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
+            self.waiting[ab] = [msg]
+            self.waiting[ba] = []
+            self.seq += 1  # SYN, SYN-ACK: one round trip
+            heapq.heappush(self.heap, (now + d_ab + d_ba, self.seq, _UP, ab, True))
+
+    def _refuse(self, bi: int, name: str, msg: Message, at: float, reason: str) -> None:
+        self.refusing[(bi, name)] = (reason, [msg])
+        self._push(at, _REFUSE, bi, name)
+
+    def _disconnect(self, bi: int, name: str, now: float) -> None:
+        """Broker ``bi`` closes its link to ``name``: what is queued still goes, then the
+        peer's side closes one link delay after the last frame left."""
+        lid = self.out_links[bi].get(name)
+        if name not in self.bidx or (lid is not None and lid < self.n_fixed):
+            raise ValueError(f"core at {self.brokers[bi]} disconnected {name!r}: "
+                             f"{'a fixed link' if lid is not None else 'no such broker'}")
+        if lid is None:
+            return  # no link open: nothing to close
+        del self.out_links[bi][name]  # a later Send dials again
+        if lid in self.waiting:
+            self.close_when_up.add(lid)
+            return
+        self._close_own(lid, now)
+
+    def _close_own(self, lid: int, now: float) -> None:
+        self.closed.add(lid)
+        if self.log is not None:
+            self.log(self.link_src_name[lid], Ev.LINK, now, link=self.link_dst_name[lid],
+                     role="broker", state="down", reason="disconnect")
+        last_bit = max(now, self.busy_until[lid])
+        self._push(last_bit + self.delay_s[lid], _CLOSE, self.link_rev[lid], "closed by peer")
+
+    def _link_event(self, kind: int, a: Any, b: Any, t: float) -> bool:
+        """Carry out an _UP, _CLOSE or _REFUSE entry; whether a core handled an event."""
+        if kind == _UP:
+            return self._up(a, b, t)
+        if kind == _CLOSE:
+            return self._close_side(a, b, t)
+        reason, msgs = self.refusing.pop((a, b))
+        return self._dial_failed(a, b, msgs, reason, t)
+
+    def _dial_failed(self, bi: int, peer: str, msgs: list[Message], reason: str,
+                     t: float) -> bool:
+        if bi in self.dead:
+            return False
+        self.dials_failed += 1
+        if self.log is not None:
+            broker = self.brokers[bi]
+            self.log(broker, Ev.LINK, t, link=peer, role="broker", state="dial_failed",
+                     reason=reason)
+            for msg in msgs:
+                self.log(broker, Ev.DROP, t, link=peer, reason="dial_failed",
+                         **message_fields(msg))
+        if bi in self.dormant:  # a dormant core hears of no link
+            return False
+        self._act(bi, self.cores[bi].handle(LinkDown(peer), t), t)
+        return True
+
+    def _up(self, lid: int, dialler: bool, t: float) -> bool:
+        """Side ``lid`` of a connection comes up: the dialler's one round trip after its
+        first Send, the acceptor's when the dialler's handshake (its ACK and HELLO frame)
+        arrives one link delay later."""
+        msgs = self.waiting.pop(lid, None)
+        src = self.link_src[lid]
+        if msgs is None or src in self.dead:
+            return False  # closed before it came up
+        peer = self.link_dst_name[lid]
+        self.links_opened += 1
+        if self.log is not None:
+            self.log(self.brokers[src], Ev.LINK, t, link=peer, role="broker", state="up",
+                     peer=peer, reason="dialled" if dialler else "accepted")
+        if dialler:  # before our first frame, whose arrival can tie with it
+            self.seq += 1
+            heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _UP,
+                                       self.link_rev[lid], False))
+        for msg in msgs:
+            self._enqueue(src, lid, msg, t)
+        if lid in self.close_when_up or src in self.dormant:
+            # The core closed it already (it never sees it up), or it is dormant and
+            # keeps no connection: what it sent goes, then it closes.
+            self.close_when_up.discard(lid)
+            if self.out_links[src].get(peer) == lid:
+                del self.out_links[src][peer]
+            self._close_own(lid, t)
+            return False
+        actions = self.cores[src].handle(LinkUp(peer), t)
+        if actions:
+            self._act(src, actions, t)
+        return True
+
+    def _close_side(self, lid: int, reason: str, t: float) -> bool:
+        """The peer closed (or died): side ``lid`` closes and what it still has queued is
+        flushed (frames already sent still arrive). A side that never came up fails as a
+        dial would, if its core sent on it."""
+        if lid in self.closed:
+            return False
+        self.closed.add(lid)
+        src, peer = self.link_src[lid], self.link_dst_name[lid]
+        if self.out_links[src].get(peer) == lid:
+            del self.out_links[src][peer]
+        self.close_when_up.discard(lid)
+        msgs = self.waiting.pop(lid, None)
+        if msgs is not None:
+            return bool(msgs) and self._dial_failed(src, peer, msgs, reason, t)
+        self.cut.add(lid)
+        if src in self.dead:
+            return False
+        if self.log is not None:
+            self.log(self.brokers[src], Ev.LINK, t, link=peer, role="broker", state="down",
+                     reason=reason)
+        if src in self.dormant:
+            return False
+        self._act(src, self.cores[src].handle(LinkDown(peer), t), t)
+        return True

@@ -7,25 +7,50 @@ publication, so a run gets ``ceil(messages / (n - 1))`` publications. The figure
 wall-clock rates on this machine: events/s (client operations, arrivals, timers) and
 IMs/s of the event loop, with overlay building, workload generation and the simulator's
 set-up timed apart.
+
+**Links on demand** (:func:`on_demand_compare`, part of :func:`run`): at the largest node
+count, every node has 20 random others (seeded) and sends ``messages / nodes`` messages
+(10 at 10,000 nodes and 100,000 messages), each to one of its 20 drawn at random, all in
+one client operation at a random time in the first second, through a bench core
+(:class:`Blast`) that sends what the operation names and ignores what arrives; the
+simulator opens a link on the first message of each pair (:class:`nodes.sim.LinkModel`:
+1 ms, gigabit NICs). Beside it, the flood core on the random 4-regular overlay of the
+same size carries the same number of IMs, as in the table. Each of the two runs in a
+fresh process (``multiprocessing`` spawn), so its peak memory is its own: the peak
+resident set size of that process, ``VmHWM`` in ``/proc/self/status`` (the interpreter
+and imports included, about 40 MiB: ``baseline_mib``, read before the overlay is built;
+not ``ru_maxrss``, which a spawned child inherits from its parent across exec). Rates are
+messages (IMs) per second of the event loop, as in the table; ``ratio`` is static over
+on-demand.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import random
+import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import networkx as nx
 
-from nodes.sim import simulate
+from nodes.core import Action, Event, FromClient, Send
+from nodes.messages import Message, MsgType
+from nodes.model import Schema
+from nodes.sim import LinkModel, simulate
+from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import stock_workload
 
 DEGREE = 4  # of the random regular overlays; even, so any node count works
 LINK = {"bw_mbps": 1000.0, "delay_ms": 1.0}  # gigabit links, 1 ms: the LBDD cluster's scale
 TARGET_NODES, TARGET_MESSAGES, TARGET_S = 10_000, 100_000, 300.0
+FANOUT = 20  # on demand: the random others each node may send to
+ON_DEMAND_LINKS = LinkModel(latency_ms=1.0, nic_mbps=1000.0)
 
 
 def _overlay(kind: str, n: int, seed: int) -> nx.Graph:
@@ -87,25 +112,130 @@ def run(
     messages: int = 100_000,
     seed: int = 0,
     overlays: Sequence[str] = ("random_tree", "random_regular"),
+    on_demand: bool = True,
 ) -> dict[str, Any]:
     """Benchmark the simulator (see the module docstring).
 
     Per run: ``simulate_s`` is the whole :func:`nodes.sim.simulate` call, ``setup_s`` its
     set-up share (links, spanning tree, cores), and the rates are over the rest, the
     event loop. ``target_met`` says whether every run at 10,000 nodes or more carried at
-    least 100,000 IMs within five minutes.
+    least 100,000 IMs within five minutes. With ``on_demand`` the result also has
+    ``on_demand``: :func:`on_demand_compare` at the largest node count.
     """
     runs = [_one(kind, n, messages, seed) for n in node_counts for kind in overlays]
     at_target = [
         r for r in runs if r["nodes"] >= TARGET_NODES and r["ims"] >= TARGET_MESSAGES
     ]
-    return {
+    out = {
         "core": "flood",
         "seed": seed,
         "messages": messages,
         "runs": runs,
         "target": f"{TARGET_NODES} nodes, {TARGET_MESSAGES} IMs in under {TARGET_S:.0f} s",
         "target_met": bool(at_target) and all(r["simulate_s"] < TARGET_S for r in at_target),
+    }
+    if on_demand:
+        out["on_demand"] = on_demand_compare(max(node_counts), messages, seed)
+    return out
+
+
+class Blast:
+    """The on-demand benchmark's core: a client operation's payload ``to`` lists brokers,
+    and each gets one small DATA message (one object, so it is encoded once); whatever
+    arrives, and every link event, is ignored."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]):
+        self.broker = broker
+        self.neighbours = tuple(neighbours)
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        if type(event) is not FromClient:
+            return []
+        msg = Message(MsgType.DATA, event.msg.msg_id, self.broker)
+        return [Send(to, msg) for to in event.msg.payload["to"]]
+
+
+def _on_demand_workload(n: int, messages: int, seed: int) -> tuple[nx.Graph, Workload]:
+    """Nodes with FANOUT random others each; every node sends ``messages / n`` (rounded
+    up) messages, to others drawn from its FANOUT, in one op in the first second."""
+    rng = random.Random(f"{seed}/on-demand")
+    width = len(str(n - 1))
+    names = [f"b{i:0{width}d}" for i in range(n)]
+    per_node = math.ceil(messages / n)
+    fanout = min(FANOUT, n - 1)
+    ops = []
+    for i, b in enumerate(names):
+        others = rng.sample(range(n - 1), fanout)  # indices of the others, skipping i
+        peers = [names[j + (j >= i)] for j in others]
+        to = [rng.choice(peers) for _ in range(per_node)]
+        client = f"c{i:0{width}d}"
+        ops.append(ClientOp(rng.random(), client, b,
+                            Message(MsgType.DATA, 1, client, 0, {"to": to})))
+    ops.sort(key=lambda op: op.t_s)
+    g = nx.Graph()
+    g.add_nodes_from(names)
+    clients = {op.client: op.broker for op in ops}
+    return g, Workload(Schema({}), clients, tuple(ops), {"seed": seed})
+
+
+def _peak_mib() -> float:
+    """This process's peak resident set size (MiB): ``VmHWM`` of ``/proc/self/status``,
+    which starts afresh at exec (``ru_maxrss`` would carry over the parent's peak into a
+    spawned child); ``ru_maxrss`` where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _measure(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
+    """One run of the comparison, in the (fresh) process that calls it."""
+    baseline = _peak_mib()
+    if kind == "static":
+        r = _one("random_regular", n, messages, seed)
+        r["rate_per_s"] = r["ims_per_s"]
+    else:
+        g, w = _on_demand_workload(n, messages, seed)
+        t0 = time.perf_counter()
+        simulate(g, replace(w, ops=()), Blast, seed=seed, log_messages=False,
+                 on_demand=ON_DEMAND_LINKS)
+        t1 = time.perf_counter()
+        res = simulate(g, w, Blast, seed=seed, log_messages=False, on_demand=ON_DEMAND_LINKS)
+        t2 = time.perf_counter()
+        ims = sum(res.ims_by_type.values())
+        loop_s = max((t2 - t1) - (t1 - t0), 1e-9)
+        r = {"overlay": "on_demand", "nodes": n, "fanout": min(FANOUT, n - 1),
+             "ims": ims, "links_opened": res.links_opened, "events": res.events,
+             "setup_s": round(t1 - t0, 3), "simulate_s": round(t2 - t1, 3),
+             "events_per_s": round(res.events / loop_s), "ims_per_s": round(ims / loop_s),
+             "rate_per_s": round(ims / loop_s)}
+    r["baseline_mib"] = round(baseline, 1)
+    r["peak_mib"] = round(_peak_mib(), 1)
+    return r
+
+
+def _in_fresh_process(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_measure, kind, n, messages, seed).result()
+
+
+def on_demand_compare(n: int = TARGET_NODES, messages: int = TARGET_MESSAGES,
+                      seed: int = 0) -> dict[str, Any]:
+    """Links on demand beside the static overlay at ``n`` nodes and ``messages`` IMs
+    (module docstring): each in a fresh process, with its peak memory."""
+    static = _in_fresh_process("static", n, messages, seed)
+    lazy = _in_fresh_process("on_demand", n, messages, seed)
+    return {
+        "nodes": n, "messages": messages, "fanout": lazy["fanout"],
+        "memory": "VmHWM (peak RSS) of a fresh spawned process, MiB, interpreter included",
+        "static": static, "on_demand": lazy,
+        "ratio": round(static["rate_per_s"] / max(lazy["rate_per_s"], 1), 2),
+        "memory_ratio": round(lazy["peak_mib"] / max(static["peak_mib"], 1e-9), 2),
     }
 
 
@@ -120,4 +250,18 @@ def format_result(result: dict[str, Any]) -> str:
         lines.append(f"{r['overlay']:15} {r['nodes']:6} {r['ims']:8} {r['events_per_s']:10} "
                      f"{r['ims_per_s']:10} {r['simulate_s']:7.2f}")
     lines.append(f"target ({result['target']}): {'met' if result['target_met'] else 'NOT met'}")
+    od = result.get("on_demand")
+    if od:
+        s, d = od["static"], od["on_demand"]
+        lines += [
+            f"links on demand, {od['nodes']} nodes, {od['fanout']} random others each, "
+            f"{od['messages']} messages (each run in a fresh process; peak = {od['memory']}):",
+            f"  static   flood on random_regular: {s['rate_per_s']:>9} IMs/s, "
+            f"peak {s['peak_mib']:.0f} MiB (baseline {s['baseline_mib']:.0f})",
+            f"  on demand blast core:             {d['rate_per_s']:>9} msgs/s, "
+            f"peak {d['peak_mib']:.0f} MiB (baseline {d['baseline_mib']:.0f}), "
+            f"{d['links_opened']} directed links opened",
+            f"  static/on-demand: {od['ratio']}x the rate; on-demand/static: "
+            f"{od['memory_ratio']}x the peak memory",
+        ]
     return "\n".join(lines)

@@ -88,13 +88,52 @@ def _mininet() -> Check:
     return Check("mininet", True, f"Mininet {VERSION}")
 
 
-def _cgroup_cpu() -> Check:
-    v1 = Path("/sys/fs/cgroup/cpu").is_dir() or Path("/sys/fs/cgroup/cpu,cpuacct").is_dir()
-    ctrl = Path("/sys/fs/cgroup/cgroup.controllers")
-    v2 = ctrl.exists() and "cpu" in ctrl.read_text().split()
-    detail = "cgroup v1 cpu" if v1 else ("cgroup v2 cpu" if v2 else "no cpu controller")
-    return Check("cgroup_cpu", v1 or v2, detail,
-                 "" if v1 or v2 else "CPULimitedHost unavailable; runs use plain hosts",
+CPU_TEST_GROUP = "psldoctorcpu"
+
+
+def _cpu_limit() -> Check:
+    """Whether broker hosts can be CPU-limited (``broker.cpu`` in a spec): Mininet's
+    CPULimitedHost needs cgroup v1 ``cpu`` (CFS quota) and ``cpuacct`` (what we measure
+    the achieved share with) and cgroup-tools' cgcreate/cgset/cgdelete. The test makes a
+    throw-away cgroup, sets a quota, reads it back and the usage counter, deletes it."""
+    from experiments.emulation.network import cgroup_mount
+
+    def no(detail: str, fix: str) -> Check:
+        return Check("cpu_limit", False, detail, fix, required=False)
+
+    missing = [t for t in ("cgcreate", "cgset", "cgdelete") if not shutil.which(t)]
+    if missing:
+        return no(f"{', '.join(missing)} not found",
+                  "apt-get install cgroup-tools (sudo make setup does it); without it "
+                  "specs with broker.cpu are refused")
+    cpu, acct = cgroup_mount("cpu"), cgroup_mount("cpuacct")
+    if cpu is None or acct is None:
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+        return no("no cgroup v1 cpu and cpuacct controllers mounted"
+                  + (" (cgroup v2 only)" if v2 else ""),
+                  "Mininet 2.3's CPULimitedHost needs cgroup v1: boot with "
+                  "systemd.unified_cgroup_hierarchy=0 on the kernel command line; without "
+                  "it specs with broker.cpu are refused")
+    if os.geteuid() != 0:
+        return no("not tested (needs root)", "run pubsublab doctor with sudo")
+    group = f"cpu,cpuacct:/{CPU_TEST_GROUP}"
+    made = _run(["cgcreate", "-g", group])
+    if made.returncode != 0:
+        return no(f"cgcreate failed: {made.stderr.strip()[:120]}",
+                  "check that /sys/fs/cgroup/cpu is writable (a container needs its own "
+                  "cgroup namespace or a privileged mount)")
+    try:
+        _run(["cgset", "-r", "cpu.cfs_quota_us=20000", f"/{CPU_TEST_GROUP}"])
+        quota = (cpu / CPU_TEST_GROUP / "cpu.cfs_quota_us").read_text().strip()
+        (acct / CPU_TEST_GROUP / "cpuacct.usage").read_text()
+    except OSError as exc:
+        return no(f"test cgroup unusable: {exc}", "check the cgroup v1 cpu/cpuacct mounts")
+    finally:
+        _run(["cgdelete", "-r", group])
+    if quota != "20000":
+        return no(f"CFS quota not applied (read {quota})",
+                  "the kernel needs CONFIG_CFS_BANDWIDTH for CPU limits")
+    return Check("cpu_limit", True, f"cgroup v1 CFS quota works ({cpu}, {acct})",
                  required=False)
 
 
@@ -140,7 +179,7 @@ def probe() -> dict[str, Any]:
         _tool("iperf3", "iperf3"),
         _tool("ethtool", "ethtool"),
         _java(),
-        _cgroup_cpu(),
+        _cpu_limit(),
         *_memory_cores(),
     ]
     by_name = {c.name: c for c in checks}
@@ -151,6 +190,7 @@ def probe() -> dict[str, Any]:
         "ovs_datapath": (
             None if not ovs.ok else ("kernel" if ovs.detail.startswith("kernel") else "user")
         ),
+        "cpu_limit": "cgroup cfs" if by_name["cpu_limit"].ok else None,
     }
     return {
         "ok": all(c.ok for c in checks if c.required),

@@ -18,17 +18,28 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   :class:`~experiments.emulation.controller.ControllerProcess`, the controller is started
   before the network and every OVS switch connects to it (OpenFlow 1.3, fail mode
   secure, so a switch never forwards behind the controller's back), and the network
-  counts as up only once every switch has connected.
+  counts as up only once every switch has connected;
+- CPU limits (``cpu_limits``: host -> share of one core): those hosts are Mininet
+  ``CPULimitedHost`` s with the CFS scheduler, i.e. a cgroup (v1 ``cpu`` and
+  ``cpuacct``, made with cgroup-tools' ``cgcreate``) holding the host's shell and every
+  process started on it, with ``cpu.cfs_quota_us`` = share x ``cpu.cfs_period_us``.
+  Mininet's ``cpu`` is a fraction of the whole machine (it multiplies by the number of
+  cores); we pass share / cores and then check (and, for rounding, correct) the quota
+  the kernel holds. :meth:`Emulation.cpu_sampler` measures what each limited host
+  actually used from its cgroup's ``cpuacct.usage``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import IO, Any
 
 import networkx as nx
@@ -83,6 +94,140 @@ def _add_remote_controller(net: Any, host: str, port: int) -> None:
     net.addController(CONTROLLER_NODE, controller=ListeningController, ip=host, port=port)
 
 
+def cgroup_mount(controller: str) -> Path | None:
+    """Where the cgroup v1 hierarchy holding ``controller`` is mounted (None: nowhere)."""
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup" and controller in parts[3].split(","):
+            return Path(parts[1])
+    return None
+
+
+def cgroup_file(controller: str, group: str, name: str) -> Path:
+    """A file of cgroup ``group`` (a top-level group, as Mininet makes them)."""
+    mount = cgroup_mount(controller)
+    if mount is None:
+        raise RuntimeError(f"no cgroup v1 {controller} controller is mounted")
+    return mount / group / name
+
+
+def _read_int(path: Path) -> int:
+    return int(path.read_text().split()[0])
+
+
+def cpu_stat(group: str) -> dict[str, int]:
+    """``cpu.stat`` of a cgroup: nr_periods, nr_throttled, throttled_time (ns), ..."""
+    text = cgroup_file("cpu", group, "cpu.stat").read_text()
+    return {k: int(v) for k, v in (line.split()[:2] for line in text.splitlines() if line)}
+
+
+def cpu_usage_ns(group: str) -> int:
+    """CPU time (ns) used by every task that has been in cgroup ``group``."""
+    return _read_int(cgroup_file("cpuacct", group, "cpuacct.usage"))
+
+
+class CpuSampler:
+    """Samples the cgroup CPU counters of CPU-limited hosts every ``interval_s`` on a
+    thread (a context manager): per host, the share of one core used in each window
+    (``cpuacct.usage`` difference over wall time), and the CFS throttling counters.
+    :meth:`summary` is what the manifest's ``cpu_limits`` holds."""
+
+    MAX_WINDOWS = 3600  # per host in the summary; the mean and max cover all of them
+
+    def __init__(self, limits: Mapping[str, Mapping[str, Any]], interval_s: float = 1.0
+                 ) -> None:
+        self.limits = {h: dict(v) for h, v in limits.items()}
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._first: dict[str, tuple[float, int, dict[str, int]]] = {}
+        self._last: dict[str, tuple[float, int]] = {}
+        self._end: dict[str, tuple[float, int, dict[str, int]]] = {}
+        self._windows: dict[str, list[float]] = {h: [] for h in self.limits}
+        self.errors: dict[str, str] = {}
+
+    def _read(self, host: str) -> tuple[float, int]:
+        return time.monotonic(), cpu_usage_ns(host)
+
+    def _sample(self, *, final: bool = False) -> None:
+        for host in self.limits:
+            if host in self.errors:
+                continue
+            try:
+                t, used = self._read(host)
+            except (OSError, ValueError, RuntimeError) as exc:
+                self.errors[host] = str(exc)
+                continue
+            t0, u0 = self._last[host]
+            # A last partial window shorter than half the interval is too noisy for the
+            # maximum (the CFS quota is enforced per period); it still counts in the mean.
+            if t - t0 > 0 and (not final or t - t0 >= self.interval_s / 2):
+                self._windows[host].append((used - u0) / 1e9 / (t - t0))
+            self._last[host] = (t, used)
+            if final:
+                self._end[host] = (t, used, cpu_stat(host))
+
+    def _loop(self) -> None:
+        next_t = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
+            self._sample()
+            next_t += self.interval_s
+
+    def __enter__(self) -> CpuSampler:
+        for host in self.limits:
+            try:
+                t, used = self._read(host)
+                self._first[host] = (t, used, cpu_stat(host))
+                self._last[host] = (t, used)
+            except (OSError, ValueError, RuntimeError) as exc:
+                self.errors[host] = str(exc)
+        if self.limits:
+            self._thread = threading.Thread(target=self._loop, name="cpu-sampler",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if not self._end:
+            self._sample(final=True)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per host: ``configured`` (share of one core), the cgroup's ``quota_us`` and
+        ``period_us``, ``achieved_max`` (the largest share used in one window: the limit
+        achieved under load), ``achieved_mean`` (over the whole sampling), ``window_s``,
+        ``windows`` (each window's share, at most :data:`MAX_WINDOWS`), ``cpu_s``, the
+        CFS ``periods``, ``throttled_periods`` and ``throttled_s`` over the sampling."""
+        out: dict[str, dict[str, Any]] = {}
+        for host, lim in self.limits.items():
+            row: dict[str, Any] = {**lim, "window_s": self.interval_s}
+            if host in self.errors or host not in self._end:
+                row["error"] = self.errors.get(host, "not sampled")
+                out[host] = row
+                continue
+            (t0, u0, s0), (t1, u1, s1) = self._first[host], self._end[host]
+            w = self._windows[host]
+            row.update({
+                "achieved_max": round(max(w), 4) if w else None,
+                "achieved_mean": round((u1 - u0) / 1e9 / (t1 - t0), 4) if t1 > t0 else None,
+                "sampled_s": round(t1 - t0, 3), "cpu_s": round((u1 - u0) / 1e9, 4),
+                "periods": s1.get("nr_periods", 0) - s0.get("nr_periods", 0),
+                "throttled_periods": s1.get("nr_throttled", 0) - s0.get("nr_throttled", 0),
+                "throttled_s": round((s1.get("throttled_time", 0)
+                                      - s0.get("throttled_time", 0)) / 1e9, 4),
+                "windows": [round(x, 4) for x in w[: self.MAX_WINDOWS]],
+            })
+            out[host] = row
+        return out
+
+
 def machine_lock(log: Log) -> IO[str]:
     """An exclusive lock on this machine's Mininet, held until the returned file closes."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -99,9 +244,18 @@ class Emulation:
     """A Mininet network built from a topology graph, with its processes."""
 
     def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log,
-                 controller: ControllerProcess | None = None) -> None:
+                 controller: ControllerProcess | None = None,
+                 cpu_limits: Mapping[str, float] | None = None) -> None:
         if controller is not None and switch != "ovs":
             raise ValueError(f"a controller needs switch 'ovs', not {switch!r}")
+        self.cpu_limits = dict(cpu_limits or {})
+        for host, share in self.cpu_limits.items():
+            if graph.nodes.get(host, {}).get("kind", "switch") == "switch":
+                raise ValueError(f"cpu_limits: {host!r} is not a host of the graph")
+            if not 0 < share <= 1:
+                raise ValueError(f"cpu_limits: {host}: share {share!r} not in (0, 1]")
+        # Per limited host, once built: configured share, quota_us, period_us.
+        self.cpu_cgroups: dict[str, dict[str, Any]] = {}
         self.graph = graph
         self.switch = switch
         self.controller = controller
@@ -130,6 +284,7 @@ class Emulation:
         setLogLevel("error")
         netem = self.probe["mechanisms"]["delay_loss"] == "netem"
         topo = GraphTopo(graph=self.graph, netem=netem)
+        self._cpu_limited_hosts(topo)
         switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
         self.state = RunState()
         self.state.add_nodes(list(self.graph.nodes))
@@ -149,6 +304,7 @@ class Emulation:
         self.net.build()
         for h in self.net.hosts:
             self.state.add_proc(h.pid)
+        self._check_cpu_quotas()
         t_switches = time.monotonic()
         self.net.start()
         if self.controller is not None:
@@ -159,6 +315,45 @@ class Emulation:
         if not netem:
             self._queue_limits_without_netem()
         self.build_s = time.monotonic() - t0
+
+    def _cpu_limited_hosts(self, topo: Any) -> None:
+        """Make the limited hosts Mininet CPULimitedHosts (CFS) with their share."""
+        if not self.cpu_limits:
+            return
+        if not self.probe["mechanisms"].get("cpu_limit"):
+            fix = next((c["fix"] for c in self.probe["checks"] if c["name"] == "cpu_limit"),
+                       "")
+            raise RuntimeError(f"CPU limits requested but this machine cannot apply them: "
+                               f"{fix or 'see pubsublab doctor'}")
+        from mininet.node import CPULimitedHost
+        from mininet.util import numCores
+
+        for host, share in self.cpu_limits.items():
+            # Mininet's cpu is a fraction of the machine: quota = period * cpu * cores.
+            topo.nodeInfo(host).update(cls=CPULimitedHost, sched="cfs",
+                                       cpu=share / numCores())
+
+    def _check_cpu_quotas(self) -> None:
+        """Read back each limited host's CFS quota; set it exactly where Mininet's
+        fraction arithmetic rounded it off."""
+        for host, share in self.cpu_limits.items():
+            period_f = cgroup_file("cpu", host, "cpu.cfs_period_us")
+            quota_f = cgroup_file("cpu", host, "cpu.cfs_quota_us")
+            period = _read_int(period_f)
+            want = max(1000, round(period * share))
+            if _read_int(quota_f) != want:
+                quota_f.write_text(f"{want}\n")
+            quota = _read_int(quota_f)
+            if quota != want:
+                raise RuntimeError(f"cgroup {host}: cpu.cfs_quota_us is {quota}, not {want}")
+            self.cpu_cgroups[host] = {"configured": share, "quota_us": quota,
+                                      "period_us": period}
+            self.log(f"{host}: CPU limited to {quota}/{period} us per period "
+                     f"({quota / period:g} core)")
+
+    def cpu_sampler(self, interval_s: float = 1.0) -> CpuSampler:
+        """A :class:`CpuSampler` of every CPU-limited host (a context manager)."""
+        return CpuSampler(self.cpu_cgroups, interval_s)
 
     def _switch_class(self) -> Any:
         if self.switch == "bridge":
@@ -227,6 +422,7 @@ class Emulation:
                                 if d["kind"] == "switch"]
                     remove_network_leftovers(list(self.graph.nodes),
                                              switches if self.switch == "ovs" else [])
+                    self._remove_cgroups()
         finally:
             # After the network, so that no switch is left without its controller meanwhile.
             if self.controller is not None:
@@ -237,3 +433,13 @@ class Emulation:
         if self._lock is not None:
             self._lock.close()  # closing the file releases the flock
             self._lock = None
+
+    def _remove_cgroups(self) -> None:
+        """Mininet deletes a CPULimitedHost's cgroup when it stops the host; remove any
+        it left (a cgroup directory goes with rmdir once its tasks are gone)."""
+        for host in self.cpu_limits:
+            for controller in ("cpu", "cpuacct", "cpuset"):
+                mount = cgroup_mount(controller)
+                if mount is not None and (mount / host).is_dir():
+                    with contextlib.suppress(OSError):
+                        os.rmdir(mount / host)

@@ -5,6 +5,8 @@ for overlay links and clients, and stops them."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments.emulation.network import Emulation
-from experiments.plan import RunPlan
+from experiments.plan import RunPlan, pair_figures
+from experiments.progress import log
 from nodes.broker import read_status, wait_until_ready
 from nodes.client import read_group_status
-from experiments.progress import log
-from nodes.messages import message_to_json
+from nodes.messages import MsgType, message_to_json
 from nodes.runfolder import CONFIG_DIR, config_path, ops_path, status_path, stderr_path
 from nodes.runtime import BROKER_PORT
 from nodes.workloads.ops import Workload
@@ -37,16 +39,31 @@ def start_margin_s(workload: Workload) -> float:
     return START_MARGIN_S + CLIENT_PROCESS_START_S * len(set(workload.clients.values()))
 
 
+def dormant_brokers(plan: RunPlan) -> frozenset[str]:
+    """The brokers that start dormant: with links on demand, those whose node has a JOIN
+    operation in the workload (see :mod:`nodes.broker`)."""
+    if plan.links != "on-demand" or plan.workload is None:
+        return frozenset()
+    return frozenset(op.broker for op in plan.workload.ops if op.msg.type is MsgType.JOIN)
+
+
 def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir: Path
                    ) -> dict[str, dict[str, Any]]:
     """One broker config (see :mod:`nodes.broker`) per broker of the plan: each overlay
     neighbour with the address to dial and the edge's delay and loss from the plan (which
-    the broker applies itself when ``emulate_link``, where the kernel has no netem)."""
+    the broker applies itself when ``emulate_link``, where the kernel has no netem).
+
+    With links on demand (``plan.links``) a broker has no fixed neighbours but every other
+    broker as a peer, with the figures of the path between them
+    (:func:`experiments.plan.pair_figures`), and is ``dormant`` if its node joins later
+    (:func:`dormant_brokers`)."""
     alg = plan.algorithm(algorithm)
+    on_demand = plan.links == "on-demand"
+    dormant = dormant_brokers(plan)
     configs = {}
     for b in plan.overlay.nodes:
         neighbours = {}
-        for n in sorted(plan.overlay.neighbors(b)):
+        for n in [] if on_demand else sorted(plan.overlay.neighbors(b)):
             edge = plan.overlay.edges[b, n]
             neighbours[n] = {"addr": [endpoint_ip(plan.graph, b, n), BROKER_PORT],
                              "delay_ms": edge["delay_ms"], "loss_pct": edge["loss_pct"]}
@@ -56,6 +73,14 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
             "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": plan.spec.seed,
             "window_ms": plan.window_ms, "write_buffer_bytes": plan.broker.write_buffer_bytes,
         }
+        if on_demand:
+            peers = {}
+            for p in plan.overlay.nodes:
+                if p != b:
+                    _, delay_ms, loss_pct = pair_figures(plan.graph, b, p)
+                    peers[p] = {"addr": [endpoint_ip(plan.graph, b, p), BROKER_PORT],
+                                "delay_ms": delay_ms, "loss_pct": loss_pct}
+            configs[b].update(peers=peers, dormant=b in dormant)
     return configs
 
 
@@ -86,6 +111,13 @@ class BrokerRun:
         for b, cfg in configs.items():
             self.brokers[b] = self._start(b, "nodes.broker", b, cfg)
 
+    def kill(self, broker: str) -> float:
+        """SIGKILL ``broker``'s process (a crash: no shutdown, no last records); the
+        monotonic time it was sent. Its clients see the connection end and exit."""
+        proc = self.brokers[broker]
+        os.kill(proc.pid, signal.SIGKILL)
+        return time.monotonic()
+
     def status(self, broker: str) -> dict[str, Any] | None:
         return read_status(self.out_dir, broker)
 
@@ -112,9 +144,12 @@ class BrokerRun:
     def start_clients(self, workload: Workload, *, start_at_wall: float,
                       duration_s: float) -> None:
         """Start ``workload``'s clients: one process per broker host runs all of that
-        broker's clients (see :meth:`start_client_group`), each with its own ops file."""
+        broker's clients (see :meth:`start_client_group`), each with its own ops file
+        (without CRASH operations: the runner carries them out, :meth:`kill`)."""
         ops_by_client: dict[str, list[str]] = defaultdict(list)
         for op in workload.ops:
+            if op.msg.type is MsgType.CRASH:
+                continue  # the runner kills the broker at that time (a crash sends nothing)
             ops_by_client[op.client].append(json.dumps(
                 {"t_s": op.t_s, **message_to_json(op.msg)}, sort_keys=True))
         by_broker: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -11,11 +11,21 @@ cores see the same clients as with one process each, but the 2-core machine runs
 interpreters instead of hundreds), wait for the clients to finish their schedule, stop
 the brokers, and turn the logs into ``summary.json`` with the same code the simulator
 uses.
+
+Membership operations: JOIN and LEAVE are client operations like any other (the broker
+wakes at a JOIN and sleeps after a LEAVE, see :mod:`nodes.broker`); a CRASH operation is
+never sent: at its time on the workload's clock (``t0 + t_s``) the runner SIGKILLs that
+broker's process (:class:`CrashSchedule`). The clients of a crashed broker lose their
+connection and exit 1; they are listed under ``crashed`` in the summary, not under
+``client_failures``, which keeps the failures nobody asked for. The oracle does not order
+membership operations: it gets the workload without them and with the membership they
+stand for (:func:`oracle_workload`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,11 +40,93 @@ from experiments.progress import log
 from experiments.runs.brokers import BrokerRun, broker_configs, start_margin_s
 from experiments.runs.summaries import log_extras
 from nodes.log_summary import summarize_logs
-from nodes.runtime import BROKER_PORT
+from nodes.messages import MsgType
 from nodes.runfolder import PCAP_DIR, WORKLOAD, write_summary
+from nodes.runtime import BROKER_PORT
 from nodes.summary import MsgKey
-from nodes.workloads.ops import workload_to_jsonl
+from nodes.workloads.ops import ClientOp, Workload, workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
+
+MEMBERSHIP_OPS = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
+
+
+def membership_intervals(ops: tuple[ClientOp, ...] | list[ClientOp]
+                         ) -> dict[str, list[list[float | None]]]:
+    """The membership the JOIN, LEAVE and CRASH operations of ``ops`` stand for, in the
+    oracle's convention (``meta["membership"]``, :mod:`nodes.workloads.oracle`): a node
+    with a JOIN operation is a member from each JOIN until the next LEAVE or CRASH; a
+    node without one, from 0 until its first LEAVE or CRASH. A crashed node stays out
+    (its process is gone). Nodes with none of these operations are not listed (always
+    members)."""
+    by_node: dict[str, list[ClientOp]] = {}
+    for op in sorted(ops, key=lambda op: op.t_s):
+        if op.msg.type in MEMBERSHIP_OPS:
+            by_node.setdefault(op.broker, []).append(op)
+    out: dict[str, list[list[float | None]]] = {}
+    for node, node_ops in sorted(by_node.items()):
+        joins = any(op.msg.type is MsgType.JOIN for op in node_ops)
+        start: float | None = None if joins else 0.0
+        spans: list[list[float | None]] = []
+        for op in node_ops:
+            if op.msg.type is MsgType.JOIN and start is None:
+                start = op.t_s
+            elif op.msg.type is not MsgType.JOIN and start is not None:
+                spans.append([start, op.t_s])
+                start = None
+            if op.msg.type is MsgType.CRASH:
+                break
+        else:
+            if start is not None:
+                spans.append([start, None])
+        out[node] = spans
+    return out
+
+
+def oracle_workload(w: Workload) -> Workload:
+    """``w`` as the oracle takes it: without JOIN, LEAVE and CRASH operations, and with
+    ``meta["membership"]`` from them (:func:`membership_intervals`) unless the workload
+    states it; a workload without such operations is returned as it is."""
+    ops = tuple(op for op in w.ops if op.msg.type not in MEMBERSHIP_OPS)
+    if len(ops) == len(w.ops):
+        return w
+    meta = dict(w.meta)
+    meta.setdefault("membership", membership_intervals(w.ops))
+    return Workload(w.schema, w.clients, ops, meta)
+
+
+class CrashSchedule:
+    """Kills brokers at the times of the workload's CRASH operations, in a thread: each
+    at ``t0_wall + t_s``; ``applied`` lists what was done (broker, ``t_s``, and how late
+    in ms)."""
+
+    def __init__(self, run: BrokerRun, workload: Workload, t0_wall: float) -> None:
+        self._run = run
+        self._crashes = sorted({(op.t_s, op.broker) for op in workload.ops
+                                if op.msg.type is MsgType.CRASH})
+        self._t0_wall = t0_wall
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="crashes", daemon=True)
+        self.applied: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        if self._crashes:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        for t_s, broker in self._crashes:
+            if self._stop.wait(max(0.0, self._t0_wall + t_s - time.time())):
+                return
+            if self._run.brokers[broker].poll() is not None:
+                continue  # dead already (an earlier CRASH of the same broker)
+            self._run.kill(broker)
+            late_ms = round((time.time() - self._t0_wall - t_s) * 1000.0, 3)
+            self.applied.append({"broker": broker, "t_s": t_s, "late_ms": late_ms})
+            log(f"crashed broker {broker} at t = {t_s:g} s ({late_ms:.0f} ms late)")
 
 
 def configured_rates(plan: RunPlan) -> dict[tuple[str, str], float | None]:
@@ -56,11 +148,13 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     configs = broker_configs(plan, algorithm, emulate_link=emulate, log_dir=out_dir)
     run = BrokerRun(emu, out_dir)
     rates: ScheduledRates | None = None
+    crashes: CrashSchedule | None = None
     with Capture(emu, capture, out_dir / PCAP_DIR, log) if capture else contextlib.nullcontext():
         try:
             run.start_brokers(configs)
             up_s = run.wait_links_up(link_timeout_s)
-            log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s")
+            log(f"{algorithm}: {len(configs)} brokers, every overlay link up in {up_s:.1f} s"
+                + (" (links open on demand)" if plan.links == "on-demand" else ""))
             duration_s = plan.phase_s()
             margin_s = start_margin_s(workload)
             t0_wall = time.time() + margin_s
@@ -69,16 +163,23 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
                                        t0_wall, log)
                 rates.start()
             run.start_clients(workload, start_at_wall=t0_wall, duration_s=duration_s)
+            crashes = CrashSchedule(run, workload, t0_wall)
+            crashes.start()
             log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
                 f"over {duration_s:.1f} s")
             codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
             try:
+                if crashes is not None:
+                    crashes.stop()
                 if rates is not None:
                     rates.stop()
             finally:
                 run.stop_brokers()
-    failed = {c: code for c, code in sorted(codes.items()) if code != 0}
+    crashed = {c["broker"] for c in crashes.applied} if crashes is not None else set()
+    lost = {c: code for c, code in sorted(codes.items())
+            if code == 1 and workload.clients.get(c) in crashed}
+    failed = {c: code for c, code in sorted(codes.items()) if code != 0 and c not in lost}
     if 2 in failed.values():
         raise RuntimeError(f"{algorithm}: clients rejected their configs: {failed} "
                            f"(see {out_dir}/<broker>.clients.stderr)")
@@ -88,6 +189,8 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
                              plan.spec.scale, expected)
     summary["links_up_s"] = round(up_s, 3)
     summary["client_failures"] = failed
+    if crashes is not None and crashes.applied:
+        summary["crashed"] = {"brokers": crashes.applied, "clients": lost}
     summary.update(log_extras(out_dir, plan))
     if rates is not None:
         summary["link_schedule"] = rates.applied
@@ -104,7 +207,7 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
 
     def phase(emu: Emulation, run_dir: Path, manifest: dict[str, Any]) -> None:
         workload_to_jsonl(workload, run_dir / WORKLOAD)
-        expected = expected_deliveries(workload)
+        expected = expected_deliveries(oracle_workload(workload))
         manifest["workload"] = dict(workload.meta)
         summaries = manifest.setdefault("summaries", {})
         cap = None

@@ -2,9 +2,11 @@
 
 A run: probe the machine, write the manifest (with the compiled plan), build the
 network, check link fidelity (iperf3 on sampled links, idle CPU every second), run the
-workload, optionally open the Mininet CLI, and always tear down in ``finally`` (Ctrl-C
-and SIGTERM included). The manifest is rewritten at the end with what was measured and
-how the run ended.
+workload (sampling the CPU-limited hosts' cgroup counters meanwhile: the manifest's
+``cpu_limits`` gives, per host of ``broker.cpu``, the configured share and the share
+achieved under load, see :class:`~experiments.emulation.network.CpuSampler`), optionally
+open the Mininet CLI, and always tear down in ``finally`` (Ctrl-C and SIGTERM included).
+The manifest is rewritten at the end with what was measured and how the run ended.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     missing = [c for c in found["checks"] if c["required"] and not c["ok"]]
     if missing:
         raise RuntimeError("; ".join(f"{c['name']}: {c['fix'] or c['detail']}" for c in missing))
+    if plan.broker.cpu and not found["mechanisms"].get("cpu_limit"):
+        check = next(c for c in found["checks"] if c["name"] == "cpu_limit")
+        raise RuntimeError(f"broker.cpu: this machine cannot CPU-limit hosts "
+                           f"({check['detail']}): {check['fix']}")
     if plan.delay_loss_mechanism != found["mechanisms"]["delay_loss"]:
         # The plan guessed netem from the kernel's module list; the probe tried it.
         plan = replace(plan, delay_loss_mechanism=found["mechanisms"]["delay_loss"])
@@ -66,7 +72,8 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     write_manifest(run_dir, manifest)
     log(f"run folder {run_dir}")
     controller = ControllerProcess(run_dir / CONTROLLER_DIR, log=log) if spec.controller else None
-    emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller)
+    emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller,
+                    cpu_limits=plan.broker.cpu)
     t_start = time.monotonic()
     try:
         log(f"building {graph.number_of_nodes()} nodes, {graph.number_of_edges()} links")
@@ -79,8 +86,15 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
         # Idle CPU is sampled while the network carries traffic, not while it is built.
         with IdleSampler() as idle:
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
-            for phase in phases:
-                phase(emu, run_dir, manifest)
+            # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
+            sampler = emu.cpu_sampler()
+            try:
+                with sampler:
+                    for phase in phases:
+                        phase(emu, run_dir, manifest)
+            finally:
+                manifest["cpu_limits"] = sampler.summary()
+                _report_cpu_limits(manifest["cpu_limits"])
             if cli:
                 from mininet.cli import CLI
 
@@ -113,6 +127,16 @@ def _check_links(emu: Emulation, graph: nx.Graph, spec: Spec) -> list[dict[str, 
         log(f"fidelity {a}->{b}: {r['achieved_mbps']} Mbit/s of {r['configured_mbps']}")
         results.append(r)
     return results
+
+
+def _report_cpu_limits(limits: dict[str, dict[str, Any]]) -> None:
+    for host, row in limits.items():
+        if "error" in row:
+            log(f"CPU limit {host}: not measured ({row['error']})")
+        else:
+            log(f"CPU limit {host}: configured {row['configured']:g} core, achieved at most "
+                f"{row['achieved_max']} (mean {row['achieved_mean']}, throttled in "
+                f"{row['throttled_periods']} of {row['periods']} periods)")
 
 
 def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:

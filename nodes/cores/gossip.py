@@ -11,7 +11,8 @@ Readings and choices (ours; no paper):
   no JOIN operation is a member from the start and knows only itself (a seed). LEAVE (a
   client operation) sends LEAVE to every member and closes each link (:class:`Disconnect`);
   a member that receives LEAVE forgets the sender.
-- **Failure detection** (optional, ``heartbeat_s`` > 0): every ``heartbeat_s`` a member
+- **Failure detection** (optional, ``heartbeat_s`` > 0): from its first event (a seed)
+  or its JOIN, every ``heartbeat_s`` a member
   sends HEARTBEAT to every member it knows; one not heard from for ``timeout_s`` is declared
   dead (a ``member_down`` record) and forgotten. A lost link alone (:class:`LinkDown`)
   proves nothing (a peer may have closed an idle link) and is only recorded.
@@ -99,6 +100,12 @@ class GossipCore:
     # ---- events ---------------------------------------------------------------------------
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
+        out = self._handle(event, now_s)
+        # A seed (no JOIN of its own) starts its heartbeats with its first event, a joiner
+        # with its JOIN (and again after a LEAVE and a new JOIN).
+        return (self._start_ticking() if self.joined else []) + out
+
+    def _handle(self, event: Event, now_s: float) -> list[Action]:
         if isinstance(event, FromClient):
             return self._from_client(event.client, event.msg, now_s)
         if isinstance(event, Arrived):
@@ -118,13 +125,13 @@ class GossipCore:
             self.joined = True
             self.members.add(self.broker)
             boot = msg.payload.get("bootstrap")
-            out = self._start_ticking()
+            out: list[Action] = []
             if isinstance(boot, str) and boot != self.broker:
                 self._learn([boot], now_s)
                 out.append(Send(boot, self._msg(MsgType.JOIN, {})))
             return out
         if t is MsgType.LEAVE:
-            out: list[Action] = []
+            out = []
             for m in self._others():
                 out += [Send(m, self._msg(MsgType.LEAVE, {})), Disconnect(m)]
             self.joined, self.members = False, set()

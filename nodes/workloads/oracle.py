@@ -31,20 +31,23 @@ Membership convention
     an interval that ends before it starts is an error). Without ``membership`` every
     node is a member always; a node the mapping does not list is a member always too, so
     a workload lists only the nodes whose membership changes. Times are taken as given
-    (no settle time is added to a join). :class:`~nodes.messages.MsgType` has JOIN but
-    no LEAVE, and client JOIN ops have no meaning here (they are refused): the runtime
-    issue's JOIN/LEAVE/CRASH ops will fill ``membership`` from their times. Only the
+    (no settle time is added to a join). ``membership`` is the only source: the oracle
+    does not read the runtime's JOIN, LEAVE and CRASH ops; whoever writes them fills
+    ``membership`` from their times (a JOIN at ``t`` opens an interval at ``t``, a LEAVE
+    or CRASH at ``t`` closes it at ``t``). A workload with such ops and no
+    ``membership`` is refused rather than read as "every node a member". Only the
     subscriber's node is consulted, not the publisher's, and a node's subscriptions are
-    not cancelled by leaving: they count again after it re-joins. A crash that loses
-    them must be written as UNSUBSCRIBEs at the crash time.
+    not cancelled by leaving: they count again after it re-joins (the ``gossip`` core
+    keeps them). A crash that loses them must be written as UNSUBSCRIBEs at its time.
 
 Other ops
     ADVERTISE does not change the result (every publication matches its publisher's
-    advertisement). UNADVERTISE, JOIN and every other type are refused (``ValueError``):
-    a publication after its publisher's advertisement is withdrawn is not modelled. Two
-    SUBSCRIBE ops of one client with the same ``msg_id`` are an error (ids are unique
-    per origin, :class:`~nodes.messages.Message`). A publication key that occurs twice
-    keeps the later op's set (as a dict does).
+    advertisement); JOIN, LEAVE and CRASH are read through ``membership`` (above).
+    UNADVERTISE and every other type are refused (``ValueError``): a publication after
+    its publisher's advertisement is withdrawn is not modelled. Two SUBSCRIBE ops of one
+    client with the same ``msg_id`` are an error (ids are unique per origin,
+    :class:`~nodes.messages.Message`). A publication key that occurs twice keeps the
+    later op's set (as a dict does).
 
 How it is computed
 ------------------
@@ -53,11 +56,11 @@ Matching always uses the exact :class:`~nodes.matching.SubscriptionIndex`
 membership intervals; ``C`` pairs whose filter matches regardless of time, ``A <= C``
 the pairs whose subscription is live at the publication.
 
-- **Phases** (every workload before timing existed): without ``membership``, and when
-  every subscription is installed by the first publication and not cancelled before
-  the last, one index holds every subscription and each publication is matched once,
-  the same computation and result as before: ``O(S log S + P q + C)``, ``q`` the
-  index's cost per query.
+- **Phases** (the stock and burst workloads, every one before timing existed): without
+  ``membership``, and when every subscription is installed by the first publication
+  and not cancelled before the last, one index holds every subscription and each
+  publication is matched once, the same computation and result as before:
+  ``O(S log S + P q + C)``, ``q`` the index's cost per query.
 - Otherwise the general path sorts subscription starts and ends, membership changes
   and publications into one time line, ``O((S + M + P) log(S + M + P))``; at equal
   times every change comes before the publications, which gives the boundaries above.
@@ -72,12 +75,15 @@ the pairs whose subscription is live at the publication.
     q' + A)``, but ``q'`` grows with the range filters added since the index last
     rebuilt its bitmap, which it scans linearly (up to about an eighth of them).
 
-  Measured on a 2-core machine under load, 20,000 interleaved ops of the OctopiA stock
-  workload (6,000 subscriptions with range filters, 2 % selectivity, 11,000
-  publications, ``C`` 1.3 million): ``"filter"`` 3.5-5 s whatever the lifetimes,
-  ``"sweep"`` 1.2-1.6 s when subscriptions live 1 % of the run, 3.5 s at a quarter and
-  5-8 s at 40 %; the phases computation of the same ops takes 7.7 s (``C`` is the
-  cost). With Meghdoot's equality-led filters both take about 1 s.
+  Measured (CPU time, best of 3, 2-core development machine) on the OctopiA stock
+  workload's 6,000 subscriptions (range filters, 2 % selectivity) and 11,000
+  publications re-timed at random over 100 s, settle 0.5 s: with half the subscriptions
+  unsubscribed at a random later time (20,079 ops, live share 0.42, ``C`` 1.3 million,
+  0.55 million expected pairs) ``"filter"`` 1.7-1.9 s, ``"sweep"`` 2.1-2.8 s, with or
+  without membership; with every subscription unsubscribed within 1 s (23,020 ops)
+  ``"sweep"`` 0.26 s, ``"filter"`` 1.1 s. The phases computation of the original
+  (17,020 ops, 1.3 million pairs) takes 1.4 s. Meghdoot's equality-led filters: about
+  0.5 s on every path.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ SWEEP_BELOW_LIVE_SHARE = 0.25  # "auto" sweeps when fewer pairs than this share 
 _INF = math.inf
 # Event kinds on the general path's time line; state changes sort before publications.
 _ADD, _REMOVE, _JOIN, _LEAVE, _PUBLISH = range(5)
+_MEMBERSHIP_OPS = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +132,17 @@ def expected_deliveries(
     result they always had. ``method`` picks the general path's variant (for tests and
     benchmarks; all give the same result): ``"auto"`` takes the phases computation
     when it applies, else the faster variant by the live share. ``ValueError`` for ops
-    the oracle does not model and for a malformed ``settle_s`` or ``membership``.
+    the oracle does not model, for JOIN/LEAVE/CRASH ops without ``membership``, and for
+    a malformed ``settle_s`` or ``membership``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     settle = _settle_s(w.meta, settle_s)
     membership = _membership(w.meta)
-    subs, pubs = _scan(w, settle)
+    subs, pubs, churn = _scan(w, settle)
+    if churn and membership is None:
+        raise ValueError(f"the workload has {churn} JOIN/LEAVE/CRASH ops but no "
+                         "meta['membership'] (see nodes.workloads.oracle)")
     if not pubs:
         return {}
     times = sorted(t for t, _ in pubs)
@@ -260,11 +271,14 @@ def _membership(meta: Mapping[str, Any]) -> dict[str, list[tuple[float, float]]]
     return out
 
 
-def _scan(w: Workload, settle_s: float) -> tuple[list[_Sub], list[tuple[float, Message]]]:
-    """The subscriptions with their live intervals, and the publications, in op order."""
+def _scan(w: Workload, settle_s: float
+          ) -> tuple[list[_Sub], list[tuple[float, Message]], int]:
+    """The subscriptions with their live intervals, the publications in op order, and
+    the number of membership ops."""
     subscribed: dict[Key, tuple[float, str, Filter]] = {}
     unsubscribed: dict[Key, list[float]] = {}
     pubs: list[tuple[float, Message]] = []
+    churn = 0
     for op in w.ops:
         msg = op.msg
         t = msg.type
@@ -282,9 +296,8 @@ def _scan(w: Workload, settle_s: float) -> tuple[list[_Sub], list[tuple[float, M
                                  "sub_id in its payload")
             key = (op.client, int(msg.payload["sub_id"]))
             unsubscribed.setdefault(key, []).append(op.t_s)
-        elif t is MsgType.JOIN:
-            raise ValueError("expected_deliveries cannot order JOIN ops: state membership "
-                             "in meta['membership'] (see nodes.workloads.oracle)")
+        elif t in _MEMBERSHIP_OPS:
+            churn += 1
         elif t is not MsgType.ADVERTISE:
             raise ValueError(f"expected_deliveries cannot order {t.name} ops (not modelled)")
     subs = []
@@ -292,4 +305,4 @@ def _scan(w: Workload, settle_s: float) -> tuple[list[_Sub], list[tuple[float, M
         # The earliest UNSUBSCRIBE at or after the SUBSCRIBE; others are ignored.
         end_s = min((u for u in unsubscribed.get(key, ()) if u >= t_s), default=_INF)
         subs.append(_Sub(key[0], broker, f, t_s + settle_s, end_s))
-    return subs, pubs
+    return subs, pubs, churn

@@ -1,0 +1,164 @@
+"""Churn workloads: nodes JOIN through a bootstrap, subscribe once they are members,
+publish later, and some LEAVE, CRASH and re-JOIN; for cores that learn their peers from
+messages (``gossip``) over links opened on demand (:mod:`nodes.sim`, ``on_demand``).
+
+The schedule (our choices; deterministic from ``seed``):
+
+- **Nodes** ``n0000..`` (``prefix`` plus a zero-padded index), one client each, ``c0000..``
+  on node ``n0000..``, which issues every operation of its node. Nodes ``0..n_seeds-1``
+  are seeds: members from time 0 with no JOIN op, each the bootstrap of its own group.
+  From ``join_start_s`` on, one ``join_gap_s`` apart, every other node JOINs (payload
+  ``{"bootstrap": NAME}``) through seed ``i % n_seeds``, and each publisher through
+  every seed in turn (a JOIN op per seed), so that publishers know every group.
+  Why groups: gossip's bootstrap announces each newcomer to every member it knows, so
+  one group of n nodes costs n²/2 announcements (2 million at 2,000 nodes) and
+  ``n_seeds`` groups about n²/(2 ``n_seeds``). A group's seed is its only bootstrap, so
+  its answers serialise the joins and member lists are complete without timing
+  assumptions; a node learns its group and the publishers, a publisher everyone.
+- **Subscriptions**: ``n_subscribers`` nodes drawn from all of them; each subscribes
+  once, at the instant it joins (a seed at time 0), right after its (first) JOIN, to
+  ``topic = tK`` with K uniform over ``n_topics``.
+- **Publications**: ``n_publishers`` non-seed nodes drawn from those that neither leave
+  nor crash; phase 1 starts ``settle_s`` after the last join, each publisher sending
+  ``pubs_per_publisher`` notifications ``{"topic": tK, "seq": j}`` ``publish_gap_s``
+  apart, publisher p shifted by ``p / n_publishers`` of a gap so that none tie.
+- **Churn**: ``settle_s`` after phase 1, ``n_leave`` nodes LEAVE and then ``n_crash``
+  nodes CRASH (drawn from the non-seed nodes, publishers apart), one ``churn_gap_s``
+  apart. With ``rejoin`` the nodes that left JOIN again (through their group's seed)
+  ``settle_s`` after the last churn op, one ``join_gap_s`` apart; phase 2 (as many
+  publications as phase 1, when there was churn) starts ``settle_s`` after that.
+  Phases are ``settle_s`` apart, so no notification is in flight while a node joins,
+  leaves or crashes: the oracle's verdict never depends on a race.
+
+``meta`` records ``membership`` (node -> ``[[join_t, leave_t or None], ...]``, every
+node: a seed from 0, an interval ended by a LEAVE or a CRASH), ``settle_s`` (what
+:func:`nodes.workloads.oracle.expected_deliveries` adds to a subscription's time; the
+oracle also checks that a subscriber's node is a member at the publication), the seeds,
+subscribers, publishers, leaves, crashes and phase times.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from nodes.messages import Message, MsgType
+from nodes.model import Predicate, Schema, filter_to_json
+from nodes.workloads.ops import ClientOp, Workload
+
+MEMBERSHIP_SCHEMA = Schema({"topic": "str", "seq": "int"})
+
+
+def churn_workload(
+    n_nodes: int,
+    *,
+    n_seeds: int = 1,
+    n_subscribers: int | None = None,
+    n_publishers: int = 2,
+    pubs_per_publisher: int = 5,
+    n_topics: int = 4,
+    n_leave: int = 0,
+    n_crash: int = 0,
+    rejoin: bool = False,
+    join_start_s: float = 0.1,
+    join_gap_s: float = 0.01,
+    publish_gap_s: float = 0.1,
+    churn_gap_s: float = 0.5,
+    settle_s: float = 1.0,
+    prefix: str = "n",
+    seed: int = 0,
+) -> Workload:
+    """A churn workload over ``n_nodes`` nodes (see the module docstring);
+    ``n_subscribers`` ``None``: every node subscribes. ``ValueError`` when the counts
+    do not fit (publishers and churners are distinct, seeds never churn or publish)."""
+    if n_nodes < 1 or not 1 <= n_seeds <= n_nodes:
+        raise ValueError(f"need n_nodes >= 1 and 1 <= n_seeds <= n_nodes, got {n_nodes}, "
+                         f"{n_seeds}")
+    churners = n_leave + n_crash
+    if min(n_publishers, n_leave, n_crash, pubs_per_publisher) < 0 or n_topics < 1:
+        raise ValueError("counts must be >= 0 and n_topics >= 1")
+    if churners + n_publishers > n_nodes - n_seeds:
+        raise ValueError(f"{n_nodes} nodes cannot hold {n_seeds} seeds, {n_leave} leaving, "
+                         f"{n_crash} crashing and {n_publishers} distinct publishers")
+    if min(join_gap_s, publish_gap_s, churn_gap_s) <= 0 or settle_s < 0 or join_start_s < 0:
+        raise ValueError("gaps must be > 0, settle_s and join_start_s >= 0")
+    rng = random.Random(f"{seed}/membership")
+    width = len(str(n_nodes - 1))
+    nodes = [f"{prefix}{i:0{width}d}" for i in range(n_nodes)]
+    clients = {f"c{i:0{width}d}": nodes[i] for i in range(n_nodes)}
+    client_of = {b: c for c, b in clients.items()}
+    ids = dict.fromkeys(clients, 0)
+    ops: list[ClientOp] = []
+
+    def op(t_s: float, node: str, mtype: MsgType, payload: dict[str, Any]) -> None:
+        c = client_of[node]
+        ids[c] += 1
+        ops.append(ClientOp(round(t_s, 9), c, node, Message(mtype, ids[c], c, 0, payload)))
+
+    seeds = nodes[:n_seeds]
+    churn = rng.sample(nodes[n_seeds:], churners)
+    leaving, crashing = churn[:n_leave], churn[n_leave:]
+    publishers = sorted(rng.sample([b for b in nodes[n_seeds:] if b not in set(churn)],
+                                   n_publishers))
+    n_subs = n_nodes if n_subscribers is None else n_subscribers
+    subscribers = set(rng.sample(nodes, n_subs))
+    topic = {b: f"t{rng.randrange(n_topics)}" for b in nodes}
+    group = {b: seeds[i % n_seeds] for i, b in enumerate(nodes)}
+
+    membership: dict[str, list[list[float | None]]] = {}
+    t = join_start_s
+    for b in nodes:
+        joined = 0.0
+        if b not in seeds:
+            joined = t
+            for boot in seeds if b in publishers else [group[b]]:
+                op(t, b, MsgType.JOIN, {"bootstrap": boot})
+                t += join_gap_s
+        membership[b] = [[round(joined, 9), None]]
+        if b in subscribers:
+            sub = filter_to_json((Predicate("topic", "=", topic[b]),))
+            op(joined, b, MsgType.SUBSCRIBE, {"filter": sub})
+    last_join = t - join_gap_s if n_nodes > n_seeds else 0.0
+
+    def publish_phase(start_s: float, base: int) -> float:
+        end = start_s
+        for p, b in enumerate(publishers):
+            for j in range(pubs_per_publisher):
+                t_p = start_s + (j + p / max(1, len(publishers))) * publish_gap_s
+                op(t_p, b, MsgType.PUBLISH, {"attrs": {"topic": f"t{(j + p) % n_topics}",
+                                                       "seq": base + j}})
+                end = max(end, t_p)
+        return end
+
+    phases: dict[str, float] = {"last_join_s": last_join}
+    phases["publish1_s"] = p1 = last_join + settle_s
+    end = publish_phase(p1, 0)
+    churn_at: dict[str, float] = {}
+    if churn:
+        c = end + settle_s
+        for b in churn:
+            churn_at[b] = round(c, 9)
+            op(c, b, MsgType.LEAVE if b in leaving else MsgType.CRASH, {})
+            membership[b][-1][1] = round(c, 9)
+            c += churn_gap_s
+        end = c - churn_gap_s
+        if rejoin and leaving:
+            t = end + settle_s
+            for b in leaving:
+                op(t, b, MsgType.JOIN, {"bootstrap": group[b]})
+                membership[b].append([round(t, 9), None])
+                t += join_gap_s
+            end = t - join_gap_s
+        phases["publish2_s"] = p2 = end + settle_s
+        end = publish_phase(p2, pubs_per_publisher)
+    phases["end_s"] = end
+
+    ordered = tuple(sorted(ops, key=lambda o: o.t_s))  # stable: a JOIN precedes its SUBSCRIBE
+    meta = {
+        "generator": "membership", "seed": seed, "n_nodes": n_nodes, "settle_s": settle_s,
+        "membership": membership, "seeds": seeds, "subscribers": sorted(subscribers),
+        "publishers": publishers, "leaves": {b: churn_at[b] for b in leaving},
+        "crashes": {b: churn_at[b] for b in crashing}, "rejoin": rejoin, "phases": phases,
+        "published": sum(o.msg.type is MsgType.PUBLISH for o in ordered),
+    }
+    return Workload(MEMBERSHIP_SCHEMA, clients, ordered, meta)

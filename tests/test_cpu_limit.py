@@ -1,0 +1,146 @@
+"""CPU-limited broker hosts: the spec field and the plan (no root), the cgroup quota a
+busy loop meets in Mininet and the manifest's ``cpu_limits`` of a run (root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.plan import compile_plan
+from experiments.plan_text import format_plan
+from experiments.spec import SpecError, load_spec
+
+BUSY = [sys.executable, "-c", "while True: pass"]
+
+
+def test_spec_field_is_validated_and_carried_by_the_plan() -> None:
+    spec = load_spec("flood-demo", ["broker.cpu.b1=0.5", "broker.cpu.a0=0.2"])
+    assert spec.broker.cpu == {"a0": 0.2, "b1": 0.5}
+    assert spec.to_dict()["broker"]["cpu"] == {"a0": 0.2, "b1": 0.5}
+    plan = compile_plan(spec, netem=False)
+    assert plan.broker.cpu == {"a0": 0.2, "b1": 0.5}
+    assert plan.describe()["broker"]["cpu"] == {"a0": 0.2, "b1": 0.5}
+    assert "CPU-limited broker hosts (share of one core; emulated): a0 0.2, b1 0.5" \
+        in format_plan(plan)
+    assert compile_plan(load_spec("flood-demo"), netem=False).broker.cpu == {}
+
+
+@pytest.mark.parametrize(("override", "where"), [
+    ("broker.cpu.a0=0", "broker.cpu.a0: bad value 0"),
+    ("broker.cpu.a0=1.5", "broker.cpu.a0: bad value 1.5"),
+    ("broker.cpu.a0=true", "broker.cpu.a0: bad value True"),
+    ("broker.cpu=0.5", "broker.cpu: bad value 0.5"),
+    ("broker.cpu.A0=0.5", "broker.cpu: bad value 'A0'"),
+])
+def test_bad_cpu_limits_are_one_line_errors(override: str, where: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        load_spec("flood-demo", [override])
+    assert str(exc.value).startswith(where) and "\n" not in str(exc.value)
+
+
+def test_plan_refuses_names_that_are_not_brokers() -> None:
+    with pytest.raises(SpecError, match=r"broker.cpu: 'zz' is not a broker of topology"):
+        compile_plan(load_spec("flood-demo", ["broker.cpu.zz=0.5"]), netem=False)
+    spec = load_spec("octopia-subscribers", ["topology.params.mode=switch"])
+    switch = next(n for n, k in compile_plan(spec, netem=False).graph.nodes(data="kind")
+                  if k == "switch")
+    with pytest.raises(SpecError, match="is not a broker"):
+        compile_plan(load_spec("octopia-subscribers", ["topology.params.mode=switch",
+                                                       f"broker.cpu.{switch}=0.5"]),
+                     netem=False)
+
+
+def _idle_s() -> float:
+    """The machine's idle CPU time so far, in seconds summed over its cores."""
+    ticks = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return (int(ticks[3]) + int(ticks[4])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.root
+def test_busy_loop_gets_its_share_and_no_more() -> None:
+    """A busy loop on a host limited to 0.2 core uses 0.2 +- 0.05 core by the cgroup's
+    counters; one on an unlimited host about a whole core, or, on a machine that other
+    work keeps busy, whatever was left: it is never held back while a core is idle."""
+    from experiments.emulation.doctor import probe
+    from experiments.emulation.network import Emulation, cgroup_mount
+    from topologies.links import LinkParams
+    from topologies.registry import build_graph
+
+    found = probe()
+    assert found["mechanisms"]["cpu_limit"], found["checks"]
+    g = build_graph("gigabit-cluster", {"n": 2}, LinkParams(bw_mbps=1000))
+    emu = Emulation(g, switch="bridge", probe=found, log=lambda _m: None,
+                    cpu_limits={"pc1": 0.2})
+    try:
+        emu.start()
+        assert emu.cpu_cgroups["pc1"] == {"configured": 0.2, "quota_us": 20000,
+                                          "period_us": 100000}
+        limited, free = emu.popen("pc1", BUSY), emu.popen("pc2", BUSY)
+        time.sleep(0.3)
+        c0, i0, t0 = _proc_cpu_s(free.pid), _idle_s(), time.monotonic()
+        with emu.cpu_sampler(interval_s=0.5) as sampler:
+            time.sleep(3.0)
+        dt = time.monotonic() - t0
+        free_share = (_proc_cpu_s(free.pid) - c0) / dt
+        idle_cores = (_idle_s() - i0) / dt
+        row = sampler.summary()["pc1"]
+    finally:
+        emu.stop()
+    assert limited.poll() is not None and free.poll() is not None
+    assert 0.15 <= row["achieved_max"] <= 0.25, row
+    assert 0.15 <= row["achieved_mean"] <= 0.25, row
+    assert row["throttled_periods"] > 0.8 * row["periods"] > 0, row
+    # A whole core, or all it could get: a free loop leaves no idle core behind.
+    assert free_share >= min(0.9, free_share + idle_cores) - 0.1, (free_share, idle_cores)
+    for controller in ("cpu", "cpuacct"):
+        mount = cgroup_mount(controller)
+        assert mount is not None and not (mount / "pc1").exists()
+
+
+@pytest.mark.root
+def test_run_manifest_records_configured_and_achieved_limits(runs_dir: Path) -> None:
+    from experiments.runs.emulated import broker_phase
+    from experiments.runs.testbed import run_experiment
+
+    plan = compile_plan(load_spec("flood-demo", [
+        "broker.cpu.a0=0.3", "capture.enabled=false", "fidelity.links=0"]))
+    run_dir, manifest = run_experiment(plan, runs_dir, phases=(broker_phase(plan),))
+    assert manifest["status"] == "ok"
+    on_disk = json.loads((run_dir / "manifest.json").read_text())
+    row = on_disk["cpu_limits"]["a0"]
+    assert set(on_disk["cpu_limits"]) == {"a0"}
+    assert row["configured"] == 0.3 and row["quota_us"] == 30000, row
+    assert row["windows"] and 0 < row["achieved_max"] <= 0.3 + 0.05, row
+    assert row["sampled_s"] >= plan.phase_s(), row
+    assert on_disk["plan"]["broker"]["cpu"] == {"a0": 0.3}
+    assert on_disk["probe"]["mechanisms"]["cpu_limit"]
+
+
+@pytest.mark.root
+def test_run_refuses_cpu_limits_where_the_probe_says_no(runs_dir: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec asking for CPU limits fails before anything starts on a machine without."""
+    from experiments.emulation import doctor
+    from experiments.runs import testbed
+
+    real = doctor.probe()
+    checks = [c if c["name"] != "cpu_limit" else
+              {**c, "ok": False, "detail": "no cgroup v1 cpu and cpuacct controllers mounted",
+               "fix": "boot with systemd.unified_cgroup_hierarchy=0"} for c in real["checks"]]
+    fake = {**real, "checks": checks, "mechanisms": {**real["mechanisms"], "cpu_limit": None}}
+    monkeypatch.setattr(testbed, "probe", lambda: fake)
+    plan = compile_plan(load_spec("flood-demo", ["broker.cpu.a0=0.3"]))
+    with pytest.raises(RuntimeError, match=r"broker.cpu: this machine cannot CPU-limit hosts "
+                                           r"\(no cgroup v1.*unified_cgroup_hierarchy=0"):
+        testbed.run_experiment(plan, runs_dir)
+    assert not list(runs_dir.iterdir())  # no run folder: nothing started
