@@ -17,10 +17,28 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _sigterm(_signo: int, _frame: object) -> None:
     raise KeyboardInterrupt("SIGTERM")
+
+
+def analyze(run_dir: Path, master: str | None, *, report: bool) -> dict[str, Any]:
+    """Start Spark (``master``, default local), analyse ``run_dir``, stop Spark; the
+    result. RuntimeError (one line) when ``run_dir`` is not a folder. ``pubsublab
+    analyze`` calls this too."""
+    from analysis.pipeline import run_analysis
+    from analysis.session import spark_session
+
+    if not run_dir.is_dir():
+        raise RuntimeError(f"{run_dir} is not a folder (give a run folder, "
+                           "e.g. runs/20260101-120000-demo)")
+    spark = spark_session(master)
+    try:
+        return run_analysis(spark, run_dir, report=report)
+    finally:
+        spark.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,19 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     repo = str(Path(__file__).resolve().parent.parent)
     if repo not in sys.path:
         sys.path.insert(0, repo)
-    from analysis.pipeline import format_result, run_analysis
-    from analysis.session import spark_session
+    from analysis.pipeline import format_result
 
     signal.signal(signal.SIGTERM, _sigterm)  # stop Spark on the way out, as on Ctrl-C
     try:
-        if not args.run_dir.is_dir():
-            raise RuntimeError(f"{args.run_dir} is not a folder (give a run folder, "
-                               "e.g. runs/20260101-120000-demo)")
-        spark = spark_session(args.master)
-        try:
-            result = run_analysis(spark, args.run_dir, report=not args.no_report)
-        finally:
-            spark.stop()
+        result = analyze(args.run_dir, args.master, report=not args.no_report)
     except (PermissionError, RuntimeError) as exc:  # RunFolderError among them
         print(f"pubsublab: error: {exc}", file=sys.stderr)
         return 2

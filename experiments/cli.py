@@ -204,17 +204,10 @@ def cmd_throttle(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from analysis.pipeline import format_result, run_analysis
-    from analysis.session import spark_session
+    from analysis.job import analyze
+    from analysis.pipeline import format_result
 
-    if not args.run_dir.is_dir():
-        raise SpecError(f"analyze: {args.run_dir} is not a folder (give a run folder, "
-                        "e.g. runs/20260101-120000-demo)")
-    spark = spark_session(args.master)
-    try:
-        result = run_analysis(spark, args.run_dir, report=not args.no_report)
-    finally:
-        spark.stop()
+    result = analyze(args.run_dir, args.master, report=not args.no_report)
     _emit(args, result, format_result(result))
     return 0
 

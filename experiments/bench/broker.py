@@ -67,8 +67,9 @@ from typing import Any
 
 from experiments.emulation.doctor import probe
 from experiments.emulation.network import Emulation
-from experiments.runs.emulated import BROKER_PORT, BrokerRun
+from experiments.runs.brokers import BrokerRun
 from nodes.logs import Ev, iter_jsonl
+from nodes.runtime import BROKER_PORT
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
@@ -89,15 +90,21 @@ def _log(msg: str) -> None:
     print(f"[bench broker] {msg}", file=sys.stderr, flush=True)
 
 
-def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S
-          ) -> dict[str, Any]:
+def _start_broker(emu: Emulation, out: Path) -> BrokerRun:
+    """The broker under test: flood, no neighbours, on pc2, logging into ``out``."""
     out.mkdir(parents=True)
     run = BrokerRun(emu, out)
-    broker_ip = emu.graph.nodes["pc2"]["ip"]
     run.start_brokers({"pc2": {
         "broker": "pc2", "listen": ["0.0.0.0", BROKER_PORT], "neighbours": {},
         "core": {"name": "flood", "params": {"tree_neighbours": []}},
         "log_dir": str(out), "emulate_link": False, "seed": 0}})
+    return run
+
+
+def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S
+          ) -> dict[str, Any]:
+    run = _start_broker(emu, out)
+    broker_ip = emu.graph.nodes["pc2"]["ip"]
     try:
         run.wait_links_up(20)
         n = int(rate_hz * step_s)
@@ -168,13 +175,8 @@ def _calibration_step(emu: Emulation, k: int, rate_hz: int, step_s: float, out: 
                       ) -> dict[str, Any]:
     """One calibration point: k match-all subscribers, ``rate_hz`` publications for
     ``step_s`` s; the broker's CPU per handled PUBLISH (see the module docstring)."""
-    out.mkdir(parents=True)
-    run = BrokerRun(emu, out)
+    run = _start_broker(emu, out)
     broker_ip = emu.graph.nodes["pc2"]["ip"]
-    run.start_brokers({"pc2": {
-        "broker": "pc2", "listen": ["0.0.0.0", BROKER_PORT], "neighbours": {},
-        "core": {"name": "flood", "params": {"tree_neighbours": []}},
-        "log_dir": str(out), "emulate_link": False, "seed": 0}})
     pid = run.brokers["pc2"].pid
     try:
         run.wait_links_up(20)
