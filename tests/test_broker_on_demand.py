@@ -188,7 +188,7 @@ def test_gossip_on_six_brokers_from_one_seed(tmp_path: Path, spawn: Spawn) -> No
     """b1 is the only member at start; b2..b6 are dormant until they JOIN through it.
     Every broker then publishes at once to every other (crossed dials, resolved), and every
     subscriber gets each matching publication exactly once."""
-    from experiments.runs.emulated import membership_intervals, oracle_workload
+    from nodes.workloads.membership import membership_intervals, oracle_workload
     from nodes.workloads.oracle import expected_deliveries
 
     names = [f"b{i}" for i in range(1, 7)]
@@ -581,7 +581,7 @@ def test_broker_config_checks_peers_and_dormancy(tmp_path: Path) -> None:
 
 
 def test_membership_from_join_leave_and_crash_ops() -> None:
-    from experiments.runs.emulated import membership_intervals, oracle_workload
+    from nodes.workloads.membership import membership_intervals, oracle_workload
 
     def op(t_s: float, broker: str, mtype: MsgType) -> ClientOp:
         return ClientOp(t_s, f"c{broker}", broker, Message(mtype, int(t_s * 10), f"c{broker}"))

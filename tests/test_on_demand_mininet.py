@@ -19,7 +19,7 @@ import pytest
 from experiments.emulation.leftovers import root_interfaces
 from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.runs.brokers import dormant_brokers
-from experiments.runs.emulated import broker_phase, membership_intervals, oracle_workload
+from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes import sim as sim_module
@@ -27,6 +27,7 @@ from nodes.broker import nofile_needed
 from nodes.log_summary import client_receipts
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
+from nodes.workloads.membership import membership_intervals, oracle_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 

@@ -1,6 +1,8 @@
 """Churn workloads: nodes JOIN through a bootstrap, subscribe once they are members,
 publish later, and some LEAVE, CRASH and re-JOIN; for cores that learn their peers from
-messages (``gossip``) over links opened on demand (:mod:`nodes.sim`, ``on_demand``).
+messages (``gossip``) over links opened on demand (:mod:`nodes.sim`, ``on_demand``); and
+the membership intervals JOIN, LEAVE and CRASH operations stand for, as the oracle reads
+them (:func:`membership_intervals`, :func:`oracle_workload`).
 
 The schedule (our choices; deterministic from ``seed``):
 
@@ -162,3 +164,50 @@ def churn_workload(
         "published": sum(o.msg.type is MsgType.PUBLISH for o in ordered),
     }
     return Workload(MEMBERSHIP_SCHEMA, clients, ordered, meta)
+
+
+MEMBERSHIP_OPS = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
+
+
+def membership_intervals(ops: tuple[ClientOp, ...] | list[ClientOp]
+                         ) -> dict[str, list[list[float | None]]]:
+    """The membership the JOIN, LEAVE and CRASH operations of ``ops`` stand for, in the
+    oracle's convention (``meta["membership"]``, :mod:`nodes.workloads.oracle`): a node
+    with a JOIN operation is a member from each JOIN until the next LEAVE or CRASH; a
+    node without one, from 0 until its first LEAVE or CRASH. A crashed node stays out
+    (its process is gone). Nodes with none of these operations are not listed (always
+    members)."""
+    by_node: dict[str, list[ClientOp]] = {}
+    for op in sorted(ops, key=lambda op: op.t_s):
+        if op.msg.type in MEMBERSHIP_OPS:
+            by_node.setdefault(op.broker, []).append(op)
+    out: dict[str, list[list[float | None]]] = {}
+    for node, node_ops in sorted(by_node.items()):
+        joins = any(op.msg.type is MsgType.JOIN for op in node_ops)
+        start: float | None = None if joins else 0.0
+        spans: list[list[float | None]] = []
+        for op in node_ops:
+            if op.msg.type is MsgType.JOIN and start is None:
+                start = op.t_s
+            elif op.msg.type is not MsgType.JOIN and start is not None:
+                spans.append([start, op.t_s])
+                start = None
+            if op.msg.type is MsgType.CRASH:
+                break
+        else:
+            if start is not None:
+                spans.append([start, None])
+        out[node] = spans
+    return out
+
+
+def oracle_workload(w: Workload) -> Workload:
+    """``w`` as the oracle takes it: without JOIN, LEAVE and CRASH operations, and with
+    ``meta["membership"]`` from them (:func:`membership_intervals`) unless the workload
+    states it; a workload without such operations is returned as it is."""
+    ops = tuple(op for op in w.ops if op.msg.type not in MEMBERSHIP_OPS)
+    if len(ops) == len(w.ops):
+        return w
+    meta = dict(w.meta)
+    meta.setdefault("membership", membership_intervals(w.ops))
+    return Workload(w.schema, w.clients, ops, meta)

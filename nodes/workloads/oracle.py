@@ -97,6 +97,7 @@ from typing import Any, Literal
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, filter_from_json
+from nodes.workloads.membership import MEMBERSHIP_OPS
 from nodes.workloads.ops import Workload
 
 Key = tuple[str, int]
@@ -107,7 +108,6 @@ SWEEP_BELOW_LIVE_SHARE = 0.25  # "auto" sweeps when fewer pairs than this share 
 _INF = math.inf
 # Event kinds on the general path's time line; state changes sort before publications.
 _ADD, _REMOVE, _JOIN, _LEAVE, _PUBLISH = range(5)
-_MEMBERSHIP_OPS = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +296,7 @@ def _scan(w: Workload, settle_s: float
                                  "sub_id in its payload")
             key = (op.client, int(msg.payload["sub_id"]))
             unsubscribed.setdefault(key, []).append(op.t_s)
-        elif t in _MEMBERSHIP_OPS:
+        elif t in MEMBERSHIP_OPS:
             churn += 1
         elif t is not MsgType.ADVERTISE:
             raise ValueError(f"expected_deliveries cannot order {t.name} ops (not modelled)")

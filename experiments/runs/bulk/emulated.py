@@ -148,9 +148,9 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
             if victim is not None:
                 assert kill_after_s is not None
                 time.sleep(max(0.0, start_at + plan.start_s + kill_after_s - time.time()))
-                for proc in (run.brokers[victim], run.clients[plan.client_of(victim)]):
-                    os.kill(proc.pid, signal.SIGKILL)
-                killed_s = time.monotonic()
+                killed_s = run.kill(victim)
+                # The whole PC dies: its user (the subscriber client) with its agent.
+                os.kill(run.clients[plan.client_of(victim)].pid, signal.SIGKILL)
             survivors = [b for b in subscribers if b != victim]
             late = _wait_for_markers([log_path(out_dir, plan.client_of(b)) for b in survivors],
                                      b'"kind":"data_recv"', START_MARGIN_S + limit_s)
