@@ -363,11 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "subscriptions; sim: simulated messages/s at 1,000 and "
                                    "10,000 nodes; broker: one broker's zero-loss rate in "
                                    "Mininet and its per-message cost, the simulator's "
-                                   "calibration (root); controller: the SDN controller's start-up, "
+                                   "calibration (root); chain: simulated against emulated "
+                                   "notification delay through one CPU-limited broker at "
+                                   "rising rates, the processing model's check (root); "
+                                   "controller: the SDN controller's start-up, "
                                    "flow set-up latency and port-statistics accuracy in "
                                    "Mininet (root); analysis: pcap to Parquet packets/s with "
                                    "Spark beside tshark and scapy.")
-    b.add_argument("which", choices=["matching", "sim", "broker", "controller", "analysis"])
+    b.add_argument("which", choices=["matching", "sim", "broker", "chain", "controller",
+                                     "analysis"])
     bo = b.add_argument_group(
         "bench broker", "the zero-loss rate steps, then the per-message cost calibration "
                         "(experiments.bench.broker)")
@@ -375,9 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "5000,10000,20000,30000,40000); 'none' skips them")
     bo.add_argument("--step-s", type=float, metavar="S", help="length of a rate step (3)")
     bo.add_argument("--sub-counts", metavar="K,K,...", help="subscription counts of the "
-                    "calibration (1,4,16; at least two); 'none' skips it")
+                    "calibration (1,4,8; at least two); 'none' skips it")
     bo.add_argument("--calibration-rate", type=int, metavar="HZ",
-                    help="publication rate of a calibration step (500)")
+                    help="publication rate of a calibration step (1000)")
     bo.add_argument("--calibration-step-s", type=float, metavar="S",
                     help="length of a calibration step (5)")
     bo.add_argument("--calibration-repeats", type=int, metavar="N",

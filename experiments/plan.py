@@ -21,7 +21,9 @@ consume the plan, never the raw spec, so they cannot disagree on:
   this overlay is refused here);
 - the statistics window, the workload (built and placed once, with its oracle input), the
   link schedule, the capture, the broker settings (with the brokers whose hosts are
-  CPU-limited, ``broker.cpu``, checked to name brokers) and the duration.
+  CPU-limited, ``broker.cpu``, checked to name brokers), the simulator's processing model
+  (``processing``, from ``broker.service`` and the calibration, see
+  :func:`processing_model`) and the duration.
 
 The ``workload`` section of a spec (all optional; defaults are small so that a plain spec
 runs in seconds)::
@@ -73,6 +75,7 @@ import networkx as nx
 from experiments.emulation.capture import plan_capture
 from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
 from nodes.cores import CORES, core_info, resolve_params
+from nodes.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
 from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
@@ -161,6 +164,7 @@ class RunPlan:
     delay_loss_mechanism: str
     notes: tuple[str, ...] = field(default=())
     links: str = "fixed"  # or "on-demand" (see the module docstring)
+    processing: Processing | None = None  # the simulator's processing model
 
     @property
     def name(self) -> str:
@@ -216,6 +220,13 @@ class RunPlan:
             "duration_s": self.duration_s,
             "notes": list(self.notes),
             "links": self.links,
+            "processing": None if self.processing is None else {
+                "base_us": self.processing.service.base_us,
+                "per_match_us": self.processing.service.per_match_us,
+                "buffer_msgs": self.processing.buffer_msgs,
+                "per_broker": {b: vars(t).copy()
+                               for b, t in self.processing.per_broker.items()},
+                "cpu_share": dict(self.processing.cpu_share)},
         }
 
 
@@ -307,14 +318,40 @@ def _check_schedule(spec: Spec, g: nx.Graph) -> None:
                             "(topology.params.mode: overlay)")
 
 
-def _check_cpu_limits(spec: Spec, g: nx.Graph) -> None:
-    """``broker.cpu`` may name brokers only (a switch has no host to limit)."""
+def _check_broker_names(spec: Spec, g: nx.Graph) -> None:
+    """``broker.cpu`` and ``broker.service.brokers`` may name brokers only (a switch has
+    no host to limit and handles no message)."""
     names = brokers(g)
-    for b in spec.broker.cpu:
-        if b not in names:
-            some = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-            raise SpecError(f"broker.cpu: {b!r} is not a broker of topology "
-                            f"{spec.topology.name!r}; allowed: its brokers ({some})")
+    service = (spec.broker.service or {}).get("brokers", {})
+    for where, named in (("broker.cpu", spec.broker.cpu), ("broker.service.brokers", service)):
+        for b in named:
+            if b not in names:
+                some = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+                raise SpecError(f"{where}: {b!r} is not a broker of topology "
+                                f"{spec.topology.name!r}; allowed: its brokers ({some})")
+
+
+def processing_model(spec: Spec) -> Processing | None:
+    """The simulator's processing model from ``broker.service`` (None: off): figures
+    the spec leaves out come from the calibration (``nodes/calibration.json``); brokers
+    of ``broker.cpu`` take 1/share as long."""
+    service = spec.broker.service
+    if service is None:
+        return None
+    given = {k: service[k] for k in ("base_us", "per_match_us") if k in service}
+    if len(given) < 2:
+        try:
+            calibrated = calibrated_service()
+        except ValueError as exc:
+            raise SpecError(f"broker.service: {exc}") from exc
+        given = {**vars(calibrated), **given}
+    default = ServiceTime(**given)
+    return Processing(
+        service=default,
+        per_broker={b: ServiceTime(**{**vars(default), **t})
+                    for b, t in service.get("brokers", {}).items()},
+        cpu_share=dict(spec.broker.cpu),
+        buffer_msgs=service.get("buffer_msgs", DEFAULT_BUFFER_MSGS))
 
 
 def _mechanism(p: LinkParams, netem: bool) -> dict[str, str]:
@@ -520,7 +557,7 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
         netem = netem_in_kernel()
     graph = topology_graph(spec)
     _check_schedule(spec, graph)
-    _check_cpu_limits(spec, graph)
+    _check_broker_names(spec, graph)
     links = links_mode(spec, graph)
     overlay, edges = overlay_edges(graph, netem)
     kind = (spec.workload.get("kind", "stock") if spec.workload else None)
@@ -560,4 +597,4 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
         workload_params=wparams, workload=workload, bulk=bulk,
         link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
         duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",
-        notes=tuple(notes), links=links)
+        notes=tuple(notes), links=links, processing=processing_model(spec))

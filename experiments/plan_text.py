@@ -48,8 +48,16 @@ def format_plan(plan: RunPlan) -> str:
     for c in d["link_schedule"]:
         lines.append(f"at {c['at_s']:g} s: {c['a']}-{c['b']} to {c['bw_mbps']:g} Mbit/s")
     if plan.broker.cpu:
-        lines.append("CPU-limited broker hosts (share of one core; emulated): " + ", ".join(
+        runtimes = "emulated" if plan.processing is None else "emulated and simulated"
+        lines.append(f"CPU-limited broker hosts (share of one core; {runtimes}): " + ", ".join(
             f"{b} {share:g}" for b, share in plan.broker.cpu.items()))
+    proc = d["processing"]
+    if proc is not None:
+        lines.append(f"simulated brokers take {proc['base_us']:g} us + {proc['per_match_us']:g} "
+                     f"us per notification handed on (a whole core), input window "
+                     f"{proc['buffer_msgs']} frames"
+                     + "".join(f"; {b} {t['base_us']:g} + {t['per_match_us']:g} us"
+                               for b, t in proc["per_broker"].items()))
     cap = d["capture"]
     lines.append("capture: " + (f"on, snaplen {cap['snaplen']}, at most {cap['max_mb']:g} MB"
                                 if cap["enabled"] else "off"))

@@ -181,10 +181,18 @@ class BrokerSpec:
     share x period; everything on the host shares it: the broker and its clients'
     process), refuses to start where the probe's ``cpu_limit`` check fails, and writes
     the share each host achieved under load into the manifest (``cpu_limits``). Empty:
-    no limit."""
+    no limit.
+
+    ``service`` turns on the simulator's processing model (:mod:`nodes.processing`; the
+    emulated brokers take the time they take): ``base_us`` and ``per_match_us`` (each
+    defaults to the calibration, ``nodes/calibration.json``), ``buffer_msgs`` (the input
+    window) and ``brokers`` (per-broker ``{base_us, per_match_us}``); the word
+    ``calibrated`` is the calibration with every default. The hosts ``cpu`` limits take
+    1/share as long in the simulator too. ``None``: simulated brokers take no time."""
 
     write_buffer_bytes: int | None = None
     cpu: Mapping[str, float] = field(default_factory=dict)
+    service: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -339,7 +347,7 @@ def parse_spec(data: Any) -> Spec:
             at_s=float(_number(c["at_s"], f"{where}.at_s", lo=0, hi=86400)),
             a=c["a"], b=c["b"],
             bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=1e-3, hi=100_000))))
-    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes", "cpu"})
+    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes", "cpu", "service"})
     wbb = brk.get("write_buffer_bytes")
     if wbb is not None:
         wbb = int(_number(wbb, "broker.write_buffer_bytes", lo=1024, hi=2**30, integer=True))
@@ -349,6 +357,7 @@ def parse_spec(data: Any) -> Spec:
                                        "e.g. {b0: 0.2}")
     cpu = {check_name(b, "broker.cpu"): float(_number(v, f"broker.cpu.{b}", lo=0.001, hi=1.0))
            for b, v in cpu.items()}
+    service = _service(brk.get("service"))
     workload = d.get("workload") or {}
     if not isinstance(workload, Mapping):
         raise _fail("workload", workload, "a mapping")
@@ -372,8 +381,39 @@ def parse_spec(data: Any) -> Spec:
         routing=routing,
         link_overrides=tuple(overrides),
         link_schedule=tuple(sorted(schedule, key=lambda c: c.at_s)),
-        broker=BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items()))),
+        broker=BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items())),
+                          service=service),
     )
+
+
+_SERVICE_US = {"base_us", "per_match_us"}
+
+
+def _service(v: Any) -> dict[str, Any] | None:
+    """``broker.service``: None, ``calibrated`` or a mapping (see BrokerSpec)."""
+    if v is None:
+        return None
+    if v == "calibrated":
+        return {}
+    d = _take(v, "broker.service", _SERVICE_US | {"buffer_msgs", "brokers"})
+    out: dict[str, Any] = {k: float(_number(d[k], f"broker.service.{k}", lo=0, hi=1e7))
+                           for k in sorted(_SERVICE_US & set(d))}
+    if "buffer_msgs" in d:
+        out["buffer_msgs"] = int(_number(d["buffer_msgs"], "broker.service.buffer_msgs",
+                                         lo=1, hi=10**7, integer=True))
+    brokers = d.get("brokers") or {}
+    if not isinstance(brokers, Mapping):
+        raise _fail("broker.service.brokers", brokers,
+                    "a mapping of broker name to {base_us, per_match_us}")
+    per = {}
+    for b, times in brokers.items():
+        where = f"broker.service.brokers.{check_name(b, 'broker.service.brokers')}"
+        times = _take(times, where, _SERVICE_US)
+        per[b] = {k: float(_number(times[k], f"{where}.{k}", lo=0, hi=1e7))
+                  for k in sorted(times)}
+    if per:
+        out["brokers"] = dict(sorted(per.items()))
+    return out
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:

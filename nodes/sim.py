@@ -141,6 +141,13 @@ analysis does not care which runtime produced a run. Modelling choices:
   killed broker never comes back, so a JOIN after its death is refused. A client op
   other than JOIN on a dormant broker is a workload error: ``ValueError`` naming the op,
   before the run starts (ops of a dead broker are skipped, as before).
+- **Processing** (``processing``, :mod:`nodes.processing`): without it a broker handles
+  every message in no time. With it each broker is one server with an input buffer: a
+  frame's ``recv`` is logged, and its core handles it, when the broker starts on it;
+  the core's actions are carried out a service time later; a receiver's full window
+  holds frames in the sender's output queue (counted in its ``queue_len``). Timers,
+  windows and link events still take no time. A broker's death loses its buffer and what
+  its output queues held; what was held for it goes on, to be dropped.
 - **Rate changes.** ``link_changes`` lists ``(t_s, a, b, bw_mbps)``: from ``t_s`` on, the
   link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
   enqueued before ``t_s`` keep the departure times they were given at the old rate (a
@@ -190,6 +197,7 @@ from nodes.hosting import (
 )
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
+from nodes.processing import Processing
 from nodes.runfolder import log_path
 from nodes.summary import (
     CARRIES,
@@ -210,9 +218,12 @@ MAX_OPEN_LOGS = max(512, min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
 _OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE, _DOWN = 0, 1, 2, 3, 4, 5, 6
-# Links on demand: a side comes up (a: link, b: True for the dialler's side), a side is
-# closed by its peer (a: link, b: reason), a dial fails (a: dialling broker, b: name).
-_UP, _CLOSE, _REFUSE = 7, 8, 9
+# Processing model: a broker finishes handling a message (a: broker, b: the core's actions).
+_DONE = 7
+# Links on demand (the last kinds: the loop tests kind >= _UP): a side comes up (a: link,
+# b: True for the dialler's side), a side is closed by its peer (a: link, b: reason), a
+# dial fails (a: dialling broker, b: name).
+_UP, _CLOSE, _REFUSE = 8, 9, 10
 _MEMBERSHIP = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
@@ -253,6 +264,8 @@ class SimResult:
     # state up; a connection is two), and dials that failed (`link` state dial_failed).
     links_opened: int = 0
     dials_failed: int = 0
+    # Processing model only: each broker's time spent handling messages (s).
+    busy_s: dict[str, float] = field(default_factory=dict)
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
     matching_s: list[float] = field(default_factory=list, compare=False, repr=False)
@@ -301,6 +314,7 @@ def simulate(
     link_changes: Sequence[tuple[float, str, str, float]] = (),
     derived: Mapping[str, Mapping[str, Any]] | None = None,
     on_demand: LinkModel | None = None,
+    processing: Processing | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
@@ -316,7 +330,8 @@ def simulate(
     core may send to any broker of the overlay, whose edges (fixed links) are then
     optional: the simulator opens links as the :class:`LinkModel` says (module docstring,
     "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive membership (module
-    docstring, "Membership").
+    docstring, "Membership"). With ``processing`` brokers take time to handle messages
+    and hold their senders back when their input buffers fill (:mod:`nodes.processing`).
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -334,6 +349,7 @@ def simulate(
         link_changes=link_changes,
         derived=derived,
         on_demand=on_demand,
+        processing=processing,
     )
     try:
         return sim.run(until_s)
@@ -478,6 +494,7 @@ class _Sim:
         link_changes: Sequence[tuple[float, str, str, float]] = (),
         derived: Mapping[str, Mapping[str, Any]] | None = None,
         on_demand: LinkModel | None = None,
+        processing: Processing | None = None,
     ) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
@@ -553,6 +570,27 @@ class _Sim:
                 raise ValueError(f"link_changes: {a}-{b} is not an overlay link")
             bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
             self.rate_changes.append((float(t_s), lids, 8.0 / (bw * 1e6)))
+
+        # ---- processing model (nodes.processing; none of this is used without it)
+        self.processing = processing
+        if processing is not None:
+            strangers = sorted((set(processing.per_broker) | set(processing.cpu_share))
+                               - set(bidx))
+            if strangers:
+                raise ValueError(f"processing names brokers not in the overlay: {strangers}")
+            self.service_s = [processing.seconds(b) for b in brokers]
+            self.buffer_msgs = processing.buffer_msgs
+        # Per broker: messages waiting to be handled, as (link, message, client) with
+        # link None for a client's operation; whether it is handling one; the frames of
+        # its window (in flight to it or in its buffer); its busy time (s).
+        self.inbuf: list[deque[tuple[int | None, Message, str]]] = [deque() for _ in brokers]
+        self.serving = [False] * len(brokers)
+        self.occupied = [0] * len(brokers)
+        self.busy_s = [0.0] * len(brokers)
+        # Frames a full window holds in their senders' output queues, per link, and per
+        # receiving broker the links holding frames for it, served in turn.
+        self.held: dict[int, deque[Message]] = {}
+        self.blocked: list[deque[int]] = [deque() for _ in brokers]
 
         # ---- clients
         clashes = sorted(set(workload.clients) & set(bidx))
@@ -647,14 +685,10 @@ class _Sim:
         end_s = 0.0
         cores = self.cores
         link_dst = self.link_dst
-        link_src_name = self.link_src_name
         act = self._act
         pop = heapq.heappop
         log = self.log
-        carries = _CARRIES
-        sent_at = self.sent_at
-        reached_by = self.reached_by
-        reached_at = self.reached_at
+        proc = self.processing is not None
         while True:
             t = heap[0][0] if heap else math.inf
             if self.active and window_t <= t:
@@ -673,6 +707,8 @@ class _Sim:
             if kind == _KILL:
                 dead.add(a)
                 self._announce_death(a, t)
+                if proc:
+                    self._processing_death(a, t)
                 continue
             if kind == _DOWN:
                 if a not in dead:
@@ -694,24 +730,17 @@ class _Sim:
                     end_s = t
                 continue
             if (dead or gone or dormant) and self._at_dead_broker(kind, a, b, t):
+                if proc and kind == _ARRIVE:  # dropped: its place in the window frees
+                    self._free(link_dst[a], t)
                 continue
             if kind == _ARRIVE:
-                dst = link_dst[a]
-                src = link_src_name[a]
-                if log is not None:
-                    log(self.brokers[dst], Ev.RECV, t, link=src, **message_fields(b))
-                op_type = carries.get(b.type)
-                if op_type is not None:
-                    key = (op_type, b.origin, b.msg_id)
-                    if key in sent_at:
-                        reached = reached_by.setdefault(key, set())
-                        if dst not in reached:  # later copies reach no new broker
-                            reached.add(dst)
-                            reached_at[key] = t
-                actions, took_s = handle_timed(cores[dst], Arrived(src, b), t, b.type)
-                if took_s is not None:
-                    self.matching_s.append(took_s)
-                act(dst, actions, t)
+                if proc:  # into the input buffer; handled when the broker gets to it
+                    self._take_in(link_dst[a], (a, b, ""), t)
+                    continue
+                act(link_dst[a], self._handle_frame(a, b, t), t)
+            elif kind == _DONE:  # the broker has handled a message: its actions go out
+                act(a, b, t)
+                self._serve(a, t)
             elif kind == _OP:
                 self._client_op(a, t)
             elif kind == _TIMER:
@@ -745,7 +774,7 @@ class _Sim:
     def _at_dead_broker(self, kind: int, a: Any, b: Any = None, t: float = 0.0) -> bool:
         """Whether a heap entry concerns a dead broker, and so never happens; or is the
         arrival of a flushed frame, or one at a dormant broker (dropped, and logged)."""
-        if kind == _TIMER:
+        if kind in (_TIMER, _DONE):
             return a in self.dead
         if kind == _OP:
             return self.bidx[a.broker] in self.dead
@@ -782,14 +811,97 @@ class _Sim:
             msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
         self.sent_at[(msg.type, msg.origin, msg.msg_id)] = t
         if self.log is not None:
-            fields = message_fields(msg)
-            self.log(op.client, Ev.SEND, t, link=op.broker, **extra, **fields)
-            self.log(op.broker, Ev.RECV, t, link=op.client, **fields)
+            self.log(op.client, Ev.SEND, t, link=op.broker, **extra, **message_fields(msg))
         bi = self.bidx[op.broker]
-        actions, took_s = handle_timed(self.cores[bi], FromClient(op.client, msg), t, msg.type)
+        if self.processing is not None:
+            self._take_in(bi, (None, msg, op.client), t)
+        else:
+            self._act(bi, self._handle_op(bi, op.client, msg, t), t)
+
+    def _handle_op(self, bi: int, client: str, msg: Message, t: float) -> list[Action]:
+        """Broker ``bi``'s core handles ``client``'s message at ``t``."""
+        if self.log is not None:
+            self.log(self.brokers[bi], Ev.RECV, t, link=client, **message_fields(msg))
+        actions, took_s = handle_timed(self.cores[bi], FromClient(client, msg), t, msg.type)
         if took_s is not None:
             self.matching_s.append(took_s)
-        self._act(bi, actions, t)
+        return actions
+
+    def _handle_frame(self, lid: int, msg: Message, t: float) -> list[Action]:
+        """The receiving broker's core handles the frame that came over link ``lid``."""
+        dst = self.link_dst[lid]
+        src = self.link_src_name[lid]
+        if self.log is not None:
+            self.log(self.brokers[dst], Ev.RECV, t, link=src, **message_fields(msg))
+        op_type = _CARRIES.get(msg.type)
+        if op_type is not None:
+            key = (op_type, msg.origin, msg.msg_id)
+            if key in self.sent_at:
+                reached = self.reached_by.setdefault(key, set())
+                if dst not in reached:  # later copies reach no new broker
+                    reached.add(dst)
+                    self.reached_at[key] = t
+        actions, took_s = handle_timed(self.cores[dst], Arrived(src, msg), t, msg.type)
+        if took_s is not None:
+            self.matching_s.append(took_s)
+        return actions
+
+    # ---- processing model (nodes.processing) ----------------------------------------------
+
+    def _take_in(self, bi: int, item: tuple[int | None, Message, str], t: float) -> None:
+        """A message reaches broker ``bi``'s input buffer at ``t``."""
+        self.inbuf[bi].append(item)
+        if not self.serving[bi]:
+            self._serve(bi, t)
+
+    def _serve(self, bi: int, t: float) -> None:
+        """Broker ``bi`` starts on the next message of its buffer, if any: its core
+        handles it now and its actions go out when the service time has passed."""
+        buf = self.inbuf[bi]
+        if not buf:
+            self.serving[bi] = False
+            return
+        lid, msg, client = buf.popleft()
+        if lid is None:
+            actions = self._handle_op(bi, client, msg, t)
+        else:
+            self._free(bi, t)
+            actions = self._handle_frame(lid, msg, t)
+        n = sum(1 for x in actions if type(x) is Send or type(x) is Deliver)
+        base_s, per_match_s = self.service_s[bi]
+        took = base_s + per_match_s * n
+        self.busy_s[bi] += took
+        self.serving[bi] = True
+        self._push(t + took, _DONE, bi, actions)
+
+    def _free(self, bi: int, t: float) -> None:
+        """A frame of broker ``bi``'s window is gone (being handled, or dropped): the
+        space goes to the links holding frames for it, one frame each in turn."""
+        self.occupied[bi] -= 1
+        self._release(bi, t)
+
+    def _release(self, bi: int, t: float) -> None:
+        """Send what the links hold for broker ``bi`` while its window has room (a dead
+        broker's has no bound: what reaches it is dropped)."""
+        blocked = self.blocked[bi]
+        while blocked and (self.occupied[bi] < self.buffer_msgs or bi in self.dead):
+            lid = blocked.popleft()
+            queue = self.held[lid]
+            msg = queue.popleft()
+            if queue:
+                blocked.append(lid)
+            else:
+                del self.held[lid]
+            self._transmit(self.link_src[lid], lid, msg, t)
+
+    def _processing_death(self, bi: int, t: float) -> None:
+        """Broker ``bi`` died at ``t``: its buffer is lost, the frames its own output
+        queues held are gone, and those held for it go (to be dropped on arrival)."""
+        self.inbuf[bi].clear()
+        for lid in [lid for lid in self.held if self.link_src[lid] == bi]:
+            del self.held[lid]
+            self.blocked[self.link_dst[lid]].remove(lid)
+        self._release(bi, t)
 
     def _act(self, bi: int, actions: list[Action], now: float) -> None:
         """Carry out one core's actions at time ``now``."""
@@ -837,7 +949,24 @@ class _Sim:
 
     def _enqueue(self, bi: int, lid: int, msg: Message, now: float) -> None:
         """Put ``msg`` on link ``lid``'s output queue at ``now`` (module docstring, Links
-        and NICs): schedule its departure and its arrival."""
+        and NICs): schedule its departure and its arrival, or, if the receiver's window
+        is full (processing model), hold it there."""
+        self.count_in[lid] += 1
+        self.active.add(lid)
+        if self.processing is not None:
+            dst = self.link_dst[lid]
+            held = self.held.get(lid)
+            if held is not None:
+                held.append(msg)
+                return
+            if self.occupied[dst] >= self.buffer_msgs and dst not in self.dead:
+                self.held[lid] = deque((msg,))
+                self.blocked[dst].append(lid)
+                return
+        self._transmit(bi, lid, msg, now)
+
+    def _transmit(self, bi: int, lid: int, msg: Message, now: float) -> None:
+        """Schedule ``msg``'s departure from link ``lid``'s queue and its arrival."""
         ckey = (msg.type, msg.origin, msg.msg_id)
         cached = self.size_cache.get(ckey)
         if cached is not None and cached[0] is msg.payload:
@@ -856,8 +985,6 @@ class _Sim:
             end = start + size * self.s_per_byte[lid]
         self.busy_until[lid] = end
         self.tx_starts[lid].append(start)
-        self.count_in[lid] += 1
-        self.active.add(lid)
         rng = self.link_rng[lid]
         lost = rng is not None and rng.random() < self.loss_p[lid]
         if start > now:
@@ -870,6 +997,7 @@ class _Sim:
         if lost:
             self.lost += 1
         else:
+            self.occupied[self.link_dst[lid]] += 1
             self.seq += 1
             arrive = end + self.delay_s[lid]
             heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
@@ -906,7 +1034,8 @@ class _Sim:
             while waiting and waiting[0] < t_w:
                 waiting.popleft()
                 out += 1
-            fig = (self.count_in[lid], out, len(waiting))
+            held = self.held.get(lid)
+            fig = (self.count_in[lid], out, len(waiting) + (len(held) if held else 0))
             self.count_in[lid] = 0
             figures[lid] = fig
             if fig != (0, 0, 0):
@@ -981,6 +1110,8 @@ class _Sim:
             counters={b: dict(c.counters()) for b, c in zip(self.brokers, self.cores, strict=True)
                       if isinstance(c, HasCounters)},
             matching_s=self.matching_s,
+            busy_s=({b: round(s, 9) for b, s in zip(self.brokers, self.busy_s, strict=True)}
+                    if self.processing is not None else {}),
             span_s=max(0.0, self.last_delivery_s - self.first_pub_s)
             if self.last_delivery_s > self.first_pub_s else 0.0,
             links_opened=self.links_opened,

@@ -83,8 +83,9 @@ def test_busy_loop_gets_its_share_and_no_more() -> None:
                     cpu_limits={"pc1": 0.2})
     try:
         emu.start()
-        assert emu.cpu_cgroups["pc1"] == {"configured": 0.2, "quota_us": 20000,
-                                          "period_us": 100000}
+        # A 10 ms period: 2 ms on, 8 ms off, not Mininet's 20 on, 80 off.
+        assert emu.cpu_cgroups["pc1"] == {"configured": 0.2, "quota_us": 2000,
+                                          "period_us": 10000}
         limited, free = emu.popen("pc1", BUSY), emu.popen("pc2", BUSY)
         time.sleep(0.3)
         c0, i0, t0 = _proc_cpu_s(free.pid), _idle_s(), time.monotonic()
@@ -94,6 +95,12 @@ def test_busy_loop_gets_its_share_and_no_more() -> None:
         free_share = (_proc_cpu_s(free.pid) - c0) / dt
         idle_cores = (_idle_s() - i0) / dt
         row = sampler.summary()["pc1"]
+        # Under 0.1 core the period grows so that the quota keeps the kernel's 1 ms minimum.
+        emu.set_cpu_share("pc1", 0.05)
+        assert emu.cpu_cgroups["pc1"] == {"configured": 0.05, "quota_us": 1000,
+                                          "period_us": 20000}
+        with pytest.raises(ValueError, match="'pc2' is not a CPU-limited host"):
+            emu.set_cpu_share("pc2", 0.5)
     finally:
         emu.stop()
     assert limited.poll() is not None and free.poll() is not None
@@ -119,7 +126,7 @@ def test_run_manifest_records_configured_and_achieved_limits(runs_dir: Path) -> 
     on_disk = json.loads((run_dir / "manifest.json").read_text())
     row = on_disk["cpu_limits"]["a0"]
     assert set(on_disk["cpu_limits"]) == {"a0"}
-    assert row["configured"] == 0.3 and row["quota_us"] == 30000, row
+    assert row["configured"] == 0.3 and (row["quota_us"], row["period_us"]) == (3000, 10000), row
     assert row["windows"] and 0 < row["achieved_max"] <= 0.3 + 0.05, row
     assert row["sampled_s"] >= plan.phase_s(), row
     assert on_disk["plan"]["broker"]["cpu"] == {"a0": 0.3}

@@ -22,10 +22,16 @@ Mechanisms (chosen from the capability probe and written to the manifest):
 - CPU limits (``cpu_limits``: host -> share of one core): those hosts are Mininet
   ``CPULimitedHost`` s with the CFS scheduler, i.e. a cgroup (v1 ``cpu`` and
   ``cpuacct``, made with cgroup-tools' ``cgcreate``) holding the host's shell and every
-  process started on it, with ``cpu.cfs_quota_us`` = share x ``cpu.cfs_period_us``.
+  process started on it, with ``cpu.cfs_quota_us`` = share x ``cpu.cfs_period_us``. The
+  period is 10 ms (Mininet's is 100 ms), longer only where the quota would fall under the
+  kernel's 1 ms minimum (shares below 0.1): a host limited to 0.2 core then runs 2 ms and
+  waits 8, rather than running 20 ms and waiting 80, so it looks more like a slower CPU
+  than like one that stops (an 80 ms stop was the 95th-percentile delay of a broker at
+  0.2 core well below its knee).
   Mininet's ``cpu`` is a fraction of the whole machine (it multiplies by the number of
   cores); we pass share / cores and then check (and, for rounding, correct) the quota
-  the kernel holds. :meth:`Emulation.cpu_sampler` measures what each limited host
+  the kernel holds; :meth:`Emulation.set_cpu_share` changes a limited host's share on
+  the running network. :meth:`Emulation.cpu_sampler` measures what each limited host
   actually used from its cgroup's ``cpuacct.usage``.
 """
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import subprocess
 import threading
@@ -69,6 +76,9 @@ def _interrupt_pending_commands(net: Any) -> None:
         node.waiting = False
 
 
+# CFS bandwidth control of CPU-limited hosts (module docstring): the kernel refuses a
+# quota under 1 ms and a period over 1 s.
+CFS_PERIOD_US, CFS_MIN_QUOTA_US, CFS_MAX_PERIOD_US = 10_000, 1_000, 1_000_000
 CONTROLLER_NODE = "ofctl"  # no trailing digit: cannot collide with a broker (x + cluster)
 
 
@@ -336,20 +346,36 @@ class Emulation:
     def _check_cpu_quotas(self) -> None:
         """Read back each limited host's CFS quota; set it exactly where Mininet's
         fraction arithmetic rounded it off."""
-        for host, share in self.cpu_limits.items():
-            period_f = cgroup_file("cpu", host, "cpu.cfs_period_us")
-            quota_f = cgroup_file("cpu", host, "cpu.cfs_quota_us")
-            period = _read_int(period_f)
-            want = max(1000, round(period * share))
-            if _read_int(quota_f) != want:
-                quota_f.write_text(f"{want}\n")
-            quota = _read_int(quota_f)
-            if quota != want:
-                raise RuntimeError(f"cgroup {host}: cpu.cfs_quota_us is {quota}, not {want}")
-            self.cpu_cgroups[host] = {"configured": share, "quota_us": quota,
-                                      "period_us": period}
-            self.log(f"{host}: CPU limited to {quota}/{period} us per period "
-                     f"({quota / period:g} core)")
+        for host, share in list(self.cpu_limits.items()):
+            self.set_cpu_share(host, share)
+
+    def set_cpu_share(self, host: str, share: float) -> None:
+        """Limit ``host`` (one built CPU-limited, see ``cpu_limits``) to ``share`` of one
+        core, also while the network runs: the cgroup's ``cpu.cfs_quota_us`` is written
+        (share x ``cpu.cfs_period_us``, at least 1000 us; the period as the module
+        docstring says) and read back, and takes effect
+        from the next CFS period for every process on the host; :attr:`cpu_limits` and
+        :attr:`cpu_cgroups` follow."""
+        if host not in self.cpu_limits:
+            raise ValueError(f"{host!r} is not a CPU-limited host of this emulation "
+                             f"(cpu_limits: {sorted(self.cpu_limits)})")
+        if not 0 < share <= 1:
+            raise ValueError(f"{host}: share {share!r} not in (0, 1]")
+        period = min(CFS_MAX_PERIOD_US, max(CFS_PERIOD_US, math.ceil(CFS_MIN_QUOTA_US / share)))
+        period_f = cgroup_file("cpu", host, "cpu.cfs_period_us")
+        if _read_int(period_f) != period:
+            period_f.write_text(f"{period}\n")
+        quota_f = cgroup_file("cpu", host, "cpu.cfs_quota_us")
+        want = max(CFS_MIN_QUOTA_US, round(period * share))
+        if _read_int(quota_f) != want:
+            quota_f.write_text(f"{want}\n")
+        quota = _read_int(quota_f)
+        if quota != want:
+            raise RuntimeError(f"cgroup {host}: cpu.cfs_quota_us is {quota}, not {want}")
+        self.cpu_limits[host] = share
+        self.cpu_cgroups[host] = {"configured": share, "quota_us": quota, "period_us": period}
+        self.log(f"{host}: CPU limited to {quota}/{period} us per period "
+                 f"({quota / period:g} core)")
 
     def cpu_sampler(self, interval_s: float = 1.0) -> CpuSampler:
         """A :class:`CpuSampler` of every CPU-limited host (a context manager)."""

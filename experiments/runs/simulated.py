@@ -61,7 +61,8 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
                           log_messages=log_messages, window_ms=plan.window_ms,
                           until_s=plan.duration_s,
                           link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
-                                        for c in plan.link_schedule])
+                                        for c in plan.link_schedule],
+                          processing=plan.processing)
         if log_messages:
             summary = summarize_logs(out, overlay.nodes, workload, alg.name, "simulated",
                                      plan.spec.scale, expected)

@@ -1,0 +1,48 @@
+"""The processing model's knee against the emulated broker (root): a broker host limited
+to a share of a core saturates where the simulator, with the calibrated service time
+divided by that share, says it does (within 25 %), and keeps up below it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodes.processing import Processing, calibrated_service
+
+SHARE = 0.15  # not the calibration's share (0.2): the model must carry over
+
+
+@pytest.mark.root
+def test_a_cpu_limited_broker_has_the_simulated_knee(tmp_path: Path) -> None:
+    from experiments.bench.broker import chain_delays, saturation_point
+    from experiments.bench.chain import BROKER, simulated_chain
+    from experiments.emulation.doctor import probe
+    from experiments.emulation.network import Emulation
+    from topologies.links import LinkParams
+    from topologies.registry import build_graph
+
+    proc = Processing(calibrated_service(), cpu_share={BROKER: SHARE})
+    base_s, per_match_s = proc.seconds(BROKER)
+    knee_hz = 1.0 / (base_s + per_match_s)  # one delivery a message
+    # The simulator, measured: saturated at the knee above it, keeping up below it.
+    over = simulated_chain(3 * knee_hz, 2.0, proc)
+    under = simulated_chain(0.5 * knee_hz, 2.0, proc)
+    assert over["throughput_hz"] == pytest.approx(knee_hz, rel=0.01)
+    assert under["throughput_hz"] == pytest.approx(0.5 * knee_hz, rel=0.01)
+
+    found = probe()
+    assert found["mechanisms"]["cpu_limit"], found["checks"]
+    graph = build_graph("gigabit-cluster", {"n": 3}, LinkParams(bw_mbps=1000))
+    emu = Emulation(graph, switch="bridge", probe=found, log=lambda _m: None,
+                    cpu_limits={BROKER: SHARE})
+    try:
+        emu.start()
+        sat = saturation_point(emu, SHARE, round(3 * knee_hz), 3.0, tmp_path / "over")
+        (kept,) = chain_delays(emu, [round(0.5 * knee_hz)], 3.0, tmp_path / "under")
+    finally:
+        emu.stop()
+    assert sat["throughput_hz"] < 0.9 * sat["send_hz"], sat  # a backlog, so saturated
+    assert sat["throughput_hz"] == pytest.approx(over["throughput_hz"], rel=0.25), sat
+    assert kept["delivered"] == kept["published"], kept
+    assert kept["throughput_hz"] == pytest.approx(0.5 * knee_hz, rel=0.05), kept
