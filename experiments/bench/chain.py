@@ -134,7 +134,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def _fmt(x: float | None, width: int = 8) -> str:
+def _fmt(x: float | None, width: int = 9) -> str:
     return f"{x:{width}.2f}" if x is not None else f"{'-':>{width}}"
 
 
@@ -144,8 +144,8 @@ def format_result(result: dict[str, Any]) -> str:
              f"at_rate {svc['at_rate']['base_us']:g} + {svc['at_rate']['per_match_us']:g} us, "
              f"default {svc['default']['base_us']:g} + {svc['default']['per_match_us']:g} us "
              f"per notification; simulated knee {result['knee_hz']['simulated_default']}/s",
-             f"{'rate/s':>7} | {'emulated p50/p95/thru':>26} | {'sim none p50/p95':>17} | "
-             f"{'sim at_rate p50/p95/thru':>26} | {'sim default p50/p95/thru':>26} | "
+             f"{'rate/s':>7} | {'emulated p50/p95/thru':>28} | {'sim none p50/p95':>18} | "
+             f"{'sim at_rate p50/p95/thru':>28} | {'sim default p50/p95/thru':>28} | "
              f"{'emu/sim p50':>11} {'p95':>6}"]
     for r in result["rows"]:
         e, n, a, d = r["emulated"], r["none"], r["at_rate"], r["default"]
