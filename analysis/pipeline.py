@@ -22,8 +22,16 @@ partitioned by ``algorithm``:
 - ``analysis.json``: the result (also what ``--json`` prints).
 
 The wire/log verdict (``wire_matches_logs``) is true only when every algorithm has a
-capture and, per overlay link direction and message type, the sender's capture saw as
-many frames as its log says reached the socket.
+complete capture and, per overlay link direction and message type, the sender's capture
+saw as many frames as its log says reached the socket. ``wire_check`` says which way it
+fails: ``disagree``, or ``incomplete`` when the capture itself lost packets (dropped by
+the kernel, or overwritten by the ring of files; ``pcap/capture.json``), for then the
+frames it lost cannot be compared (hostile traffic on the overlay port can cause that).
+
+The run folder is checked against the manifest's list of nodes (``nodes``: brokers and
+clients, written by the emulated runner): a log that is not there is named among the
+problems and in the algorithm's ``missing_logs``, for a deleted client log would
+otherwise show only as missing deliveries, which look like loss on the network.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from nodes.runfolder import (
     SUMMARY,
     WORKLOAD,
     algorithm_dirs,
+    log_path,
+    read_manifest,
 )
 from nodes.runtime import BROKER_PORT
 
@@ -112,6 +122,15 @@ def discover(run_dir: Path) -> dict[str, Any]:
             found["summaries"][alg] = summary
     found["addresses"] = sorted(set(found["addresses"]))
     return found
+
+
+def missing_logs(run_dir: Path, algorithms: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per algorithm, the brokers and clients the manifest lists (``nodes``) that have no
+    log in its folder; nothing for a manifest without the list (an older run)."""
+    nodes = (read_manifest(run_dir) or {}).get("nodes") or {}
+    return {alg: {role: [n for n in nodes.get(role, [])
+                         if not log_path(run_dir / alg, n).exists()]
+                  for role in ("brokers", "clients")} for alg in algorithms}
 
 
 def _expected(spark: SparkSession, run_dir: Path, algorithms: list[str],
@@ -226,6 +245,13 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
         df.unpersist()
 
     problems = _problem_rows(problems_acc.value) + other
+    absent = missing_logs(run_dir, algorithms)
+    problems += [{"source": "run folder", "file": str(log_path(run_dir / alg, name)),
+                  "where": "", "problem": f"no log of {role[:-1]} {name}, which the manifest "
+                                          "lists" + (": its deliveries count as missing"
+                                                     if role == "clients" else "")}
+                 for alg, by_role in absent.items() for role, names in by_role.items()
+                 for name in names]
     problems += [{"source": "pcap", "file": p["path"], "where": "", "problem": "no packets"}
                  for p in inputs["pcaps"] if p["path"] in per_file and per_file[p["path"]] == 0]
     per_alg = {}
@@ -233,19 +259,22 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
         per_alg[alg] = _algorithm_result(alg, inputs, type_rows, mismatched, flows,
                                          delivery.get(alg), stats.get(alg),
                                          packets_by_alg.get(alg, 0))
+        per_alg[alg]["missing_logs"] = absent[alg]
+    checks = {a["wire_check"] for a in per_alg.values()}
     result = {
         "run_dir": str(run_dir), "metrics_dir": str(metrics),
         "wire_ims_by_type": _sum_types(per_alg, "wire_ims_by_type"),
         "log_ims_by_type": _sum_types(per_alg, "log_ims_by_type"),
         "log_sends_by_type": _sum_types(per_alg, "log_sends_by_type"),
         "wire_matches_logs": all(a["wire_matches_logs"] for a in per_alg.values()),
+        "wire_check": next(c for c in ("disagree", "incomplete", "agree") if c in checks),
         "algorithms": per_alg, "packets": n_packets, "wire_frames": n_frames,
         "log_records": n_events, "problems": problems, "timing_s": timing,
     }
     for p in problems:
         log(f"PROBLEM {p['source']} {p['file']} {p['where']}: {p['problem']}")
-    verdict = "agree" if result["wire_matches_logs"] else "DISAGREE"
-    log(f"cross-check: wire and logs {verdict} (wire {result['wire_ims_by_type']}, "
+    log(f"cross-check: wire and logs {_VERDICT[result['wire_check']]} "
+        f"(wire {result['wire_ims_by_type']}, "
         f"logs {result['log_ims_by_type']})")
     if report:
         from analysis.report import write_report
@@ -285,6 +314,10 @@ def _algorithm_result(alg: str, inputs: dict[str, Any], type_rows: list[dict[str
                       n_packets: int) -> dict[str, Any]:
     captured = any(p["algorithm"] == alg for p in inputs["pcaps"]) and n_packets > 0
     mine = [m for m in mismatched if m["algorithm"] == alg]
+    capture = inputs["captures"].get(alg, {})
+    dropped, overwritten = (capture.get(k) or 0 for k in ("dropped_by_kernel",
+                                                           "overwritten_packets"))
+    lost = dropped + overwritten  # packets the capture itself lost
     wire = _by_type(type_rows, alg, "wire_sent")
     out: dict[str, Any] = {
         "captured": captured, "packets": n_packets,
@@ -292,7 +325,10 @@ def _algorithm_result(alg: str, inputs: dict[str, Any], type_rows: list[dict[str
         "wire_received_by_type": _by_type(type_rows, alg, "wire_received"),
         "log_ims_by_type": _by_type(type_rows, alg, "log_on_wire"),
         "log_sends_by_type": _by_type(type_rows, alg, "log_sent"),
-        "wire_matches_logs": captured and not mine,
+        "wire_matches_logs": captured and not mine and not lost,
+        # A capture that lost packets cannot tell its own gaps from the brokers' lies.
+        "wire_check": ("incomplete" if captured and lost
+                       else "agree" if captured and not mine else "disagree"),
         "mismatches": [{**m, "flows": [f for f in flows if f["algorithm"] == alg
                                        and f["src_broker"] == m["src_broker"]
                                        and f["dst_broker"] == m["dst_broker"]]}
@@ -300,12 +336,17 @@ def _algorithm_result(alg: str, inputs: dict[str, Any], type_rows: list[dict[str
         "deliveries": {k: v for k, v in (delivery or {}).items() if k != "algorithm"},
         "delay_ms": {k: (round(v, 6) if isinstance(v, float) else v)
                      for k, v in (stats or {}).items() if k != "algorithm"},
-        "capture": {k: inputs["captures"].get(alg, {}).get(k) for k in
+        "capture": {k: capture.get(k) for k in
                     ("bytes", "packets_in_files", "dropped_by_kernel", "overwritten_packets",
                      "bound_bytes", "snaplen")},
     }
     if not captured:
         out["why_not"] = "no packets captured for this algorithm"
+    elif lost:
+        out["why_incomplete"] = (f"the capture lost {lost} packet(s) "
+                                 f"({dropped} dropped by the kernel, {overwritten} "
+                                 "overwritten by rotation): the frames in them cannot be "
+                                 "compared with the logs")
     summary = inputs["summaries"].get(alg)
     if summary:
         keys = ("expected_deliveries", "delivered", "missing", "duplicates", "unexpected")
@@ -319,9 +360,12 @@ def _algorithm_result(alg: str, inputs: dict[str, Any], type_rows: list[dict[str
     return out
 
 
+_VERDICT = {"agree": "agree", "disagree": "DISAGREE", "incomplete": "check INCOMPLETE"}
+
+
 def format_result(result: dict[str, Any]) -> str:
     """The analysis in a few lines for a terminal."""
-    verdict = "agree" if result["wire_matches_logs"] else "DISAGREE"
+    verdict = _VERDICT[result["wire_check"]]
     wire, logged = result["wire_ims_by_type"], result["log_ims_by_type"]
     types = sorted(set(wire) | set(logged))
     lines = [f"wire and logs {verdict}: " + (", ".join(
@@ -334,6 +378,12 @@ def format_result(result: dict[str, Any]) -> str:
         lines.append(f"{alg}: {a['packets']} packets, delivered {d.get('delivered')} of "
                      f"{d.get('expected_deliveries')}, missing {d.get('missing')}, "
                      f"duplicates {d.get('duplicates')}{delay}")
+        if a.get("why_incomplete"):
+            lines.append(f"  WIRE CHECK INCOMPLETE: {a['why_incomplete']}")
+        absent = [n for names in a["missing_logs"].values() for n in names]
+        if absent:
+            lines.append(f"  MISSING LOGS {', '.join(absent)}: the manifest lists them; what "
+                         "they would show counts as missing, not as loss on the network")
         for m in a["mismatches"]:
             lines.append(f"  MISMATCH {m['src_broker']}->{m['dst_broker']} {m['type']}: wire "
                          f"{m['wire_sent']}, logs {m['log_on_wire']}")

@@ -6,7 +6,8 @@ the metrics hold. Choices:
 - **One HTML file, nothing external**: figures are PNGs embedded as base64, the style
   sheet is inline; the page opens from a USB stick or an e-mail attachment.
 - **The verdict comes first**: whether the wire and the logs agree, in a green or red
-  box; a disagreement lists the link directions, the counts and the TCP flows concerned.
+  box (orange when the capture lost packets: the check is incomplete); a disagreement
+  lists the link directions, the counts and the TCP flows concerned.
   Problems met while parsing (files, lines, stream gaps) follow in an orange box.
 - **Figures**: IMs by type (wire beside logs); per-link throughput as a heat map (one row
   per link direction, time across; readable at any number of links, where a line per
@@ -270,12 +271,20 @@ def _verdict(result: dict[str, Any]) -> str:
         return (f"<div class='box ok'><b>Wire and logs agree.</b> Every inter-broker message "
                 f"the brokers logged as written to a socket was seen on the wire by the "
                 f"sender's capture, per link and type ({counts}).</div>")
-    parts = ["<div class='box bad'><b>WIRE AND LOGS DISAGREE.</b>"]
+    if result["wire_check"] == "incomplete":
+        parts = ["<div class='box warn'><b>WIRE CHECK INCOMPLETE.</b> The capture lost "
+                 "packets, so the wire can neither confirm nor refute the logs; differences "
+                 "below may be the capture's own gaps."]
+    else:
+        parts = ["<div class='box bad'><b>WIRE AND LOGS DISAGREE.</b>"]
     for alg, a in algs.items():
         if not a["captured"]:
             parts.append(f"<p><b>{html.escape(alg)}</b>: {html.escape(a.get('why_not', ''))}"
                          "</p>")
             continue
+        if a.get("why_incomplete"):
+            parts.append(f"<p><b>{html.escape(alg)}</b>: {html.escape(a['why_incomplete'])}"
+                         "</p>")
         if not a["mismatches"]:
             continue
         parts.append(f"<p><b>{html.escape(alg)}</b>: {len(a['mismatches'])} link direction(s) "

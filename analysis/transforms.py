@@ -49,6 +49,7 @@ from analysis import logs as logfmt
 from analysis import pcap
 from analysis.streams import Segment, decode_stream
 from nodes.logs import Ev
+from nodes.messages import LINK_FRAMES
 
 Acc = Accumulator[set[Any]]
 FLOW_KEYS = ["algorithm", "host", "ip_src", "sport", "ip_dst", "dport"]
@@ -296,8 +297,9 @@ def _overlay() -> Column:
 
 def wire_ims_by_link(spark: SparkSession, frames: DataFrame) -> DataFrame:
     """IMs on the wire per overlay link direction and type: ``wire_sent`` counted at the
-    sender's capture, ``wire_received`` at the receiver's (HELLO excluded)."""
-    f = frames.where(_overlay() & (F.col("type") != "HELLO"))
+    sender's capture, ``wire_received`` at the receiver's (HELLO and KEEPALIVE excluded:
+    :data:`~nodes.messages.LINK_FRAMES`, which brokers do not log as sends)."""
+    f = frames.where(_overlay() & ~F.col("type").isin([t.name for t in LINK_FRAMES]))
     return f.groupBy(*LINK_KEYS, "type").agg(
         F.sum((F.col("host") == F.col("src_broker")).cast("long")).alias("wire_sent"),
         F.sum((F.col("host") == F.col("dst_broker")).cast("long")).alias("wire_received"))

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from experiments.spec import SpecError, load_spec
-
-DEFAULT_RUNS = Path("runs")
+from nodes.runfolder import RUNS_BASE as DEFAULT_RUNS
 
 
 def _emit(args: argparse.Namespace, result: Any, text: str) -> None:
@@ -108,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from experiments.plan import emulation_fits
+    from experiments.runs.faults import EXIT_LOSSY, LOSSY
     from experiments.runs.summaries import summary_table
     from experiments.runs.testbed import run_experiment
 
@@ -136,12 +135,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     summaries = manifest.get("summaries", {})
     result = {"run_dir": str(run_dir), "status": manifest["status"],
               "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing"),
+              "faults": manifest.get("faults"),
               **({"summaries": summaries} if summaries else {})}
-    text = f"run folder: {run_dir}"
+    text = f"run folder: {run_dir}\nstatus: {manifest['status']}"
     if summaries:
         text = f"{summary_table(summaries)}\n{text}"
     _emit(args, result, text)
-    return 0
+    return EXIT_LOSSY if manifest["status"] == LOSSY else 0
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -163,6 +163,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise SpecError(f"spec {plan.name!r} has no workload section: nothing to simulate")
     run_dir, summaries = run_simulation(plan, _out_dir(args.out), log_messages=not args.no_logs)
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from analysis.reproduction import format_rows
+    from experiments.reproduce import reproduce
+
+    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out))
+    _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
     return 0
 
 
@@ -198,8 +207,10 @@ def cmd_throttle(args: argparse.Namespace) -> int:
         result = throttle(args.a, args.b, args.bw_mbps)
     except (LookupError, ValueError) as exc:
         raise SpecError(str(exc)) from None
+    recorded = (f"recorded in {result['recorded_in']}" if result["recorded_in"]
+                else "no run's workload is live: recorded nowhere")
     _emit(args, result, f"{args.a}-{args.b}: {args.bw_mbps:g} Mbit/s on "
-                        f"{', '.join(result['interfaces'])}")
+                        f"{', '.join(result['interfaces'])} ({recorded})")
     return 0
 
 
@@ -318,6 +329,25 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(sm)
     sm.set_defaults(func=cmd_sim)
 
+    rp = sub.add_parser("reproduce", help="run a paper's experiments and write "
+                                          "reproduction.html beside the paper's numbers",
+                        description="Run the paper's shipped experiment specs (at their "
+                                    "stated scale; --quick at the smaller one its data file "
+                                    "states) and write one self-contained reproduction.html: "
+                                    "per headline number of the paper its source, ours, the "
+                                    "ratio, whether the direction agrees and why they differ, "
+                                    "with our figure on the paper's axes and links to the run "
+                                    "folders. Papers: experiments/papers/PAPER.yaml.")
+    rp.add_argument("paper", help="octopia or lbdd")
+    rp.add_argument("--runtime", choices=["sim", "emulated"], default="sim",
+                    help="simulator (default) or Mininet (root)")
+    rp.add_argument("--quick", action="store_true",
+                    help="the smaller scale the data file states (about a minute each)")
+    rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
+                    help="folder for the reproduction folder (default ./runs)")
+    _json_flag(rp)
+    rp.set_defaults(func=cmd_reproduce)
+
     c = sub.add_parser("compare", help="the summaries of several runs side by side",
                        description="Print a side-by-side table of summary.json figures. "
                                    "Each RUN is a run folder (all its algorithms) or a "
@@ -329,10 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     th = sub.add_parser("throttle", help="change a live overlay link's rate (root)",
                         description="Set the rate of the emulated link between brokers A and "
                                     "B on the running network (overlay-as-links mode), e.g. "
-                                    "from a second terminal during `pubsublab run SPEC --cli`.")
+                                    "from a second terminal during `pubsublab run SPEC --cli`. "
+                                    "While a run's workload runs, the change is recorded in "
+                                    "its folder (throttles.jsonl, then the summaries and the "
+                                    "manifest) and undone before the next algorithm.")
     th.add_argument("a", help="one broker, e.g. a0")
     th.add_argument("b", help="the other broker, e.g. a1")
-    th.add_argument("--bw-mbps", type=float, required=True, help="new rate in Mbit/s")
+    th.add_argument("--bw-mbps", type=float, required=True,
+                    help="new rate in Mbit/s, 0.001 to 100000")
     _json_flag(th)
     th.set_defaults(func=cmd_throttle)
 
@@ -374,10 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      "analysis"])
     bo = b.add_argument_group(
         "bench broker", "the zero-loss rate steps, then the per-message cost calibration "
-                        "(experiments.bench.broker)")
+                        "(experiments.bench.broker); logs go to runs/<stamp>-bench-broker/ "
+                        "(bench chain: runs/<stamp>-bench-chain/)")
     bo.add_argument("--rates", metavar="HZ,HZ,...", help="rate steps (default 1000,2000,"
                     "5000,10000,20000,30000,40000); 'none' skips them")
     bo.add_argument("--step-s", type=float, metavar="S", help="length of a rate step (3)")
+    bo.add_argument("--max-delay-s", type=float, metavar="S",
+                    help="a step fails if any notification takes longer end to end (1)")
     bo.add_argument("--sub-counts", metavar="K,K,...", help="subscription counts of the "
                     "calibration (1,4,8; at least two); 'none' skips it")
     bo.add_argument("--calibration-rate", type=int, metavar="HZ",
@@ -403,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise SpecError(f"{flag} {text!r}: expected integers, comma-separated "
                                 "(or none)") from None
 
-        options = {key: getattr(args, key) for key in ("rates", "step_s", "sub_counts",
+        options = {key: getattr(args, key) for key in ("rates", "step_s", "max_delay_s",
+                                                      "sub_counts",
                                                       "calibration_rate",
                                                       "calibration_step_s",
                                                       "calibration_repeats",
@@ -419,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
             kw["rates_hz"] = ints(given["rates"], "--rates")
         if "sub_counts" in given:
             kw["sub_counts"] = ints(given["sub_counts"], "--sub-counts")
-        for key, name in (("step_s", "step_s"), ("calibration_rate", "calibration_rate_hz"),
+        for key, name in (("step_s", "step_s"), ("max_delay_s", "max_delay_s"),
+                          ("calibration_rate", "calibration_rate_hz"),
                           ("calibration_step_s", "calibration_step_s"),
                           ("calibration_repeats", "repeats")):
             if key in given:
@@ -441,7 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         r = sub.add_parser(name, help=helptext, description=helptext + ". Leaves a run folder "
                            "with manifest.json (resolved spec, seed, git revision, probe, link "
-                           "mechanisms, fidelity measurements).")
+                           "mechanisms, fidelity measurements, faults, status).",
+                           epilog="exit status: 0 ok; 3 lossy: some delivery was missing or "
+                                  "came twice and no fault the spec declares (a CRASH "
+                                  "operation, a link_schedule change, a bulk failure round) "
+                                  "explains it; 2 an error (one line on standard error); "
+                                  "130 interrupted")
         _spec_arguments(r, with_spec=name == "run")
         r.add_argument("--cli", action="store_true",
                        help="open the Mininet CLI on the live network before teardown")
@@ -453,13 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _sigterm(_signo: int, _frame: object) -> None:
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def main(argv: list[str] | None = None) -> int:
+    from experiments.interrupts import interrupt_once
+
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    interrupt_once()  # SIGTERM ends a run like Ctrl-C; a second one waits for teardown
     try:
         return args.func(args)
     except (SpecError, PermissionError, RuntimeError) as exc:

@@ -35,6 +35,8 @@ runs in seconds)::
     pubs_per_publisher: 20
     publish_rate_hz: 10    # per publisher
     selectivity: 0.02
+    selectivity_of: advertisements  # or publications: what the selectivity is a share of
+                           # (OctopiA's two readings, nodes.workloads.stock)
     phase_gap_s: 1.0       # advertisements, then subscriptions, then publications
     advertise_spread_s: 0.0    # advertisements evenly over this long (<= phase_gap_s / 2)
     subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
@@ -80,7 +82,7 @@ from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
 from nodes.workloads.ops import Workload
-from nodes.workloads.stock import stock_workload
+from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
 from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
 from topologies.registry import build_graph
@@ -90,6 +92,7 @@ SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no dur
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
     "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
+    "selectivity_of": SELECTIVITY_READINGS[0],
     "phase_gap_s": 1.0, "advertise_spread_s": 0.0, "subscribe_spread_s": None,
     "burst": None,
 }
@@ -512,6 +515,7 @@ def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workloa
             brokers(graph), n_publishers=p["n_publishers"], n_subscribers=p["n_subscribers"],
             pubs_per_publisher=p["pubs_per_publisher"], publish_rate_hz=p["publish_rate_hz"],
             seed=spec.seed, mode=p["mode"], selectivity=p["selectivity"],
+            selectivity_of=p["selectivity_of"],
             phase_gap_s=p["phase_gap_s"], advertise_spread_s=p["advertise_spread_s"],
             subscribe_spread_s=p["subscribe_spread_s"])
     except (ValueError, TypeError) as exc:

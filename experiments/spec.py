@@ -34,6 +34,9 @@ class SpecError(ValueError):
 MAX_SPEC_BYTES = 1_000_000
 MAX_ALIASES = 50  # YAML anchors a spec may refer to; an alias bomb needs many more
 MAX_NODES = 100_000  # values in a spec once its aliases are expanded
+# Bounds of a changed link rate (Mbit/s), scheduled or by hand: tc parses "0.001Mbit"
+# but not the exponent "1e-05Mbit" that a smaller rate would print as.
+MIN_LINK_MBPS, MAX_LINK_MBPS = 1e-3, 100_000.0
 
 
 def _fail(where: str, value: Any, allowed: str) -> SpecError:
@@ -346,7 +349,8 @@ def parse_spec(data: Any) -> Spec:
         schedule.append(LinkChange(
             at_s=float(_number(c["at_s"], f"{where}.at_s", lo=0, hi=86400)),
             a=c["a"], b=c["b"],
-            bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=1e-3, hi=100_000))))
+            bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=MIN_LINK_MBPS,
+                                  hi=MAX_LINK_MBPS))))
     brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes", "cpu", "service"})
     wbb = brk.get("write_buffer_bytes")
     if wbb is not None:

@@ -12,6 +12,8 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                          go to it unchanged (e.g. flood's tree_neighbours, which a
                          runner derives with nodes.cores.overlay_params)
     log_dir            path         <log_dir>/<broker>.jsonl and <broker>.status.json
+    secret             hex str      the run's secret, which every HELLO must prove
+                                    (nodes.auth; never logged)
     emulate_link       bool = false apply delay_ms/loss_pct in this broker (one way, on
                                     its sending side; the kernel has no netem); when false
                                     netem carries them and the broker only logs them
@@ -29,6 +31,14 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     a fixed neighbour listed here stays a fixed link
     dormant            bool = false start dormant, until a local client's JOIN; only for a
                                     broker without fixed neighbours
+    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client
+                                    admission limits, defaults and meaning in
+                                    nodes.admission
+    queue_high_water_msgs int = 10000  an output queue this long stops the broker
+                                    reading from its clients (overload policy, below)
+    queue_max_msgs     int = 50000  an output queue this long drops what is sent to it
+    log_max_mb         float = 1024 past this size the log keeps only the records that
+                                    are not of single messages (nodes.logs.JsonlLog)
 
 Behaviour (design choices):
 
@@ -36,9 +46,24 @@ Behaviour (design choices):
   dials; the other only accepts. A broker HELLO that breaks this rule, or names a broker
   that is not a neighbour, is a protocol error. A second connection from a neighbour
   whose link is up replaces the first (the newest wins, so a half-open connection left
-  by a crashed peer cannot keep the link out).
+  by a crashed peer cannot keep the link out); only the neighbour itself can open one,
+  as the next point says.
 - **Handshake** (see :mod:`nodes.runtime`): each side's first frame is a HELLO; a peer
-  that sends nothing acceptable within ``connect_timeout_s`` is dropped.
+  that sends nothing acceptable within ``connect_timeout_s`` is dropped. A HELLO is
+  read with a limit of ``hello_frame_bytes``. The broker refuses (``link`` record
+  ``state: refused``, with ``peer`` and the code as ``reason``, :mod:`nodes.admission`)
+  a connection beyond ``max_connections`` (closed unread), a HELLO that does not prove
+  the run's secret or reuses a nonce (closed unanswered, :mod:`nodes.auth`), a
+  neighbour or peer connecting from an address other than the one configured for it
+  (closed unanswered), and a client whose name is connected already (answered with
+  ``refused: name_taken``; the first connection stays).
+- **Clients** (:mod:`nodes.client_link`): a client message whose origin is not the
+  client's name, or a SUBSCRIBE or ADVERTISE beyond ``max_filters_per_client``, ends
+  its connection (an ``error`` record, then ``link`` ``down`` with reason
+  ``forged_origin`` or ``filter_cap``) before the core sees it. Notifications are
+  written to a client without waiting for it; one that would take the bytes waiting
+  for it past ``client_queue_bytes`` disconnects it as a slow consumer
+  (:mod:`nodes.admission`).
 - **Errors.** A malformed, truncated or out-of-place frame: an ``error`` record (``peer``:
   the name, or ``ip:port`` before the handshake; ``addr``; ``stage``: ``handshake`` or
   ``read``; ``reason``), the frame dropped, that connection closed; every other link
@@ -80,10 +105,50 @@ Behaviour (design choices):
   (``running``, ``stopped``, ``failed``), ``neighbours``, ``up``, ``missing``,
   ``all_up``, ``clients``, ``pid``, ``listen``; the log is flushed first, so the
   matching ``link`` records are on disk by then. A runner waits for ``all_up`` on every
-  broker and names the ``missing`` links on timeout.
+  broker and names the ``missing`` links on timeout. A broker killed outright cannot
+  write its last status; the runner writes ``exited`` (with the ``returncode``) for it.
+- **Keepalive.** TCP alone does not notice a link that stops carrying packets (an
+  interface taken down, a cable pulled) while nothing is sent. Every statistics window
+  the broker writes a KEEPALIVE frame on each overlay link that is up and idle (nothing
+  queued, nothing written for :data:`KEEPALIVE_S`, 1 s), outside the output queue and
+  the counters, and declares down any link on which no frame at all has arrived for
+  :data:`LINK_TIMEOUT_S` (5 s): ``link`` record ``state: down`` with reason ``keepalive
+  timeout: ...``, then everything follows as for a lost connection (drops,
+  :class:`~nodes.core.LinkDown`, the dialling side redials). KEEPALIVEs are not logged
+  and never reach the core. A window that starts more than :data:`KEEPALIVE_S` late
+  (this broker's event loop was stalled) checks no timeout: frames that arrived meanwhile
+  have not been read yet. The simulator does not model keepalives: its links go down
+  only when a node crashes or leaves, and it announces that at once.
 - **Stop.** SIGTERM or SIGINT: close the links (logged ``down``, reason ``shutdown``,
   no ``LinkDown`` to the core), log the last partial window, write the status, flush and
   close the log, exit 0.
+
+Overload policy (the bounds of :mod:`nodes.overlay_link`): a broker that cannot send as
+fast as messages come slows its own clients, never its neighbours.
+
+- **Publishers slowed.** When an output queue passes ``queue_high_water_msgs`` the broker
+  stops reading from every local client (``record`` kind ``backpressure``, ``state:
+  on``, with the link and its queue length) until every queue is back at half the mark
+  or less (``state: off``); the clients' sockets fill and their writes wait (the
+  client awaits each write's drain), so a publisher's send times slip behind its
+  schedule and its ``t_pub`` stamps say when it really sent. Reading from neighbours
+  never stops.
+- **Queues bounded.** A message sent to a queue already ``queue_max_msgs`` long is
+  dropped and logged (``drop``, reason ``queue_full``), so a broker's memory stays
+  bounded when what fills it comes from other brokers' clients.
+- **No deadlock, on any overlay (SCOT's cycles included).** A broker waits only for its
+  own sockets: the pump of a link waits for that connection's drain, which the
+  neighbour's reader provides, and readers of neighbour connections never wait on
+  anything but the socket (handling a frame only appends to queues, which never block:
+  past the bound they drop). The only reads that ever stop are those from local
+  clients, and nothing waits for a client's writes to go through. So every wait points
+  from a client to its broker or from a link's pump to the neighbour's reader, which
+  always makes progress: the wait-for graph has no cycle. Hop-by-hop backpressure
+  (a broker that stops reading a neighbour while its own queue is full) could close a
+  cycle of full queues around a ring; this policy gives up that, and drops at the bound
+  instead, recorded.
+- **The congestion signal stays.** Queues still grow to the high-water mark and beyond,
+  so a core that reads them (IDR) sees congestion as before.
 
 Links opened on demand (``peers``; fixed neighbours are untouched by all of this):
 
@@ -144,9 +209,11 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   raises its soft ``RLIMIT_NOFILE`` (and the hard one, where it may) to
   :func:`nofile_needed` of its neighbours and peers: 64 for the process itself, 2 per
   overlay link (a crossed or replacing connection lives beside the current one for a
-  moment) and 1024 for local clients, so 1,214 for a 64-broker full mesh; it never
-  lowers a limit. The limits are in the status file (``nofile``: soft, hard, needed)
-  and, with peers, in the log (``record`` kind ``nofile``).
+  moment) and 1024 for local clients, so 1,214 for a 64-broker full mesh (the default
+  ``max_connections`` admits as many connections; a larger one raises the need to 64 +
+  ``max_connections``); it never lowers a limit. The limits are in the status file
+  (``nofile``: soft, hard, needed) and, with peers, in the log (``record`` kind
+  ``nofile``).
 
 The status file also gives ``peers_up`` (on-demand links up) and ``dormant``;
 ``neighbours``, ``up``, ``missing`` and ``all_up`` concern fixed links only. An on-demand
@@ -176,6 +243,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nodes.admission import (
+    CONNECTION_CAP,
+    LIMIT_KEYS,
+    NAME_TAKEN,
+    REPLAYED,
+    SLOW_CONSUMER,
+    UNAUTHENTICATED,
+    WRONG_ADDRESS,
+    Limits,
+)
+from nodes.auth import NonceLog, parse_secret
+from nodes.client_link import ClientLink
 from nodes.core import (
     Action,
     Arrived,
@@ -196,7 +275,7 @@ from nodes.core import (
 from nodes.cores import make_core
 from nodes.frames import FrameError, encode
 from nodes.hosting import MATCHED, bad_action, final_records
-from nodes.logs import Ev, JsonlLog, message_fields
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 from nodes.overlay_link import OverlayLink
 from nodes.runfolder import log_path, read_json, status_path, write_json
@@ -206,6 +285,7 @@ from nodes.runtime import (
     ProtocolError,
     Refused,
     Role,
+    Violation,
     check_keys,
     dial,
     install_stop_signals,
@@ -213,6 +293,7 @@ from nodes.runtime import (
     parse_addr,
     parse_backoff,
     parse_hello,
+    peer_host,
     peer_label,
     read_frames,
     read_message,
@@ -224,6 +305,8 @@ NOFILE_BASE = 64  # the process itself: stdio, listening socket, log and status 
 NOFILE_PER_LINK = 2  # a link's connection, and a crossed or replacing one beside it briefly
 NOFILE_CLIENTS = 1024  # local client connections (a host's client group: one per client)
 PEERS_STATUS_EVERY_S = 0.5  # on-demand link changes reach the status file at most this often
+KEEPALIVE_S = 1.0  # an overlay link idle this long (s) gets a KEEPALIVE frame
+LINK_TIMEOUT_S = 5.0  # an overlay link on which nothing arrived for this long (s) is down
 
 
 def nofile_needed(links: int) -> int:
@@ -277,6 +360,8 @@ class BrokerConfig:
     neighbours: Mapping[str, NeighbourConfig]
     core_name: str
     log_dir: Path
+    secret: bytes = field(repr=False)  # never in a log or a traceback
+    limits: Limits
     core_params: Mapping[str, Any] = field(default_factory=dict)
     emulate_link: bool = False
     window_ms: float = 50.0
@@ -286,13 +371,17 @@ class BrokerConfig:
     write_buffer_bytes: int | None = None
     peers: Mapping[str, NeighbourConfig] = field(default_factory=dict)
     dormant: bool = False
+    queue_high_water_msgs: int = 10_000
+    queue_max_msgs: int = 50_000
+    log_max_mb: float = DEFAULT_LOG_MAX_BYTES / 2**20
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> BrokerConfig:
         """Validate and convert the JSON config object."""
-        check_keys(obj, {"broker", "listen", "neighbours", "core", "log_dir"},
+        check_keys(obj, {"broker", "listen", "neighbours", "core", "log_dir", "secret"},
                    {"emulate_link", "window_ms", "seed", "connect_timeout_s", "backoff_s",
-                    "write_buffer_bytes", "peers", "dormant"}, "broker config")
+                    "write_buffer_bytes", "peers", "dormant", "queue_high_water_msgs",
+                    "queue_max_msgs", "log_max_mb"} | LIMIT_KEYS, "broker config")
         if not isinstance(obj["neighbours"], dict) or obj["broker"] in obj["neighbours"]:
             raise ValueError("broker config: neighbours must map other brokers' names to links")
         neighbours = {}
@@ -319,6 +408,11 @@ class BrokerConfig:
         if not isinstance(dormant, bool) or (dormant and neighbours):
             raise ValueError("broker config: dormant must be true or false, and a dormant "
                              "broker has no fixed neighbours (its links open on demand)")
+        high = obj.get("queue_high_water_msgs", 10_000)
+        cap = obj.get("queue_max_msgs", 50_000)
+        if type(high) is not int or type(cap) is not int or not 1 <= high <= cap:
+            raise ValueError("broker config: want integers 1 <= queue_high_water_msgs <= "
+                             f"queue_max_msgs, got {high!r} and {cap!r}")
         return cls(
             broker=obj["broker"],
             listen=parse_addr(obj["listen"], "broker config, listen"),
@@ -326,6 +420,10 @@ class BrokerConfig:
             core_name=obj["core"]["name"],
             core_params=obj["core"].get("params", {}),
             log_dir=Path(obj["log_dir"]),
+            secret=parse_secret(obj["secret"], "broker config"),
+            # by default, the connections the descriptor budget counts on
+            limits=Limits.from_json(obj, nofile_needed(len(set(neighbours) | set(peers)))
+                                    - NOFILE_BASE),
             emulate_link=bool(obj.get("emulate_link", False)),
             window_ms=window_ms,
             seed=int(obj.get("seed", 0)),
@@ -334,7 +432,17 @@ class BrokerConfig:
             write_buffer_bytes=write_buffer_bytes,
             peers=peers,
             dormant=dormant,
+            queue_high_water_msgs=high,
+            queue_max_msgs=cap,
+            log_max_mb=_positive(obj.get("log_max_mb", DEFAULT_LOG_MAX_BYTES / 2**20),
+                                 "log_max_mb"),
         )
+
+
+def _positive(v: Any, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf"):
+        raise ValueError(f"broker config: {key} must be a positive number, got {v!r}")
+    return float(v)
 
 
 def load_config(path: Path | str) -> BrokerConfig:
@@ -356,7 +464,9 @@ class Broker:
         self.name = config.broker
         self._core = core
         self._log = log
-        self._hello = HelloCounter(self.name, "broker")
+        self._hello = HelloCounter(self.name, "broker", config.secret)
+        self._nonces = NonceLog()
+        self._accepted = 0  # accepted connections open, whatever their stage
         self._links = {name: self._make_link(name, nb)
                        for name, nb in sorted(config.neighbours.items())}
         # Links opened on demand (see the module docstring): their names in _links, the
@@ -370,9 +480,10 @@ class Broker:
         self._nofile: dict[str, int] = {}
         self._status_stale = False  # an on-demand link changed since the last status write
         self._status_due = 0.0  # time.monotonic() before which such a change waits
-        self._clients: dict[str, asyncio.StreamWriter] = {}
+        self._clients: dict[str, ClientLink] = {}
         self._last_sent: Message | None = None  # see _frame
         self._last_frame = b""
+        self._keepalive_frame = encode(Message(MsgType.KEEPALIVE, 0, self.name))
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._timer_ids = itertools.count()
@@ -383,6 +494,10 @@ class Broker:
         self._window_start = 0.0
         self._next_tick = 0.0
         self._tick_handle: asyncio.TimerHandle | None = None
+        # Overload policy: links over their high-water mark; set while clients may be read.
+        self._pressed: set[str] = set()
+        self._clients_open = asyncio.Event()
+        self._clients_open.set()
 
     def _make_link(self, name: str, nb: NeighbourConfig) -> OverlayLink:
         return OverlayLink(
@@ -392,14 +507,36 @@ class Broker:
             loss_pct=nb.loss_pct if self.config.emulate_link else 0.0,
             rng=random.Random(f"{self.config.seed}:{self.name}:{name}"),
             write_buffer_bytes=self.config.write_buffer_bytes,
+            max_queue_msgs=self.config.queue_max_msgs,
+            high_water_msgs=self.config.queue_high_water_msgs,
+            on_pressure=self._pressure,
         )
+
+    def _pressure(self, link: str, on: bool) -> None:
+        """Link ``link``'s queue passed the high-water mark (``on``) or fell back to half
+        of it: stop or resume reading from the local clients (overload policy)."""
+        if on:
+            self._pressed.add(link)
+        else:
+            self._pressed.discard(link)
+        if bool(self._pressed) == (not self._clients_open.is_set()):
+            return  # no change for the clients
+        state = "on" if self._pressed else "off"
+        queue = self._links[link].queue_len
+        log_now(self._log, Ev.RECORD, kind="backpressure", state=state, link=link,
+                queue_len=queue)
+        if self._pressed:
+            self._clients_open.clear()
+        else:
+            self._clients_open.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         loop = asyncio.get_running_loop()
         host, port = self.config.listen
         self._nofile = raise_nofile(
-            nofile_needed(len(set(self.config.neighbours) | set(self.config.peers))))
+            max(nofile_needed(len(set(self.config.neighbours) | set(self.config.peers))),
+                NOFILE_BASE + self.config.limits.max_connections))
         try:
             server = await asyncio.start_server(self._accept, host, port)
         except OSError as exc:
@@ -440,6 +577,12 @@ class Broker:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self._accepted >= self.config.limits.max_connections:
+            log_now(self._log, Ev.LINK, state="refused", reason=CONNECTION_CAP,
+                    peer=peer_label(writer))
+            writer.transport.abort()
+            return
+        self._accepted += 1
         self._tasks.add(task)
         try:
             peer = await self._handshake(reader, writer)
@@ -451,6 +594,7 @@ class Broker:
             else:
                 await self._run_client(name, reader, writer)
         finally:
+            self._accepted -= 1
             self._tasks.discard(task)
 
     async def _handshake(
@@ -458,33 +602,51 @@ class Broker:
     ) -> tuple[str, Role] | None:
         """The accepting side of the handshake; ``None`` (logged, closed) if it fails."""
         addr = peer_label(writer)
+        name: str | None = None
+        role: Role | None = None
         try:
             async with asyncio.timeout(self.config.connect_timeout_s):
-                first = await read_message(reader)
+                first = await read_message(reader, self.config.limits.hello_frame_bytes)
             if first is None:
                 raise ProtocolError("closed before sending HELLO")
             name, role = parse_hello(first)
+            nonce = self._hello.proven_nonce(first)
+            if nonce is None:
+                raise Violation(UNAUTHENTICATED, "the HELLO does not prove the run's secret")
+            if not self._nonces.first_use(nonce):
+                raise Violation(REPLAYED, "the HELLO's nonce was accepted before")
             refusal = None
-            if role == "broker" and name in self.config.neighbours:
-                if name > self.name:
+            if role == "broker":
+                nb = self.config.neighbours.get(name) or self.config.peers.get(name)
+                if nb is None:
+                    raise ProtocolError(f"broker {name} is not a neighbour of {self.name}")
+                if peer_host(writer) != nb.addr[0]:
+                    raise Violation(WRONG_ADDRESS, f"broker {name} connected from {addr}, "
+                                                   f"not from {nb.addr[0]}")
+                if name not in self.config.neighbours:
+                    refusal = self._refusal(name)
+                elif name > self.name:
                     raise ProtocolError(f"broker {name} dialled {self.name}; "
                                         "the smaller name dials")
-            elif role == "broker":
-                if name not in self.config.peers:
-                    raise ProtocolError(f"broker {name} is not a neighbour of {self.name}")
-                refusal = self._refusal(name)
+            elif name in self._clients:
+                refusal = NAME_TAKEN
+        except Violation as exc:
+            log_now(self._log, Ev.LINK, link=name, role=role, state="refused",
+                    reason=exc.code, peer=addr)
+            writer.close()
+            return None
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
             log_now(self._log, Ev.ERROR, peer=addr, addr=addr, stage="handshake",
                     reason=str(exc) or type(exc).__name__)
             writer.close()
             return None
         log_now(self._log, Ev.RECV, link=name, **message_fields(first))
-        reply = self._hello.new(refusal)
+        reply = self._hello.answer(name, nonce, refusal)
         writer.write(encode(reply))
         log_now(self._log, Ev.SEND, link=name, **message_fields(reply))
         if refusal is not None:
-            log_now(self._log, Ev.LINK, link=name, role="broker", state="refused",
-                    reason=refusal)
+            log_now(self._log, Ev.LINK, link=name, role=role, state="refused",
+                    reason=refusal, peer=addr)
             writer.close()  # after the refusal HELLO, which is buffered
             return None
         return name, role
@@ -537,9 +699,30 @@ class Broker:
         else:
             self._attach_peer(name, writer, dialled)
         reason = await read_frames(name, reader, writer, self._log,
-                                   partial(self._received, name, Arrived))
+                                   partial(self._from_link, name, link))
         if link.writer is writer:
             self._link_down(name, reason)
+
+    def _from_link(self, name: str, link: OverlayLink, msg: Message) -> None:
+        link.heard()
+        if msg.type is not MsgType.KEEPALIVE:
+            self._received(name, Arrived, msg)
+
+    def _keepalives(self) -> None:
+        """Send KEEPALIVEs on idle links, and declare down the links gone silent (see the
+        module docstring)."""
+        stalled = asyncio.get_running_loop().time() - self._next_tick > KEEPALIVE_S
+        now_s = time.monotonic()
+        for name, link in list(self._links.items()):  # a LinkDown's actions may add links
+            if not stalled and link.silent_s(now_s) > LINK_TIMEOUT_S:
+                writer = link.writer
+                assert writer is not None
+                self._link_down(name, f"keepalive timeout: nothing received for "
+                                      f"{LINK_TIMEOUT_S:g} s")
+                # close() would wait for unsent bytes, which a dead link never takes.
+                writer.transport.abort()
+            else:
+                link.keepalive(self._keepalive_frame, now_s, KEEPALIVE_S)
 
     def _link_down(self, name: str, reason: str) -> None:
         self._links[name].detach()
@@ -667,20 +850,24 @@ class Broker:
     async def _run_client(
         self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        old = self._clients.get(name)
-        if old is not None:
-            old.close()
-            log_now(self._log, Ev.LINK, link=name, role="client", state="down",
-                    reason="replaced by a new connection")
-        self._clients[name] = writer
+        # The handshake refused this name if it was connected: the first connection stays.
+        client = self._clients[name] = ClientLink(name, writer, self.config.limits)
         log_now(self._log, Ev.LINK, link=name, role="client", state="up", peer=peer_label(writer))
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
-                                   partial(self._received, name, FromClient))
-        if self._clients.get(name) is writer:
-            del self._clients[name]
-            log_now(self._log, Ev.LINK, link=name, role="client", state="down", reason=reason)
-            self._write_status()
+                                   partial(self._from_client, client),
+                                   gate=self._clients_open)
+        if self._clients.get(name) is client:
+            self._client_gone(name, reason)
+
+    def _client_gone(self, name: str, reason: str) -> None:
+        del self._clients[name]
+        log_now(self._log, Ev.LINK, link=name, role="client", state="down", reason=reason)
+        self._write_status()
+
+    def _from_client(self, client: ClientLink, msg: Message) -> None:
+        client.admit(msg)  # a Violation ends the connection before the core sees msg
+        self._received(client.name, FromClient, msg)
 
     # ---- the core ---------------------------------------------------------------------
 
@@ -773,12 +960,15 @@ class Broker:
                 raise bad_action(self.name, action)
 
     def _deliver(self, client: str, msg: Message) -> None:
-        writer = self._clients.get(client)
+        link = self._clients.get(client)
         fields = message_fields(msg)
-        if writer is None:
+        if link is None:
             log_now(self._log, Ev.DROP, link=client, reason="client_not_connected", **fields)
             return
-        writer.write(encode(msg))
+        if not link.deliver(encode(msg)):
+            log_now(self._log, Ev.DROP, link=client, reason=SLOW_CONSUMER, **fields)
+            self._client_gone(client, SLOW_CONSUMER)
+            return
         log_now(self._log, Ev.DELIVER, link=client, t_pub=msg.payload.get("t_pub"), **fields)
 
     def _fire_timer(self, timer_id: int, name: str) -> None:
@@ -795,6 +985,7 @@ class Broker:
         self._tick_handle = loop.call_at(self._next_tick, self._tick)
 
     def _tick(self) -> None:
+        self._keepalives()
         window_ms, figures = self._close_window()
         self._log.flush()
         if self._status_stale and time.monotonic() >= self._status_due:
@@ -861,8 +1052,8 @@ class Broker:
                         reason="shutdown")
             elif link.holding:
                 link.fail("shutdown")
-        for writer in self._clients.values():
-            writer.close()
+        for client in self._clients.values():
+            client.close()
         self._clients.clear()
         self._close_window()
         self._write_status("stopped")
@@ -917,7 +1108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pubsublab-broker: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     config.log_dir.mkdir(parents=True, exist_ok=True)
-    log = JsonlLog(log_path(config.log_dir, config.broker), config.broker)
+    log = JsonlLog(log_path(config.log_dir, config.broker), config.broker,
+                   max_bytes=int(config.log_max_mb * 2**20))
     try:
         asyncio.run(_serve(config, core, log))
     except OSError as exc:

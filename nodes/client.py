@@ -9,6 +9,7 @@ Config (one JSON object; missing required and unknown keys are errors)::
     broker             str           its broker's name (checked against the broker's HELLO)
     broker_addr        [ip, port]
     log_dir            path          <log_dir>/<client>.jsonl
+    secret             hex str       the run's secret, proven in the HELLO (nodes.auth)
     start_at_wall      float = now   the Unix time that op time t_s = 0 stands for, so all
                                      clients of a run share one schedule
     duration_s         float | null  stop this long after start_at_wall (null: run until
@@ -20,7 +21,9 @@ Config (one JSON object; missing required and unknown keys are errors)::
                                      "msg_id": 7, "origin": "p1", "hops": 0, "payload": {...}}
                                      (hops and payload optional; "client" and "broker"
                                      allowed if they name this client; see dump_ops);
-                                     relative to the config file's folder
+                                     relative to the config file's folder; every op's
+                                     origin must be the client (its broker cuts off a
+                                     client that sends under another name)
     role               "publisher":  publish (payload), count, rate_per_s or burst: true,
                                      start_s = 0.5, advertise (payload, optional, sent at 0)
                        "subscriber": subscribe (payload), at_s = 0
@@ -86,13 +89,14 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nodes.auth import parse_secret
 from nodes.bulkdata import SLICE_BYTES, DataLog, data_messages
 from nodes.frames import FrameError, encode
-from nodes.logs import Ev, JsonlLog, message_fields
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType, message_from_json, message_to_json
 from nodes.runfolder import log_path, read_json, write_json
 from nodes.runtime import (
@@ -198,6 +202,7 @@ class ClientConfig:
     log_dir: Path
     ops: list[Op]
     start_at_wall: float
+    secret: bytes = field(repr=False)  # never in a log or a traceback
     duration_s: float | None = None
     connect_timeout_s: float = 3.0
     backoff_s: tuple[float, float] = (0.1, 2.0)
@@ -206,7 +211,7 @@ class ClientConfig:
     def from_json(cls, obj: dict[str, Any], base_dir: Path = Path(".")) -> ClientConfig:
         """Validate and convert the JSON config object; a relative ``ops`` path is taken
         from ``base_dir``."""
-        check_keys(obj, {"client", "broker", "broker_addr", "log_dir"},
+        check_keys(obj, {"client", "broker", "broker_addr", "log_dir", "secret"},
                    {"start_at_wall", "duration_s", "connect_timeout_s", "backoff_s", "ops",
                     "role"} | _ROLE_KEYS, "client config")
         if ("ops" in obj) == ("role" in obj):
@@ -218,6 +223,10 @@ class ClientConfig:
             ops = load_ops(base_dir / obj["ops"], obj["client"], obj["broker"])
         else:
             ops = role_ops(obj["client"], obj["role"], {k: obj[k] for k in _ROLE_KEYS & set(obj)})
+        foreign = next((op for op in ops if op.msg.origin != obj["client"]), None)
+        if foreign is not None:
+            raise ValueError(f"client config: an op at t_s = {foreign.t_s} has origin "
+                             f"{foreign.msg.origin!r}, not the client's name")
         duration_s = obj.get("duration_s")
         return cls(
             client=obj["client"],
@@ -226,6 +235,7 @@ class ClientConfig:
             log_dir=Path(obj["log_dir"]),
             ops=ops,
             start_at_wall=float(obj.get("start_at_wall", time.time())),
+            secret=parse_secret(obj["secret"], "client config"),
             duration_s=None if duration_s is None else float(duration_s),
             connect_timeout_s=float(obj.get("connect_timeout_s", 3.0)),
             backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "client config"),
@@ -306,7 +316,7 @@ async def run_client(config: ClientConfig, log: JsonlLog, stop: asyncio.Event) -
 
 
 async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event) -> None:
-    hello = HelloCounter(config.client, "client")
+    hello = HelloCounter(config.client, "client", config.secret)
     backoff = Backoff(*config.backoff_s)
     while True:
         try:
@@ -404,7 +414,8 @@ async def _serve_group(group: GroupConfig, logs: dict[str, JsonlLog]) -> dict[st
 
 def _open_log(config: ClientConfig) -> JsonlLog:
     config.log_dir.mkdir(parents=True, exist_ok=True)
-    return JsonlLog(log_path(config.log_dir, config.client), config.client)
+    return JsonlLog(log_path(config.log_dir, config.client), config.client,
+                    max_bytes=DEFAULT_LOG_MAX_BYTES)
 
 
 def _write_group_status(path: Path, codes: dict[str, int]) -> None:

@@ -100,13 +100,14 @@ def decode_body(body: bytes) -> Message:
     return Message(mtype, msg_id, origin, hops, payload, raw)
 
 
-def body_length(prefix: bytes) -> int:
-    """The body length announced by a 4-byte prefix, checked against the limit."""
+def body_length(prefix: bytes, max_bytes: int = MAX_FRAME_BYTES) -> int:
+    """The body length announced by a 4-byte prefix, checked against ``max_bytes`` (a
+    broker reads a peer's first frame with a much smaller limit than the rest)."""
     if len(prefix) != _LEN.size:
         raise FrameError(f"length prefix must be {_LEN.size} bytes, got {len(prefix)}")
     (n,) = _LEN.unpack(prefix)
-    if n > MAX_FRAME_BYTES:
-        raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    if n > max_bytes:
+        raise FrameError(f"frame of {n} bytes exceeds the {max_bytes}-byte limit")
     return n
 
 

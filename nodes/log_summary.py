@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nodes.admission import DISCONNECTIONS, REFUSALS
 from nodes.logs import Ev, iter_jsonl
 from nodes.runfolder import log_path
 from nodes.summary import (
@@ -85,6 +86,15 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message
     type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``. Matching
     delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
+    ``drops_by_reason`` counts the brokers' ``drop`` records by reason (every loss the
+    brokers saw: ``queue_full``, ``link_down``, ``loss``, ...); ``backpressure_episodes``
+    the times a broker stopped reading its clients (:mod:`nodes.broker`'s overload
+    policy); ``logs_truncated`` the nodes whose log reached its bound, with the records
+    of single messages it skipped (the per-message figures above are then partial).
+    ``admission`` counts what the brokers turned away (:mod:`nodes.admission`), every
+    code present: ``refused`` connections by code, clients ``disconnected`` by code
+    (a slow consumer's missing notifications are among ``missing``), and
+    ``handshake_errors`` (connections whose first frame was no acceptable HELLO).
     """
     names = set(broker_names)
     got = client_receipts(out_dir, workload)
@@ -92,6 +102,12 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     tables: dict[str, list[int]] = defaultdict(list)
     reached_s: dict[OpKey, float] = {}
     matching_s: list[float] = []
+    drops: dict[str, int] = defaultdict(int)
+    episodes = 0
+    truncated: dict[str, dict[str, int]] = {}
+    refused = dict.fromkeys(REFUSALS, 0)
+    disconnected = dict.fromkeys(DISCONNECTIONS, 0)
+    handshake_errors = 0
     for b in sorted(names):
         seen: set[OpKey] = set()
         for r in iter_jsonl(log_path(out_dir, b)):
@@ -104,12 +120,34 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
                 if key not in seen:  # a broker's log is in time order: this is the first
                     seen.add(key)
                     reached_s[key] = max(reached_s.get(key, -math.inf), r["t_wall"])
+            elif r["ev"] == Ev.DROP:
+                drops[r.get("reason", "?")] += 1
             elif r["ev"] == Ev.RECORD and r.get("kind") == "tables":
                 for kind in ("srt", "prt"):
                     tables[kind].append(int(r.get(kind, 0)))
+            elif r["ev"] == Ev.LINK and r.get("state") == "refused" and r["reason"] in refused:
+                refused[r["reason"]] += 1
+            elif r["ev"] == Ev.LINK and r.get("state") == "down" and r["reason"] in disconnected:
+                disconnected[r["reason"]] += 1
+            elif r["ev"] == Ev.ERROR and r.get("stage") == "handshake":
+                handshake_errors += 1
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "backpressure":
+                episodes += r.get("state") == "on"
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "log_limit" \
+                    and r.get("state") == "final":
+                truncated[b] = r["skipped"]
+    for client in sorted(workload.clients):
+        for r in iter_jsonl(log_path(out_dir, client), Ev.RECORD):
+            if r.get("kind") == "log_limit" and r.get("state") == "final":
+                truncated[client] = r["skipped"]
     delays = {"notification": got["delays_s"], "matching": matching_s,
               **propagation_delays(got["sent_s"], reached_s)}
-    return build_summary(
+    summary = build_summary(
         algorithm=algorithm, runtime=runtime, scale=scale, published=got["published"],
         expected=expected, deliveries=got["deliveries"],
         ims_by_type=ims, delays_s=delays, table_sizes=tables, duration_s=got["span_s"])
+    summary.update(drops_by_reason=dict(sorted(drops.items())),
+                   backpressure_episodes=episodes, logs_truncated=truncated)
+    summary["admission"] = {"refused": refused, "disconnected": disconnected,
+                            "handshake_errors": handshake_errors}
+    return summary

@@ -13,14 +13,17 @@ and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
 - ``deliver``: a broker handed a notification to its client ``link`` (with ``t_pub``);
 - ``drop``: a message that will not arrive (``reason``: ``loss``, ``link_down``,
   ``client_not_connected``, ``dial_failed`` (a link opened on demand could not be),
-  ``dormant`` (it reached a node that has not joined));
+  ``dormant`` (it reached a node that has not joined), ``slow_consumer`` (its client
+  was disconnected for not reading, :mod:`nodes.admission`));
 - ``queue``: one statistics window of the output queue to ``link``: ``count_in``,
   ``count_out``, ``queue_len``, ``flushed``, ``window_ms``;
 - ``link``: a connection to ``link`` (``role`` broker or client) changed ``state``
   (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated``; ``up`` with ``peer``
   and, for links opened on demand, ``reason`` ``dialled``, ``accepted`` or ``replaced``;
   ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``;
-  ``refused``: a dialler turned away, ``reason`` ``crossed`` or ``dormant``);
+  ``refused``: a dialler turned away, with ``peer``, ``reason`` ``crossed`` or
+  ``dormant``, or an admission code of :mod:`nodes.admission` (then ``link`` and
+  ``role`` only if the HELLO got that far));
 - ``record``: a routing core's :class:`~nodes.core.Record` (or a host's end-of-run
   ``tables``/``counters``, its ``nofile`` limit and ``membership`` changes, a client's
   ``data_send``/``data_recv``): ``kind`` and the
@@ -143,39 +146,79 @@ def message_fields(msg: Message, size: int | None = None) -> dict[str, Any]:
     }
 
 
+# Records of single messages: what a log bound stops writing (see JsonlLog).
+PER_MESSAGE = frozenset({Ev.SEND, Ev.RECV, Ev.DELIVER, Ev.DROP})
+# The emulated nodes' bound, per log: 1 GiB (a broker at 20,000 notifications/s writes
+# about that in a minute); the simulator's logs are not bounded (its runs are sized).
+DEFAULT_LOG_MAX_BYTES = 1 << 30
+
+
 class JsonlLog:
     """Append-only JSON-lines log for one node. Keys are written in sorted order so that
-    identical runs give byte-identical files."""
+    identical runs give byte-identical files.
 
-    def __init__(self, path: Path | str, node: str) -> None:
+    With ``max_bytes`` the log is bounded: once it holds that much, records of single
+    messages (:data:`PER_MESSAGE`) are counted instead of written, while everything else
+    (queues, links, records, errors) still is, so the log stays a faithful account of the
+    run's state if not of every message. The first record skipped writes a ``record``
+    of kind ``log_limit`` (``state: reached``, ``max_bytes``); :meth:`close` writes
+    another (``state: final``) with the number skipped per event, which the summary
+    reports (its per-message figures are then partial)."""
+
+    def __init__(self, path: Path | str, node: str, max_bytes: int | None = None) -> None:
         self.node = node
         self._fh: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self.skipped: dict[str, int] = {}
+        self._last_t = (0.0, 0.0)
 
     def write(self, ev: Ev, t_mono: float, t_wall: float, **fields: Any) -> None:
         """Append one record; ``ev`` must be an :class:`Ev` (a plain string is refused,
         so a writer cannot invent an event)."""
         if not isinstance(ev, Ev):
             raise ValueError(f"log event {ev!r} is not an Ev")
+        if self._max_bytes is not None:
+            self._last_t = (t_mono, t_wall)
+            if self._bytes >= self._max_bytes and ev in PER_MESSAGE:
+                if not self.skipped:
+                    self._put(Ev.RECORD, t_mono, t_wall, {"kind": "log_limit",
+                                                          "state": "reached",
+                                                          "max_bytes": self._max_bytes})
+                self.skipped[ev] = self.skipped.get(ev, 0) + 1
+                return
+        self._put(ev, t_mono, t_wall, fields)
+
+    def _put(self, ev: Ev, t_mono: float, t_wall: float, fields: dict[str, Any]) -> None:
         rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev}
         rec.update(fields)
-        self._fh.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
+        line = json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n"
+        self._bytes += len(line)
+        self._fh.write(line)
 
     def flush(self) -> None:
         self._fh.flush()
 
     def close(self) -> None:
+        if self.skipped:  # at the last record's time, so the log stays in order
+            self._put(Ev.RECORD, *self._last_t, {"kind": "log_limit", "state": "final",
+                                                 "skipped": dict(sorted(self.skipped.items()))})
         self._fh.close()
 
 
-def iter_jsonl(path: Path, ev: Ev | None = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: Path, ev: Ev | None = None, *, contains: str = ""
+               ) -> Iterator[dict[str, Any]]:
     """The records of a JSON-lines log, streamed (none if the file is missing); with
-    ``ev``, only the records of that event."""
+    ``ev``, only the records of that event; with ``contains``, only the lines holding
+    that text (as written: compact JSON, e.g. ``'"state":"down"'``), a cheaper filter
+    where the event's name is also a field's, as ``link`` is."""
     if not path.exists():
         return
     tag = f'"{ev}"' if ev is not None else ""
     with open(path, encoding="utf-8") as fh:
         for line in fh:
-            if tag in line and line.strip():  # cheap filter: runs have millions of lines
+            # Cheap filters before parsing: runs have millions of lines.
+            if tag in line and contains in line and line.strip():
                 r = json.loads(line)
                 if ev is None or r.get("ev") == ev:
                     yield r

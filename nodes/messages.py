@@ -34,6 +34,11 @@ class MsgType(enum.IntEnum):
     HAVE_QUERY = 16  # bulk data: a sender asks a new child which slices it already holds
     LEAVE = 17  # membership: a node leaves gracefully (a client op, like JOIN)
     CRASH = 18  # membership: the runtime kills the node (a workload op; never sent)
+    KEEPALIVE = 19  # an idle overlay link says it is alive (broker to broker; no core sees it)
+
+
+# Frames that keep a connection rather than carry routing: never an inter-broker message.
+LINK_FRAMES = (MsgType.HELLO, MsgType.KEEPALIVE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,20 @@ Every message the routing core sends to neighbour N goes through::
 
 Design choices:
 
-- **The output queue is where congestion shows.** It is an application-level FIFO with
-  no bound. The pump task takes one message at a time and awaits ``drain()`` after each,
+- **The output queue is where congestion shows.** It is an application-level FIFO. The
+  pump task takes one message at a time and awaits ``drain()`` after each,
   so once the kernel send buffer and asyncio's write buffer are full (a rate-limited
   link, a slow reader) the pump stops and the queue grows. ``write_buffer_bytes`` caps
   both buffers (``SO_SNDBUF`` and the transport's high-water mark), so that backpressure
   reaches the queue after tens of kilobytes instead of the megabytes Linux autotuning
   allows; ``None`` keeps the operating-system defaults.
+- **Bounds** (the broker's overload policy, :mod:`nodes.broker`): past
+  ``high_water_msgs`` queued messages the link tells the broker (``on_pressure``), which
+  stops reading from its clients until every link is back under half that mark; a
+  message that finds ``max_queue_msgs`` queued is dropped (``drop`` record, reason
+  ``queue_full``, counted in and ``flushed``, so the window's figures still add up).
+  Queues grow to the high-water mark freely, so a core watching them (IDR) sees its
+  congestion signal as before.
 - **``send`` means "left the output queue onto the link".** That is the moment
   ``count_out`` counts, and, with in-broker emulation, the moment the message enters the
   delay line, which stands for the wire: the neighbour's ``recv`` minus our ``send`` is
@@ -42,6 +49,12 @@ Design choices:
   close waits for :meth:`wait_idle` (queue and delay line empty, every frame handed to
   the socket) and then takes the connection back with :meth:`release`, open, so that the
   broker can half-close it; nothing is dropped.
+- **Keepalive bookkeeping** (the broker decides, see :mod:`nodes.broker`): the link
+  remembers when it last handed bytes to the socket and when a frame last arrived on it
+  (:meth:`heard`, called by the broker's reader). :meth:`keepalive` writes the broker's
+  KEEPALIVE frame straight to the socket, outside the queue, the delay line and the
+  counters (it is neither an inter-broker message nor logged), and only on an idle link:
+  nothing queued and nothing written for the interval.
 """
 
 from __future__ import annotations
@@ -49,7 +62,9 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 from collections import deque
+from collections.abc import Callable
 
 from nodes.core import LinkWindow
 from nodes.frames import encode
@@ -70,6 +85,9 @@ class OverlayLink:
         loss_pct: float = 0.0,
         rng: random.Random | None = None,
         write_buffer_bytes: int | None = None,
+        max_queue_msgs: int | None = None,
+        high_water_msgs: int | None = None,
+        on_pressure: Callable[[str, bool], None] | None = None,
     ) -> None:
         if delay_ms < 0 or not 0 <= loss_pct <= 100:
             raise ValueError(f"link to {neighbour}: need delay_ms >= 0 and 0 <= loss_pct <= 100")
@@ -92,6 +110,14 @@ class OverlayLink:
         self._flushed = 0
         self._holding = False
         self._idle = asyncio.Event()
+        # time.monotonic() when bytes were last handed to the socket, and when a frame
+        # last arrived on the connection (the keepalive's two clocks).
+        self._written_s = 0.0
+        self._heard_s = 0.0
+        self._max_queue = max_queue_msgs
+        self._high_water = high_water_msgs
+        self._on_pressure = on_pressure
+        self._pressed = False  # over the high-water mark, and not yet back under half
 
     @property
     def up(self) -> bool:
@@ -107,6 +133,11 @@ class OverlayLink:
     def holding(self) -> bool:
         """Whether messages are queued for a connection still being opened (:meth:`hold`)."""
         return self._holding
+
+    @property
+    def queue_len(self) -> int:
+        """Messages waiting in the output queue."""
+        return len(self._queue)
 
     @property
     def idle(self) -> bool:
@@ -128,6 +159,7 @@ class OverlayLink:
         dropped = [msg for msg, _ in self._queue]
         self._queue.clear()
         self._idle.set()
+        self._eased()
         for msg in dropped:
             log_now(self._log, Ev.DROP, link=self.neighbour, reason=reason,
                     **message_fields(msg))
@@ -147,9 +179,28 @@ class OverlayLink:
             log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
             return
-        self._queue.append((msg, encode(msg) if frame is None else frame))
         self._count_in += 1
+        if self._max_queue is not None and len(self._queue) >= self._max_queue:
+            self._flushed += 1
+            log_now(self._log, Ev.DROP, link=self.neighbour, reason="queue_full",
+                    **message_fields(msg))
+            return
+        self._queue.append((msg, encode(msg) if frame is None else frame))
         self._queued.set()
+        if (self._high_water is not None and not self._pressed
+                and len(self._queue) >= self._high_water):
+            self._press(True)
+
+    def _press(self, on: bool) -> None:
+        """Cross the high-water mark (up) or half of it (down): tell the broker."""
+        self._pressed = on
+        if self._on_pressure is not None:
+            self._on_pressure(self.neighbour, on)
+
+    def _eased(self) -> None:
+        """The queue shrank: lift the pressure once it is at half the mark or less."""
+        if self._pressed and len(self._queue) <= (self._high_water or 0) // 2:
+            self._press(False)
 
     def attach(self, writer: asyncio.StreamWriter) -> None:
         """Start carrying the queue over the connection ``writer`` (after its handshake)."""
@@ -162,6 +213,7 @@ class OverlayLink:
             writer.transport.set_write_buffer_limits(high=self._write_buffer_bytes)
         self._writer = writer
         self._holding = False
+        self._written_s = self._heard_s = time.monotonic()
         self._pump_task = asyncio.create_task(self._pump(writer), name=f"pump-{self.neighbour}")
 
     def swap(self, writer: asyncio.StreamWriter) -> None:
@@ -212,9 +264,26 @@ class OverlayLink:
         self._queue.clear()
         self._line.clear()
         self._idle.set()
+        self._eased()
         for msg in dropped:
             log_now(self._log, Ev.DROP, link=self.neighbour, reason="link_down",
                     **message_fields(msg))
+
+    def heard(self) -> None:
+        """A frame arrived on the connection (any frame, a KEEPALIVE included)."""
+        self._heard_s = time.monotonic()
+
+    def silent_s(self, now_s: float) -> float:
+        """Seconds (``time.monotonic``) since a frame last arrived; 0 while the link is down."""
+        return now_s - self._heard_s if self._writer is not None else 0.0
+
+    def keepalive(self, frame: bytes, now_s: float, idle_s: float) -> None:
+        """Write ``frame`` (a KEEPALIVE) if the link is up and idle: nothing queued and
+        nothing handed to the socket for ``idle_s`` seconds (``time.monotonic``)."""
+        if self._writer is None or self._queue or now_s - self._written_s < idle_s:
+            return
+        self._writer.write(frame)
+        self._written_s = now_s
 
     def take_window(self) -> tuple[LinkWindow, int]:
         """The figures of the window just ended, and how many queued messages were flushed
@@ -236,6 +305,8 @@ class OverlayLink:
                     continue
                 msg, frame = self._queue.popleft()
                 self._count_out += 1
+                if self._pressed:
+                    self._eased()
                 fields = message_fields(msg, len(frame))
                 log_now(self._log, Ev.SEND, link=self.neighbour, **fields)
                 if self._loss_p and self._rng.random() < self._loss_p:
@@ -247,6 +318,7 @@ class OverlayLink:
                         self._release_timer = loop.call_at(self._line[0][0], self._release)
                 else:
                     writer.write(frame)
+                    self._written_s = time.monotonic()
                 await writer.drain()
         except ConnectionError:
             # The reader of this connection sees it end and reports the link down.
@@ -260,6 +332,7 @@ class OverlayLink:
             due.append(self._line.popleft()[1])
         assert self._writer is not None  # detach() cancels this timer
         self._writer.writelines(due)
+        self._written_s = time.monotonic()
         self._release_timer = loop.call_at(self._line[0][0], self._release) if self._line else None
         if not self._line and not self._queue:
             self._idle.set()

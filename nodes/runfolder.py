@@ -6,6 +6,7 @@ analysis and the figures read it; none of them spells a file name of its own::
     <runs>/<stamp>-<spec>[-n]/          one run (:func:`new_run_dir`)
         manifest.json                   resolved plan, seed, git revision, probe, status
         workload.jsonl                  the exact client workload (nodes.workloads.ops)
+        throttles.jsonl                 rates changed by hand during the workload
         controller/port_stats.jsonl     the SDN controller's port statistics, if any
         metrics/  report.html           written by `pubsublab analyze`
         <algorithm>/                    one folder per algorithm
@@ -14,7 +15,8 @@ analysis and the figures read it; none of them spells a file name of its own::
             <broker>.status.json        a live broker's state
             <broker>.clients.status.json  a client group's exit codes
             <name>.stderr               a process's standard error
-            config/<name>.json          a process's config; config/<client>.ops.jsonl
+            config/<name>.json          a process's config (mode 0600: it holds the
+                                        run's secret); config/<client>.ops.jsonl
             pcap/                       packet captures
             n<NN>/ failure/             bulk rounds: summary.json, rates.json, nic.json
 """
@@ -27,9 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+RUNS_BASE = Path("runs")  # where run folders go unless a command is told otherwise
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 WORKLOAD = "workload.jsonl"
+THROTTLES = "throttles.jsonl"
 SWEEP = "sweep.json"
 RATES = "rates.json"
 NIC = "nic.json"
@@ -38,6 +42,10 @@ PCAP_DIR = "pcap"
 METRICS_DIR = "metrics"
 REPORT = "report.html"
 CONTROLLER_DIR = "controller"
+# `pubsublab reproduce PAPER`: one folder with a run folder per experiment point, the
+# index of those runs, and the page.
+REPRODUCTION_INDEX = "reproduction.json"
+REPRODUCTION_PAGE = "reproduction.html"
 
 
 def log_path(folder: Path | str, node: str) -> Path:
@@ -86,6 +94,15 @@ def write_json(path: Path, data: Any) -> None:
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n",
                    encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_config(path: Path, config: dict[str, Any]) -> None:
+    """A process's config file, readable and writable by its owner only (it holds the
+    run's secret, :mod:`nodes.auth`), whatever the umask and even if the file existed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(config, indent=1, sort_keys=True))
 
 
 def read_json(path: Path | str) -> Any:

@@ -5,14 +5,20 @@
   a stream that ends inside a frame is a truncated frame, a :class:`~nodes.frames.FrameError`
   like any other undecodable frame.
 - **Handshake.** The first frame each side writes on every connection is a HELLO whose
-  payload is ``{"name": ..., "role": "broker" | "client"}`` and whose origin is the same
-  name. The dialling side writes first; the accepting side answers once it has accepted
-  the dialler's HELLO. A HELLO's ``msg_id`` comes from the node's own counter starting at
+  payload is ``{"name": ..., "role": "broker" | "client", "proof": ...}`` and whose
+  origin is the same name. The dialling side writes first, with a fresh ``nonce``; the
+  accepting side answers once it has accepted the dialler's HELLO. Each ``proof`` shows
+  that its sender knows the run's secret (:mod:`nodes.auth`); an answer whose proof does
+  not hold fails the dial. The dialler reads the answer with a limit of
+  :data:`~nodes.admission.HELLO_FRAME_BYTES`, as the accepting broker reads its HELLO.
+  A HELLO's ``msg_id`` comes from the node's own counter starting at
   :data:`HELLO_ID_BASE` (2**63), so that ``(origin, msg_id)`` stays unique even though a
   broker's core numbers its own messages from small integers. A frame that decodes but
   is out of place (a HELLO after the handshake, a non-HELLO first frame, a HELLO from the
   wrong peer) is a :class:`ProtocolError`; the runtime treats it exactly like an
-  undecodable frame: log an ``error`` record, close that connection. An accepting broker
+  undecodable frame: log an ``error`` record, close that connection; a frame that breaks
+  one of a broker's admission rules is a :class:`Violation` (the same, plus a code for
+  the ``link`` record, :mod:`nodes.admission`). An accepting broker
   may instead turn a dialling broker away by answering with a HELLO whose payload also
   holds ``refused`` (why: ``dormant``, or ``crossed`` when both brokers dial each other at
   once, see :mod:`nodes.broker`) and closing; :func:`dial` raises :class:`Refused` then.
@@ -34,7 +40,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
+from nodes.admission import HELLO_FRAME_BYTES
+from nodes.auth import is_nonce, is_proof, new_nonce, prove
+from nodes.frames import (
+    MAX_FRAME_BYTES,
+    PREFIX_BYTES,
+    FrameError,
+    body_length,
+    decode_body,
+    encode,
+)
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 
@@ -46,6 +61,14 @@ BROKER_PORT = 7000  # every emulated broker listens here; the analysis filters p
 
 class ProtocolError(ValueError):
     """A frame that decodes but is not acceptable at this point of the conversation."""
+
+
+class Violation(ProtocolError):
+    """A frame that breaks a broker's admission rule ``code`` (:mod:`nodes.admission`)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
 
 
 class Refused(ProtocolError):
@@ -61,11 +84,13 @@ def log_now(log: JsonlLog, ev: Ev, **fields: Any) -> None:
     log.write(ev, time.monotonic(), time.time(), **fields)
 
 
-async def read_message(reader: asyncio.StreamReader) -> Message | None:
+async def read_message(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES
+                       ) -> Message | None:
     """The next message on ``reader``; ``None`` when the stream ends between frames.
 
-    Raises :class:`FrameError` for an undecodable or truncated frame; connection errors
-    (``ConnectionError``) pass through.
+    Raises :class:`FrameError` for an undecodable or truncated frame, or one whose length
+    prefix announces more than ``max_bytes`` (then none of its body is read); connection
+    errors (``ConnectionError``) pass through.
     """
     try:
         prefix = await reader.readexactly(PREFIX_BYTES)
@@ -75,7 +100,7 @@ async def read_message(reader: asyncio.StreamReader) -> Message | None:
                 f"stream ended inside a length prefix ({len(exc.partial)} bytes)"
             ) from None
         return None
-    n_bytes = body_length(prefix)
+    n_bytes = body_length(prefix, max_bytes)
     try:
         body = await reader.readexactly(n_bytes)
     except asyncio.IncompleteReadError as exc:
@@ -84,20 +109,49 @@ async def read_message(reader: asyncio.StreamReader) -> Message | None:
 
 
 class HelloCounter:
-    """Builds this node's HELLO messages, numbering them from :data:`HELLO_ID_BASE`."""
+    """Builds this node's HELLO messages, numbered from :data:`HELLO_ID_BASE` and proven
+    with the run's ``secret``, and checks the proofs in its peers' HELLOs."""
 
-    def __init__(self, name: str, role: Role) -> None:
+    def __init__(self, name: str, role: Role, secret: bytes) -> None:
         self.name = name
         self.role = role
+        self._secret = secret
         self._ids: Iterator[int] = iter(range(HELLO_ID_BASE, 1 << 64))
 
-    def new(self, refused: str | None = None) -> Message:
-        """A fresh HELLO naming this node; with ``refused``, one that turns the dialling
-        peer away (see :class:`Refused`)."""
-        payload: dict[str, Any] = {"name": self.name, "role": self.role}
+    def _hello(self, payload: dict[str, Any]) -> Message:
+        return Message(MsgType.HELLO, next(self._ids), self.name, 0,
+                       {"name": self.name, "role": self.role, **payload})
+
+    def dialling(self, to: str) -> Message:
+        """The HELLO that opens a connection to ``to``, with a fresh nonce."""
+        nonce = new_nonce()
+        return self._hello({"nonce": nonce,
+                            "proof": prove(self._secret, self.name, self.role, to, nonce)})
+
+    def answer(self, to: str, nonce: str, refused: str | None = None) -> Message:
+        """The answer to ``to``'s HELLO (whose nonce was ``nonce``); with ``refused``, one
+        that turns the dialling peer away (see :class:`Refused`)."""
+        payload: dict[str, Any] = {"proof": prove(self._secret, self.name, self.role, to,
+                                                  nonce)}
         if refused is not None:
             payload["refused"] = refused
-        return Message(MsgType.HELLO, next(self._ids), self.name, 0, payload)
+        return self._hello(payload)
+
+    def proven_nonce(self, hello: Message) -> str | None:
+        """The nonce of a dialler's HELLO to this node (already through
+        :func:`parse_hello`) if its proof holds, else ``None``."""
+        nonce = hello.payload.get("nonce")
+        if not is_nonce(nonce) or not is_proof(self._secret, hello.payload.get("proof"),
+                                               hello.origin, hello.payload["role"],
+                                               self.name, nonce):
+            return None
+        return nonce
+
+    def is_answer(self, hello: Message, nonce: str) -> bool:
+        """Whether the answer ``hello`` (already through :func:`parse_hello`) proves that
+        its sender knows the secret, for our HELLO with ``nonce``."""
+        return is_proof(self._secret, hello.payload.get("proof"), hello.origin,
+                        hello.payload["role"], self.name, nonce)
 
 
 def parse_hello(msg: Message) -> tuple[str, Role]:
@@ -118,13 +172,19 @@ async def read_frames(
     writer: asyncio.StreamWriter,
     log: JsonlLog,
     on_message: Callable[[Message], None],
+    *,
+    gate: asyncio.Event | None = None,
 ) -> str:
     """Hand every frame after the handshake to ``on_message`` until the connection ends;
-    return why it ended. A bad frame (undecodable, truncated, or a second HELLO) is logged
-    as an ``error`` record naming ``peer`` and ends the connection; the connection is
-    closed in every case."""
+    return why it ended. A bad frame (undecodable, truncated, or a second HELLO), or a
+    :class:`Violation` raised by ``on_message``, is logged as an ``error`` record naming
+    ``peer`` and ends the connection (the reason returned is then the violation's code);
+    the connection is closed in every case. With ``gate``, no frame is read while it is
+    clear (the socket's buffers then fill and the peer's writes wait: backpressure)."""
     try:
         while True:
+            if gate is not None and not gate.is_set():
+                await gate.wait()
             msg = await read_message(reader)
             if msg is None:
                 return "closed by peer"
@@ -133,7 +193,7 @@ async def read_frames(
             on_message(msg)
     except (FrameError, ProtocolError) as exc:
         log_now(log, Ev.ERROR, peer=peer, addr=peer_label(writer), stage="read", reason=str(exc))
-        return f"protocol error: {exc}"
+        return exc.code if isinstance(exc, Violation) else f"protocol error: {exc}"
     except ConnectionError as exc:
         return f"connection lost: {exc!r}"
     finally:
@@ -144,6 +204,12 @@ def peer_label(writer: asyncio.StreamWriter) -> str:
     """``ip:port`` of the remote end, for error records about not-yet-named peers."""
     peer = writer.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if peer else "unknown"
+
+
+def peer_host(writer: asyncio.StreamWriter) -> str | None:
+    """The remote end's IP address (``None`` if the connection has none)."""
+    peer = writer.get_extra_info("peername")
+    return peer[0] if peer else None
 
 
 async def dial(
@@ -158,22 +224,25 @@ async def dial(
 
     The whole attempt (TCP connect and HELLO exchange) is bounded by ``timeout_s``; both
     HELLOs are logged. Raises ``OSError``, ``TimeoutError``, :class:`FrameError` or
-    :class:`ProtocolError` (:class:`Refused` when the peer turned us away); the connection
-    is closed on failure.
+    :class:`ProtocolError` (:class:`Refused` when the peer turned us away, after proving
+    the secret); the connection is closed on failure.
     """
     link = expect[0]
     local_addr = (local_host, 0) if local_host else None
     async with asyncio.timeout(timeout_s):
         reader, writer = await asyncio.open_connection(addr[0], addr[1], local_addr=local_addr)
         try:
-            mine = hello.new()
+            mine = hello.dialling(link)
             writer.write(encode(mine))
             log_now(log, Ev.SEND, link=link, **message_fields(mine))
-            reply = await read_message(reader)
+            reply = await read_message(reader, HELLO_FRAME_BYTES)
             if reply is None:
                 raise ProtocolError("peer closed the connection during the handshake")
             if parse_hello(reply) != expect:
-                raise ProtocolError(f"expected {expect[1]} {expect[0]}, got HELLO {reply.payload}")
+                raise ProtocolError(f"expected {expect[1]} {expect[0]}, "
+                                    f"got HELLO from {reply.payload['role']} {reply.origin}")
+            if not hello.is_answer(reply, mine.payload["nonce"]):
+                raise ProtocolError(f"{link}'s HELLO does not prove the run's secret")
             log_now(log, Ev.RECV, link=link, **message_fields(reply))
             if "refused" in reply.payload:
                 raise Refused(str(reply.payload["refused"]))

@@ -76,7 +76,9 @@ analysis does not care which runtime produced a run. Modelling choices:
   one link delay after the death, as the emulated broker does when the dead process's
   connection ends (:mod:`nodes.hosting`); whether a core acts on it is the core's
   reading (LBDD's agents detect failures by heartbeats only, as the paper does).
-  A workload's CRASH ops are kills as well (see Membership).
+  A workload's CRASH ops are kills as well (see Membership). The emulated broker's
+  keepalive is not modelled: no simulated link goes silent without its end dying, so
+  it would never fire, and its frames are not inter-broker messages.
 - **Links on demand** (``on_demand``, a :class:`LinkModel`). The brokers are the overlay
   graph's nodes; its edges, if any, stay fixed links as above. A core may ``Send`` to
   any broker: on a Send to a broker it has no link to, the simulator dials it, opening

@@ -8,9 +8,11 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
 # tshark is the reference of `pubsublab bench analysis`; under DEBIAN_FRONTEND=noninteractive
 # wireshark-common's question about capture by non-root users takes its default (no).
+# chromium and chromium-driver: the test that opens `pubsublab reproduce`'s page headless.
 APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
-              python3-venv python3-pip python3-networkx python3-yaml)
+              python3-venv python3-pip python3-networkx python3-yaml
+              chromium chromium-driver)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 

@@ -1,7 +1,9 @@
 """A real emulated run with capture, analysed: the wire's inter-broker messages equal the
 brokers' logged ones per type, delays agree with the logs, the Parquet outputs read with
 pandas, and a damaged copy of the run (truncated pcap, empty log, a line that is not
-JSON) is analysed with every problem named and the rest kept."""
+JSON) is analysed with every problem named and the rest kept; a copy without one client's
+log names that log instead of passing its deliveries off as loss, and a copy whose
+capture reports kernel drops gets an incomplete wire check instead of agreement."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
-from analysis.pipeline import run_analysis
+from analysis.pipeline import format_result, run_analysis
 from analysis.session import spark_session
 from experiments.plan import compile_plan
 from experiments.runs.emulated import broker_phase
@@ -142,3 +144,50 @@ def test_damaged_run_is_reported_and_the_rest_analysed(run_dir: Path, tmp_path: 
     good = pd.read_parquet(run_dir / "metrics" / "packets")
     assert result["packets"] == len(good) - 1  # only the cut record is lost
     assert "Problems met while parsing" in (copy / "report.html").read_text()
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("metrics", "report.html"))
+    return copy
+
+
+def test_a_deleted_log_is_named_not_taken_for_loss(run_dir: Path, tmp_path: Path,
+                                                   spark: SparkSession) -> None:
+    copy = _copy(run_dir, tmp_path)
+    received = {p.stem: sum('"ev":"recv"' in line and '"PUBLISH"' in line
+                            for line in p.read_text().splitlines())
+                for p in (copy / "flood").glob("s*.jsonl")}
+    victim = max(received, key=received.__getitem__)
+    assert received[victim] > 0
+    (copy / "flood" / f"{victim}.jsonl").unlink()
+    result = run_analysis(spark, copy, report=False)
+    flood = result["algorithms"]["flood"]
+    assert flood["deliveries"]["missing"] == received[victim]  # what it would look like
+    assert flood["missing_logs"] == {"brokers": [], "clients": [victim]}
+    (problem,) = [p for p in result["problems"] if p["source"] == "run folder"]
+    assert problem["file"] == str(copy / "flood" / f"{victim}.jsonl")
+    assert problem["problem"] == (f"no log of client {victim}, which the manifest lists: "
+                                  "its deliveries count as missing")
+    assert f"MISSING LOGS {victim}: the manifest lists them" in format_result(result)
+
+
+def test_capture_drops_make_the_wire_check_incomplete(run_dir: Path, tmp_path: Path,
+                                                      spark: SparkSession) -> None:
+    copy = _copy(run_dir, tmp_path)
+    record_path = copy / "flood" / "pcap" / "capture.json"
+    record = json.loads(record_path.read_text())
+    # What hostile traffic on the overlay port did to one host's capture.
+    record["hosts"]["b0"]["dropped_by_kernel"] = record["dropped_by_kernel"] = 13494
+    record_path.write_text(json.dumps(record))
+    result = run_analysis(spark, copy)
+    flood = result["algorithms"]["flood"]
+    assert not flood["mismatches"]  # every frame the brokers logged was still seen
+    assert result["wire_check"] == flood["wire_check"] == "incomplete"
+    assert result["wire_matches_logs"] is False
+    assert flood["capture"]["dropped_by_kernel"] == 13494  # still recorded
+    text = format_result(result)
+    assert text.startswith("wire and logs check INCOMPLETE: ")
+    assert "the capture lost 13494 packet(s) (13494 dropped by the kernel" in text
+    report = (copy / "report.html").read_text()
+    assert "WIRE CHECK INCOMPLETE" in report and "Wire and logs agree" not in report

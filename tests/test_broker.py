@@ -23,13 +23,16 @@ from typing import Any
 import networkx as nx
 import pytest
 
+from nodes.auth import new_secret
 from nodes.broker import read_status, wait_until_ready
 from nodes.client import Op, dump_ops, load_ops, role_ops
 from nodes.cores import overlay_params
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
 from nodes.messages import Message, MsgType, message_to_json
+from nodes.runtime import HelloCounter
 
 REPO = Path(__file__).resolve().parent.parent
+SECRET = new_secret()  # the run secret of every broker and client these tests start
 SUBSCRIPTION = {"filter": [["symbol", "=", "IBM"]]}
 NOTIFICATION = {"attrs": {"symbol": "IBM", "price": 21.5}}
 
@@ -75,6 +78,14 @@ def records(log_dir: Path, node: str, ev: str, **match: Any) -> list[dict[str, A
 
 def status(log_dir: Path, node: str) -> dict[str, Any]:
     return read_status(log_dir, node) or {}
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of process ``pid`` in MiB (``VmRSS`` of /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
 
 
 @pytest.fixture
@@ -129,6 +140,7 @@ class Overlay:
                            for nb in nbs},
             "core": {"name": "flood", "params": self.params[name]},
             "log_dir": str(self.log_dir),
+            "secret": SECRET,
             "connect_timeout_s": 1.0,
             **self.extra,
         }
@@ -136,7 +148,7 @@ class Overlay:
     def client(self, name: str, broker: str, start_at_wall: float, duration_s: float,
                **role: Any) -> dict[str, Any]:
         return {"client": name, "broker": broker, "broker_addr": self.addr[broker],
-                "log_dir": str(self.log_dir), "start_at_wall": start_at_wall,
+                "log_dir": str(self.log_dir), "secret": SECRET, "start_at_wall": start_at_wall,
                 "duration_s": duration_s, **role}
 
     def wait_up(self, *names: str, timeout_s: float = 10.0) -> None:
@@ -210,9 +222,13 @@ def test_line_of_three_delivers_every_notification(tmp_path: Path, spawn: Spawn)
         assert {r["link"] for r in down} == set(ov.config(name)["neighbours"])
 
 
-def _raw_exchange(addr: list[Any], data: bytes, timeout_s: float = 5.0) -> bytes:
-    """Send ``data``, half-close, and read until the broker closes the connection."""
-    with socket.create_connection(tuple(addr), timeout=timeout_s) as s:
+def _raw_exchange(addr: list[Any], data: bytes, timeout_s: float = 5.0,
+                  source: str | None = None) -> bytes:
+    """Send ``data`` (from address ``source``, if given), half-close, and read until the
+    broker closes the connection."""
+    source_address = (source, 0) if source else None
+    with socket.create_connection(tuple(addr), timeout=timeout_s,
+                                  source_address=source_address) as s:
         s.sendall(data)
         s.shutdown(socket.SHUT_WR)
         received = b""
@@ -221,8 +237,16 @@ def _raw_exchange(addr: list[Any], data: bytes, timeout_s: float = 5.0) -> bytes
         return received
 
 
-def _hello(name: str, role: str) -> bytes:
-    return encode(Message(MsgType.HELLO, 1 << 63, name, 0, {"name": name, "role": role}))
+def _hello(name: str, role: Any, to: str = "solo") -> bytes:
+    """A fresh HELLO from ``name`` to broker ``to``, proving the tests' secret."""
+    return encode(HelloCounter(name, role, bytes.fromhex(SECRET)).dialling(to))
+
+
+def _answer(name: str, hello: Message, refused: str | None = None) -> bytes:
+    """Broker ``name``'s answer to a dialler's ``hello`` (a refusal, with ``refused``),
+    proving the tests' secret."""
+    return encode(HelloCounter(name, "broker", bytes.fromhex(SECRET)).answer(
+        hello.origin, hello.payload["nonce"], refused))
 
 
 def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) -> None:
@@ -230,7 +254,8 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
     broker = spawn("nodes.broker", ov.config("solo"))
     wait_for(lambda: status(tmp_path, "solo").get("state") == "running", 10, "solo running")
     rng = random.Random(20240501)
-    good = encode(Message(MsgType.PUBLISH, 1, "x", 0, NOTIFICATION))
+    good = encode(Message(MsgType.PUBLISH, 1, "fuzzer", 0, NOTIFICATION))
+    head = good[PREFIX_BYTES : len(good) - len(json.dumps(NOTIFICATION, separators=(",", ":")))]
     client_hello = _hello("fuzzer", "client")
 
     def mutate(frame: bytes) -> bytes:
@@ -246,7 +271,6 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
         good,  # a valid frame, but not a HELLO
         _hello("mallory", "admin"),  # unknown role
         _hello("intruder", "broker"),  # not a neighbour
-        _hello("zed", "broker"),  # a neighbour, but the smaller name (solo) dials
     ]
     after = [rng.randbytes(rng.randint(1, 300)) for _ in range(10)]
     after += [mutate(good) for _ in range(10)]
@@ -255,13 +279,15 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
         good[:9] + bytes([200]) + good[10:],  # unknown message type
         good[:8] + bytes([7]) + good[9:],  # unknown frame version
         client_hello,  # a second HELLO
-        _frame(good[PREFIX_BYTES : PREFIX_BYTES + 14] + b"[" * 100_000),  # JSON too deep
-        _frame(good[PREFIX_BYTES : PREFIX_BYTES + 14] + b"1" * 5000),  # int over digit limit
+        _frame(head + b"[" * 100_000),  # JSON too deep
+        _frame(head + b"1" * 5000),  # int over digit limit
     ]
     for data in before:
         assert b"HELLO" not in _raw_exchange(ov.addr["solo"], data)
+    # a neighbour, from its own address, but the smaller name (solo) dials
+    assert not _raw_exchange(ov.addr["solo"], _hello("zed", "broker"), source=ov.addr["zed"][0])
     for data in after:
-        reply = _raw_exchange(ov.addr["solo"], client_hello + good + data)
+        reply = _raw_exchange(ov.addr["solo"], _hello("fuzzer", "client") + good + data)
         assert decode_body(reply[PREFIX_BYTES:]).type is MsgType.HELLO  # handshake answered
     # a peer that connects and says nothing is dropped after connect_timeout_s
     with socket.create_connection(tuple(ov.addr["solo"]), timeout=5) as s:
@@ -270,8 +296,8 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
     assert broker.poll() is None
     # Random bytes can happen to form valid frames: a reference parse says which cases must
     # end in an error and how many frames get through before it.
-    outcomes = [_reference_parse(data) for data in after]
-    expected = len(before) + 1 + sum(bad for _, bad in outcomes)
+    outcomes = [_reference_parse(data, "fuzzer") for data in after]
+    expected = len(before) + 2 + sum(bad for _, bad in outcomes)
 
     def frame_errors() -> list[dict[str, Any]]:
         return [e for e in records(tmp_path, "solo", "error") if e.get("stage") != "core"]
@@ -279,7 +305,7 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
     errors = wait_for(lambda: len(frame_errors()) >= expected and frame_errors(), 2,
                       "the error records (the log is flushed every window)")
     assert all(e["reason"] and e["peer"] for e in errors)
-    assert sum(e.get("stage") == "handshake" for e in errors) == len(before) + 1
+    assert sum(e.get("stage") == "handshake" for e in errors) == len(before) + 2
     assert len(errors) == expected
     assert sum(bad for _, bad in outcomes) >= len(after) - 3
     received = [r for r in records(tmp_path, "solo", "recv", link="fuzzer") if r["type"] != "HELLO"]
@@ -287,7 +313,8 @@ def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) ->
 
     # a frame the core cannot handle costs only that event, not the connection
     bad_subscribe = encode(Message(MsgType.SUBSCRIBE, 1, "confused", 0, {"no": "filter"}))
-    _raw_exchange(ov.addr["solo"], _hello("confused", "client") + bad_subscribe + good)
+    publication = encode(Message(MsgType.PUBLISH, 2, "confused", 0, NOTIFICATION))
+    _raw_exchange(ov.addr["solo"], _hello("confused", "client") + bad_subscribe + publication)
     wait_for(lambda: records(tmp_path, "solo", "error", stage="core"), 2, "a core error")
     assert [r["type"] for r in records(tmp_path, "solo", "recv", link="confused")] == [
         "HELLO", "SUBSCRIBE", "PUBLISH"]
@@ -304,16 +331,20 @@ def _frame(body: bytes) -> bytes:
     return len(body).to_bytes(PREFIX_BYTES, "big") + body
 
 
-def _reference_parse(data: bytes) -> tuple[int, bool]:
-    """How many frames of ``data`` a broker accepts after the handshake, and whether
-    the data then ends in an error (rather than cleanly at a frame boundary)."""
+def _reference_parse(data: bytes, client: str) -> tuple[int, bool]:
+    """How many frames of ``data`` a broker accepts from ``client`` after the handshake,
+    and whether the data then ends in an error (rather than cleanly at a frame
+    boundary); a frame under another origin is one."""
     n_ok = 0
     while data:
         try:
             if len(data) < PREFIX_BYTES:
                 return n_ok, True
             end = PREFIX_BYTES + body_length(data[:PREFIX_BYTES])
-            if len(data) < end or decode_body(data[PREFIX_BYTES:end]).type is MsgType.HELLO:
+            if len(data) < end:
+                return n_ok, True
+            msg = decode_body(data[PREFIX_BYTES:end])
+            if msg.type is MsgType.HELLO or msg.origin != client:
                 return n_ok, True
         except FrameError:
             return n_ok, True
@@ -423,7 +454,8 @@ def test_backpressure_grows_the_output_queue(tmp_path: Path, spawn: Spawn) -> No
         conn, _ = listener.accept()  # "a" < "z": a dials
     with conn:
         conn.settimeout(10)
-        conn.sendall(_hello("z", "broker"))
+        (dialled,) = _read_frames(conn, 1)  # a's HELLO, which z answers
+        conn.sendall(_answer("z", dialled))
         wait_for(lambda: status(tmp_path, "a").get("all_up"), 10, "a up")
         count = 300
         big = {"attrs": {**NOTIFICATION["attrs"], "blob": "x" * 2000}}
@@ -433,8 +465,8 @@ def test_backpressure_grows_the_output_queue(tmp_path: Path, spawn: Spawn) -> No
         backlog = wait_for(lambda: [w for w in records(tmp_path, "a", "queue", link="z")
                                     if w["queue_len"] > 50], 10, "the output queue to grow")
         assert backlog
-        frames = _read_frames(conn, count + 1)  # the HELLO, then every publication
-        assert [m.type for m in frames] == [MsgType.HELLO] + [MsgType.PUBLISH] * count
+        frames = _read_frames(conn, count)  # every publication
+        assert [m.type for m in frames] == [MsgType.PUBLISH] * count
         assert pp.wait(timeout=10) == 0
         stop_all([broker])
     _check_queue_log(tmp_path, "a", "z", count)
@@ -449,7 +481,9 @@ def _read_frames(conn: socket.socket, n: int) -> list[Message]:
         buf += chunk
         while len(buf) >= PREFIX_BYTES and len(buf) >= PREFIX_BYTES + body_length(buf[:4]):
             end = PREFIX_BYTES + body_length(buf[:4])
-            out.append(decode_body(buf[PREFIX_BYTES:end]))
+            msg = decode_body(buf[PREFIX_BYTES:end])
+            if msg.type is not MsgType.KEEPALIVE:  # an idle link's, whenever it is idle
+                out.append(msg)
             buf = buf[end:]
     return out
 

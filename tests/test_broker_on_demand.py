@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_broker import free_port, read_log, records, status, wait_for
+from test_broker import SECRET, _answer, _hello, free_port, read_log, records, status, wait_for
 
 from nodes.broker import NOFILE_BASE, NOFILE_CLIENTS, NOFILE_PER_LINK, nofile_needed
 from nodes.client import Op, dump_ops
@@ -109,7 +109,7 @@ class Mesh:
         return {"broker": name, "listen": self.addr[name], "neighbours": {},
                 "peers": {p: self.addr[p] for p in self.names if p != name},
                 "dormant": dormant, "core": {"name": "gossip-watch", "params": self.params},
-                "log_dir": str(self.log_dir), "connect_timeout_s": 1.0}
+                "log_dir": str(self.log_dir), "secret": SECRET, "connect_timeout_s": 1.0}
 
     def start(self, spawn: Spawn, dormant: Sequence[str] = ()) -> dict[str, Any]:
         procs = {n: spawn("broker", n, self.config(n, dormant=n in dormant)) for n in self.names}
@@ -128,8 +128,9 @@ class Mesh:
                             "ops": f"{client}.ops.jsonl"})
         return spawn("clients", "clients", {
             "clients": entries, "status_file": str(self.log_dir / "clients.status.json"),
-            "common": {"log_dir": str(self.log_dir), "start_at_wall": start_at,
-                       "duration_s": duration_s, "connect_timeout_s": 1.0}})
+            "common": {"log_dir": str(self.log_dir), "secret": SECRET,
+                       "start_at_wall": start_at, "duration_s": duration_s,
+                       "connect_timeout_s": 1.0}})
 
 
 def _join(client: str, boot: str, t_s: float, msg_id: int = 1) -> Op:
@@ -291,11 +292,6 @@ def _frame_reader(sock_file: Any) -> Iterator[Message]:
         yield decode_body(sock_file.read(body_length(prefix)))
 
 
-def _hello(name: str, **extra: Any) -> bytes:
-    return encode(Message(MsgType.HELLO, 1 << 63, name, 0,
-                          {"name": name, "role": "broker", **extra}))
-
-
 def test_dial_race_keeps_the_smaller_names_connection(tmp_path: Path, spawn: Spawn) -> None:
     """Broker m dials a peer that dials m back before answering. Against z (m dials the
     larger name): m refuses z's connection and keeps its own. Against a (the smaller
@@ -316,12 +312,11 @@ def test_dial_race_keeps_the_smaller_names_connection(tmp_path: Path, spawn: Spa
     config = {"broker": "m", "listen": addr["m"], "neighbours": {},
               "peers": {p: addr[p] for p in ("a", "z")},
               "core": {"name": "gossip-watch", "params": {}}, "log_dir": str(tmp_path),
-              "connect_timeout_s": 2.0}
+              "secret": SECRET, "connect_timeout_s": 2.0}
     broker = spawn("broker", "m", config)
     wait_for(lambda: status(tmp_path, "m").get("state") == "running", 15, "m running")
     client = socket.create_connection(tuple(addr["m"]), timeout=10)
-    client.sendall(encode(Message(MsgType.HELLO, 1 << 63, "cl", 0,
-                                  {"name": "cl", "role": "client"})))
+    client.sendall(_hello("cl", "client", to="m"))
     conns = []
     try:
         for i, peer in enumerate(("z", "a")):
@@ -330,21 +325,25 @@ def test_dial_race_keeps_the_smaller_names_connection(tmp_path: Path, spawn: Spa
             dialled.settimeout(10)
             conns.append(dialled)
             from_m = _frame_reader(dialled.makefile("rb"))
-            assert next(from_m).payload == {"name": "m", "role": "broker"}
-            ours = socket.create_connection(tuple(addr["m"]), timeout=10)
+            m_hello = next(from_m)
+            assert (m_hello.payload["name"], m_hello.payload["role"]) == ("m", "broker")
+            # the peer's own connection comes from its configured address
+            ours = socket.create_connection(tuple(addr["m"]), timeout=10,
+                                            source_address=(addr[peer][0], 0))
             conns.append(ours)
-            ours.sendall(_hello(peer))
+            ours.sendall(_hello(peer, "broker", to="m"))
             frames = _frame_reader(ours.makefile("rb"))
             answer = next(frames)
+            assert answer.payload["name"] == "m"
             if peer == "z":  # m < z, and m is dialling z: z's connection is refused
-                assert answer.payload == {"name": "m", "role": "broker", "refused": "crossed"}
+                assert answer.payload.get("refused") == "crossed"
                 assert next(frames, None) is None  # and closed
-                dialled.sendall(_hello("z"))  # now z answers m's dial
+                dialled.sendall(_answer("z", m_hello))  # now z answers m's dial
                 got = next(from_m)
             else:  # a < m: m accepts a's connection and sends the held JOIN on it
-                assert answer.payload == {"name": "m", "role": "broker"}
+                assert "refused" not in answer.payload
                 got = next(frames)
-                dialled.sendall(_hello("a", refused="crossed"))  # a refuses m's own dial
+                dialled.sendall(_answer("a", m_hello, refused="crossed"))  # a refuses m's dial
             assert (got.type, got.payload) == (MsgType.JOIN, {})
         wait_for(lambda: status(tmp_path, "m").get("peers_up") == ["a", "z"], 5, "both up")
         time.sleep(0.3)  # m's refused dial to a has ended by now
@@ -444,7 +443,7 @@ async def _serve_peers(addr: Mapping[str, list[Any]], members: list[str], got: d
                 prefix = await reader.readexactly(PREFIX_BYTES)
                 msg = decode_body(await reader.readexactly(body_length(prefix)))
                 if msg.type is MsgType.HELLO:
-                    writer.write(_hello(peer))
+                    writer.write(_answer(peer, msg))
                     continue
                 got.setdefault(peer, []).append(msg.type.name)
                 if msg.type is MsgType.JOIN:
@@ -472,7 +471,7 @@ def test_one_broker_with_63_peers_fits_its_fd_limit(tmp_path: Path, spawn: Spawn
     hub_addr = ["127.0.0.41", free_port("127.0.0.41")]
     config = {"broker": "hub", "listen": hub_addr, "neighbours": {}, "peers": addr,
               "core": {"name": "gossip-watch", "params": {}}, "log_dir": str(tmp_path),
-              "connect_timeout_s": 5.0}
+              "secret": SECRET, "connect_timeout_s": 5.0}
 
     async def scenario() -> dict[str, list[str]]:
         got: dict[str, list[str]] = {}
@@ -485,8 +484,7 @@ def test_one_broker_with_63_peers_fits_its_fd_limit(tmp_path: Path, spawn: Spawn
                     break
                 await asyncio.sleep(0.05)
             _, writer = await asyncio.open_connection(*hub_addr)
-            writer.write(encode(Message(MsgType.HELLO, 1 << 63, "cl", 0,
-                                        {"name": "cl", "role": "client"})))
+            writer.write(_hello("cl", "client", to="hub"))
             writer.write(encode(Message(MsgType.JOIN, 1, "cl", 0, {"bootstrap": "p00"})))
             for _ in range(200):
                 if got.get("p00"):
@@ -548,7 +546,7 @@ def test_plan_and_configs_for_links_on_demand(tmp_path: Path) -> None:
     # the path between two hosts: two access links of 1 ms each, through the switch
     assert pc1["peers"]["pc2"] == {"addr": ["10.0.0.2", 7000], "delay_ms": 2, "loss_pct": 0.0}
     assert (pc1["dormant"], configs["pc2"]["dormant"]) == (False, True)
-    parsed = BrokerConfig.from_json(pc1)
+    parsed = BrokerConfig.from_json({**pc1, "secret": SECRET})  # BrokerRun adds it
     assert parsed.peers["pc3"].addr == ("10.0.0.3", 7000) and parsed.peers["pc3"].delay_ms == 2
 
     fixed = compile_plan(parse_spec({**spec, "routing": {"algorithms": ["gossip"]}}))
@@ -567,7 +565,7 @@ def test_broker_config_checks_peers_and_dormancy(tmp_path: Path) -> None:
     from nodes.broker import BrokerConfig
 
     base = {"broker": "a", "listen": ["127.0.0.1", 1], "neighbours": {},
-            "core": {"name": "gossip"}, "log_dir": str(tmp_path)}
+            "core": {"name": "gossip"}, "log_dir": str(tmp_path), "secret": SECRET}
     cfg = BrokerConfig.from_json({**base, "peers": {"b": ["127.0.0.2", 2]}, "dormant": True})
     assert cfg.peers["b"].addr == ("127.0.0.2", 2) and cfg.dormant
     assert BrokerConfig.from_json(base).peers == {} and not BrokerConfig.from_json(base).dormant

@@ -20,6 +20,7 @@ from experiments.plan import compile_plan
 from experiments.runs.brokers import BrokerRun
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
+from nodes.auth import new_secret
 from nodes.client import load_ops
 from nodes.core import Action, Event, LinkDown, Send
 from nodes.cores.flood import FloodCore
@@ -149,7 +150,7 @@ def test_a_client_with_a_non_object_ops_line_exits_2(tmp_path: Path) -> None:
     ops.write_text('"just a string"\n')
     cfg = tmp_path / "c.json"
     cfg.write_text(f'{{"client": "c", "broker": "b0", "broker_addr": ["127.0.0.1", 9], '
-                   f'"log_dir": "{tmp_path}", "ops": "{ops}"}}')
+                   f'"log_dir": "{tmp_path}", "ops": "{ops}", "secret": "{new_secret()}"}}')
     res = subprocess.run([sys.executable, "-m", "nodes.client", "--config", str(cfg)],
                          cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 2, res.stderr

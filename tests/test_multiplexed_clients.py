@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from scot_cases import AGREE_SPEC, pairs
-from test_broker import NOTIFICATION, REPO, SUBSCRIPTION, free_port
+from test_broker import NOTIFICATION, REPO, SECRET, SUBSCRIPTION, free_port
 
 from experiments.plan import compile_plan
 from experiments.runs.emulated import broker_phase
@@ -51,7 +51,7 @@ def records(path: Path, ev: str) -> list[dict[str, Any]]:
 def test_a_bad_group_config_exits_2_naming_the_culprit(tmp_path: Path, change: dict[str, Any],
                                                        named: str) -> None:
     group = {"common": {"broker": "b1", "broker_addr": ["127.0.0.1", 1],
-                        "log_dir": str(tmp_path), "duration_s": 1.0},
+                        "log_dir": str(tmp_path), "secret": SECRET, "duration_s": 1.0},
              "clients": [{"client": "a", "role": "subscriber", "subscribe": SUBSCRIPTION}],
              "status_file": str(tmp_path / "group.status.json"), **change}
     proc = run_client_process(group, tmp_path / "group.json")
@@ -69,7 +69,7 @@ def test_each_client_of_a_group_has_its_own_connection_log_and_status(tmp_path: 
     broker_cfg = tmp_path / "b1.config.json"
     broker_cfg.write_text(json.dumps({
         "broker": "b1", "listen": addr, "neighbours": {}, "log_dir": str(tmp_path),
-        "core": {"name": "flood", "params": {"tree_neighbours": []}}}))
+        "secret": SECRET, "core": {"name": "flood", "params": {"tree_neighbours": []}}}))
     with open(tmp_path / "b1.out", "wb") as out:
         broker = subprocess.Popen([sys.executable, "-m", "nodes.broker", "--config",
                                    str(broker_cfg)], cwd=REPO, stdout=out, stderr=out)
@@ -78,7 +78,8 @@ def test_each_client_of_a_group_has_its_own_connection_log_and_status(tmp_path: 
         dead = ["127.0.0.22", free_port("127.0.0.22")]
         group = {
             "common": {"broker": "b1", "broker_addr": addr, "log_dir": str(tmp_path),
-                       "start_at_wall": time.time() + 0.5, "duration_s": 1.5},
+                       "secret": SECRET, "start_at_wall": time.time() + 0.5,
+                       "duration_s": 1.5},
             "clients": [
                 {"client": "s", "role": "subscriber", "subscribe": SUBSCRIPTION},
                 {"client": "p", "role": "publisher", "publish": NOTIFICATION, "count": 3,

@@ -73,7 +73,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from tempfile import mkdtemp
 from typing import Any
 
 from experiments.emulation.doctor import probe
@@ -81,6 +80,7 @@ from experiments.emulation.network import Emulation
 from experiments.runs.brokers import BrokerRun
 from nodes.logs import Ev, iter_jsonl
 from nodes.processing import CALIBRATION_FILE
+from nodes.runfolder import RUNS_BASE, new_run_dir
 from nodes.runtime import BROKER_PORT
 from nodes.summary import percentile
 from topologies.links import LinkParams
@@ -122,8 +122,8 @@ def _start_broker(emu: Emulation, out: Path) -> BrokerRun:
     return run
 
 
-def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S
-          ) -> dict[str, Any]:
+def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S,
+          max_delay_s: float = MAX_DELAY_S) -> dict[str, Any]:
     run = _start_broker(emu, out)
     broker_ip = emu.graph.nodes["pc2"]["ip"]
     try:
@@ -141,7 +141,8 @@ def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S
         for client, host, ops in (("sub", "pc3", sub_ops), ("pub", "pc1", pub_ops)):
             run.clients[client] = run._start(host, "nodes.client", client, {
                 "client": client, "broker": "pc2", "broker_addr": [broker_ip, BROKER_PORT],
-                "log_dir": str(out), "ops": str(ops), "start_at_wall": start,
+                "secret": run.secret, "log_dir": str(out), "ops": str(ops),
+                "start_at_wall": start,
                 "duration_s": 1.0 + step_s + 2.0})
         run.wait_clients(1.5 + 1.0 + step_s + 30)
     finally:
@@ -160,7 +161,7 @@ def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S
     max_delay_ms = delays_ms[-1] if delays_ms else None
     ok = (len(sent) == n and achieved >= 0.95 * rate_hz and len(got) == len(sent)
           and all(p["generated"] == p["delivered"] for p in per_second)
-          and max_delay_ms is not None and max_delay_ms <= 1000.0 * MAX_DELAY_S)
+          and max_delay_ms is not None and max_delay_ms <= 1000.0 * max_delay_s)
     return {"rate_hz": rate_hz, "generated": len(sent), "delivered": len(got),
             "achieved_send_hz": round(achieved, 1), "per_second": per_second,
             "delay_ms": {"p50": round(delays_ms[len(delays_ms) // 2], 2) if delays_ms else None,
@@ -233,7 +234,7 @@ def _run_chain(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path,
             for i in range(n)))
         start = time.time() + _CLIENT_START_S
         common = {"broker": "pc2", "broker_addr": [broker_ip, BROKER_PORT],
-                  "log_dir": str(out), "start_at_wall": start,
+                  "secret": run.secret, "log_dir": str(out), "start_at_wall": start,
                   "duration_s": _PUB_AT_S + step_s + 2.0}
         run.clients["subs"] = run._start("pc3", "nodes.client", "subs", {
             "clients": subs, "common": {**common,
@@ -546,13 +547,15 @@ def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S, *,
         calibration_step_s: float = CALIBRATION_STEP_S,
         repeats: int = CALIBRATION_REPEATS,
         saturation_counts: Sequence[int] = SATURATION_COUNTS,
-        calibration_out: Path | None = CALIBRATION_FILE) -> dict[str, Any]:
-    """Step the publication rate up until a step loses (no ``rates_hz``: skip), then
+        calibration_out: Path | None = CALIBRATION_FILE,
+        out_base: Path = RUNS_BASE, max_delay_s: float = MAX_DELAY_S) -> dict[str, Any]:
+    """Step the publication rate up until a step loses or a notification takes longer
+    than ``max_delay_s`` (no ``rates_hz``: skip), then
     calibrate the per-message cost at each of ``sub_counts`` (none: skip), at
     ``calibration_rate_hz`` and, on a broker host CPU-limited to ``SATURATION_SHARE``,
     saturated at each of ``saturation_counts`` (none, or a machine that cannot limit
     CPU: skip), and write the calibration to ``calibration_out`` (None: do not write);
-    returns every step's figures."""
+    returns every step's figures. Logs go to a run folder under ``out_base``."""
     found = probe()
     if not found["checks"][0]["ok"]:
         raise PermissionError("bench broker builds a Mininet network: run with sudo")
@@ -562,14 +565,15 @@ def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S, *,
         raise ValueError("calibration needs at least two distinct subscription counts, "
                          "each at least 1")
     graph = build_graph("gigabit-cluster", {"n": 3}, LinkParams(bw_mbps=1000))
-    out = Path(mkdtemp(prefix="pubsublab-bench-broker-"))
+    out = new_run_dir(out_base, "bench-broker")
+    _log(f"logs in {out}")
     emu = Emulation(graph, switch="bridge", probe=found, log=_log)
     steps, points, sensitivity = [], [], []
     try:
         emu.start()
         for rate in rates_hz:
             _log(f"{rate}/s for {step_s:g} s ...")
-            step = _step(emu, rate, out / f"rate-{rate}", step_s)
+            step = _step(emu, rate, out / f"rate-{rate}", step_s, max_delay_s)
             _log(f"{rate}/s: generated {step['generated']}, delivered {step['delivered']}, "
                  f"send rate {step['achieved_send_hz']}/s, delay {step['delay_ms']} ms, "
                  f"sustained: {step['zero_loss']}")
@@ -605,7 +609,9 @@ def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S, *,
     sustained = max((s["rate_hz"] for s in steps if s["zero_loss"]), default=0)
     result: dict[str, Any] = {
         "sustained_zero_loss_hz": sustained, "steps": steps, "step_s": step_s,
-        "logs": str(out), "padres_script_ceiling_hz": 1000, "aim_hz": 10000}
+        "max_delay_s": max_delay_s,
+        "logs": str(out), "padres_script_ceiling_hz": 1000, "aim_hz": 10000,
+        "machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds")}
     usable = {p["subscriptions"] for p in points if p["broker_complete"]}
     if points and len(usable) < 2:
         result["calibration_error"] = (
@@ -664,8 +670,10 @@ def format_result(result: dict[str, Any]) -> str:
                      f"{s['achieved_send_hz']:9.0f} {d['p50'] or 0:8.1f} {d['max'] or 0:8.1f}"
                      f"  {s['zero_loss']}")
     if result["steps"]:
+        m = result["machine"]
         lines.append(f"sustained with zero loss: {result['sustained_zero_loss_hz']}/s "
-                     f"(PADRES' scripts stop at 1,000/s; aim 10,000/s)")
+                     f"(PADRES' scripts stop at 1,000/s; aim 10,000/s), on {m['hostname']} "
+                     f"({m['cpu_model']}, {m['cores']} cores) at {result['date']}")
     cal = result.get("calibration")
     if result.get("calibration_error"):
         lines.append(result["calibration_error"])

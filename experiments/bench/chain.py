@@ -26,7 +26,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from tempfile import mkdtemp
 from typing import Any
 
 import networkx as nx
@@ -36,6 +35,7 @@ from experiments.emulation.doctor import probe
 from experiments.emulation.network import Emulation
 from nodes.messages import Message, MsgType
 from nodes.processing import CALIBRATION_FILE, Processing, ServiceTime
+from nodes.runfolder import RUNS_BASE, new_run_dir
 from nodes.sim import simulate
 from nodes.summary import delay_stats_ms
 from nodes.workloads.ops import ClientOp, Workload
@@ -93,8 +93,9 @@ def models(share: float, calibration: Path = CALIBRATION_FILE) -> dict[str, Proc
 
 
 def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S,
-        share: float = SHARE) -> dict[str, Any]:
-    """Both runtimes at every rate of ``rates_hz`` (see the module docstring)."""
+        share: float = SHARE, out_base: Path = RUNS_BASE) -> dict[str, Any]:
+    """Both runtimes at every rate of ``rates_hz`` (see the module docstring); the
+    emulated chain's logs go to a run folder under ``out_base``."""
     found = probe()
     if not found["checks"][0]["ok"]:
         raise PermissionError("bench chain builds a Mininet network: run with sudo")
@@ -103,7 +104,7 @@ def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S,
                            "cannot do (see pubsublab doctor)")
     sim_models = models(share)
     graph = build_graph("gigabit-cluster", {"n": 3}, LinkParams(bw_mbps=1000))
-    out = Path(mkdtemp(prefix="pubsublab-bench-chain-"))
+    out = new_run_dir(out_base, "bench-chain")
     emu = Emulation(graph, switch="bridge", probe=found, log=_log, cpu_limits={BROKER: share})
     rows = []
     try:

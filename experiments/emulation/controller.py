@@ -3,8 +3,8 @@
 :class:`~experiments.emulation.network.Emulation` owns it: it is started on the root namespace
 after the machine lock is taken and before the network is built, listening on
 127.0.0.1 on a port free at that moment (the lock keeps other runs' controllers out,
-a free port keeps out whatever else listens on 6653); its pid goes into the run's
-state file, so the next run kills it if this one crashes; the switches are waited for
+a free port keeps out whatever else listens on 6653); as a member of the run's cgroup
+it is killed by the next run if this one is killed; the switches are waited for
 through the registry the controller writes (``datapaths.json``: the handshake has
 completed and the table-miss flow is installed); it is ended by pid at teardown.
 

@@ -7,6 +7,7 @@ run's manifest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -96,7 +97,7 @@ def _cpu_limit() -> Check:
     CPULimitedHost needs cgroup v1 ``cpu`` (CFS quota) and ``cpuacct`` (what we measure
     the achieved share with) and cgroup-tools' cgcreate/cgset/cgdelete. The test makes a
     throw-away cgroup, sets a quota, reads it back and the usage counter, deletes it."""
-    from experiments.emulation.network import cgroup_mount
+    from experiments.emulation.cgroups import cgroup_mount
 
     def no(detail: str, fix: str) -> Check:
         return Check("cpu_limit", False, detail, fix, required=False)
@@ -135,6 +136,43 @@ def _cpu_limit() -> Check:
                   "the kernel needs CONFIG_CFS_BANDWIDTH for CPU limits")
     return Check("cpu_limit", True, f"cgroup v1 CFS quota works ({cpu}, {acct})",
                  required=False)
+
+
+def _run_cgroup() -> Check:
+    """Whether a run's processes can be contained (see :mod:`experiments.emulation.cgroups`):
+    a throw-away run group is made, a child process moved into it, and killed with it."""
+    from experiments.emulation.cgroups import RunCgroup, unified_mount
+
+    def no(detail: str, fix: str) -> Check:
+        return Check("run_cgroup", False, detail, fix)
+
+    if unified_mount() is None:
+        return no("no cgroup2 hierarchy mounted", "mount -t cgroup2 none /sys/fs/cgroup/unified "
+                  "(systemd mounts it at boot); without it a run killed outright leaves "
+                  "processes nothing can find")
+    if os.geteuid() != 0:
+        return no("not tested (needs root)", "run pubsublab doctor with sudo")
+    try:
+        group = RunCgroup.named(f"doctor-{os.getpid()}")
+        group.make()
+    except RuntimeError as exc:
+        return no(str(exc), "a kernel of 5.14 or newer with a writable cgroup2 hierarchy "
+                            "(a container needs its own cgroup namespace)")
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        group.add(child.pid)
+        killed = group.kill()  # returns once the group is empty: the child is dead
+    except (OSError, RuntimeError) as exc:
+        child.kill()
+        return no(f"test group unusable: {exc}", f"check {group.path}")
+    finally:
+        child.wait()
+        with contextlib.suppress(OSError):
+            group.remove()
+    if killed != 1:
+        return no(f"cgroup.kill ended {killed} processes, not the 1 in the test group",
+                  f"check {group.path}")
+    return Check("run_cgroup", True, f"cgroup2 at {group.path.parents[1]}, cgroup.kill works")
 
 
 def _memory_cores() -> list[Check]:
@@ -180,6 +218,7 @@ def probe() -> dict[str, Any]:
         _tool("ethtool", "ethtool"),
         _java(),
         _cpu_limit(),
+        _run_cgroup(),
         *_memory_cores(),
     ]
     by_name = {c.name: c for c in checks}

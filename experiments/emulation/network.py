@@ -1,8 +1,11 @@
 """Build a topology graph into a running Mininet network, and take it down completely.
 
 :class:`Emulation` owns everything a run creates on the machine: the Mininet network, the
-processes started on its hosts, and the state file that lets a later run undo a crash
-(:mod:`experiments.emulation.leftovers`). ``stop()`` is idempotent and is called from ``finally``.
+processes started on its hosts, the cgroup that holds every one of them (the runner
+enters it before starting anything, see :mod:`experiments.emulation.cgroups`), and the
+state file that lets a later run undo a run killed outright
+(:mod:`experiments.emulation.leftovers`). ``stop()`` is idempotent, is called from
+``finally``, and is not cut short by SIGINT or SIGTERM (:mod:`experiments.interrupts`).
 
 Mechanisms (chosen from the capability probe and written to the manifest):
 - bandwidth: HTB via Mininet's TCLink (the limit raised above Mininet's 1000 Mbit/s cap
@@ -44,20 +47,23 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 import networkx as nx
 
+from experiments.emulation.cgroups import RunCgroup, cgroup_mount
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.leftovers import (
     STATE_DIR,
     RunState,
     remove_network_leftovers,
     sweep_stale,
+    undo_run,
 )
+from experiments.interrupts import teardown
 from topologies.links import LinkParams
 
 Log = Callable[[str], None]
@@ -102,19 +108,6 @@ def _add_remote_controller(net: Any, host: str, port: int) -> None:
             self.terminate()
 
     net.addController(CONTROLLER_NODE, controller=ListeningController, ip=host, port=port)
-
-
-def cgroup_mount(controller: str) -> Path | None:
-    """Where the cgroup v1 hierarchy holding ``controller`` is mounted (None: nowhere)."""
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] == "cgroup" and controller in parts[3].split(","):
-            return Path(parts[1])
-    return None
 
 
 def cgroup_file(controller: str, group: str, name: str) -> Path:
@@ -251,11 +244,15 @@ def machine_lock(log: Log) -> IO[str]:
 
 
 class Emulation:
-    """A Mininet network built from a topology graph, with its processes."""
+    """A Mininet network built from a topology graph, with its processes.
+
+    ``status_files``: JSON files (a run's manifest) whose ``status`` the next run sets to
+    ``killed`` if this one dies without tearing down while they say ``running``."""
 
     def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log,
                  controller: ControllerProcess | None = None,
-                 cpu_limits: Mapping[str, float] | None = None) -> None:
+                 cpu_limits: Mapping[str, float] | None = None,
+                 status_files: Sequence[Path] = ()) -> None:
         if controller is not None and switch != "ovs":
             raise ValueError(f"a controller needs switch 'ovs', not {switch!r}")
         self.cpu_limits = dict(cpu_limits or {})
@@ -273,7 +270,9 @@ class Emulation:
         self.log = log
         self.net: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.status_files = list(status_files)
         self.state: RunState | None = None
+        self.cgroup: RunCgroup | None = None
         self._lock: IO[str] | None = None
         self.build_s = 0.0
 
@@ -288,22 +287,25 @@ class Emulation:
         from topologies.mininet_topo import GraphTopo, HighBwTCLink
 
         self._lock = machine_lock(self.log)
-        stale = sweep_stale()
-        if stale:
-            self.log(f"cleaned leftovers of an earlier run: {', '.join(stale)}")
+        sweep_stale(self.log)
         setLogLevel("error")
         netem = self.probe["mechanisms"]["delay_loss"] == "netem"
         topo = GraphTopo(graph=self.graph, netem=netem)
         self._cpu_limited_hosts(topo)
         switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
-        self.state = RunState()
+        # The state names the group before it exists: a run killed in between leaves a
+        # state the sweep can follow, never a group nobody knows of.
+        self.cgroup = RunCgroup.named(str(os.getpid()))
+        self.state = RunState(self.cgroup.path, self.status_files)
+        self.cgroup.make()
+        self.cgroup.enter()  # from here on, every process started is a member
         self.state.add_nodes(list(self.graph.nodes))
         if self.switch == "ovs":
             self.state.add_bridges(switches)
         # Our own names might still be taken by something a sweep could not attribute.
         remove_network_leftovers(list(self.graph.nodes), switches if self.switch == "ovs" else [])
         if self.controller is not None:
-            self.state.add_proc(self.controller.start())
+            self.controller.start()
             self.controller.wait_listening()
         t0 = time.monotonic()
         self.net = Mininet(topo=topo, link=HighBwTCLink, switch=self._switch_class(),
@@ -312,8 +314,6 @@ class Emulation:
         if self.controller is not None:
             _add_remote_controller(self.net, self.controller.host, self.controller.port)
         self.net.build()
-        for h in self.net.hosts:
-            self.state.add_proc(h.pid)
         self._check_cpu_quotas()
         t_switches = time.monotonic()
         self.net.start()
@@ -417,15 +417,29 @@ class Emulation:
                         raise RuntimeError(f"queue limit on {intf.name} failed: {out.strip()}")
 
     def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        """Start a process on a Mininet host; it is ended by pid at teardown."""
+        """Start a process on a Mininet host; it is ended by pid at teardown (and, as a
+        member of the run's cgroup, by the next run if this one is killed)."""
         proc = self.net[host].popen(argv, **kwargs)
         self.procs.append(proc)
-        if self.state:
-            self.state.add_proc(proc.pid)
         return proc
 
     def stop(self) -> None:
-        """End our processes, stop the network, delete what is left of our naming."""
+        """End our processes, stop the network, then end whatever is still in the run's
+        cgroup and delete what is left of our naming. The state file goes only if nothing
+        is left; else it stays for the next run's sweep. A SIGINT or SIGTERM meanwhile
+        only says to wait."""
+        with teardown():
+            try:
+                self._stop_processes_and_network()
+            finally:
+                try:
+                    self._undo_run()
+                finally:
+                    if self._lock is not None:
+                        self._lock.close()  # closing the file releases the flock
+                        self._lock = None
+
+    def _stop_processes_and_network(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -440,32 +454,29 @@ class Emulation:
         try:
             if self.net is not None:
                 net, self.net = self.net, None
-                try:
-                    _interrupt_pending_commands(net)
-                    net.stop()
-                finally:
-                    switches = [n for n, d in self.graph.nodes(data=True)
-                                if d["kind"] == "switch"]
-                    remove_network_leftovers(list(self.graph.nodes),
-                                             switches if self.switch == "ovs" else [])
-                    self._remove_cgroups()
+                _interrupt_pending_commands(net)
+                net.stop()
         finally:
             # After the network, so that no switch is left without its controller meanwhile.
             if self.controller is not None:
                 self.controller.stop()
-        if self.state is not None:
-            self.state.remove()
-            self.state = None
-        if self._lock is not None:
-            self._lock.close()  # closing the file releases the flock
-            self._lock = None
 
-    def _remove_cgroups(self) -> None:
-        """Mininet deletes a CPULimitedHost's cgroup when it stops the host; remove any
-        it left (a cgroup directory goes with rmdir once its tasks are gone)."""
-        for host in self.cpu_limits:
-            for controller in ("cpu", "cpuacct", "cpuset"):
-                mount = cgroup_mount(controller)
-                if mount is not None and (mount / host).is_dir():
-                    with contextlib.suppress(OSError):
-                        os.rmdir(mount / host)
+    def _undo_run(self) -> None:
+        """Leave the run's cgroup, then do what the next run's sweep would: end every
+        process still in the group, remove it, our interfaces, bridges and the
+        CPU-limited hosts' v1 groups (Mininet deletes those when it stops a host, but not
+        always all); delete the state file if nothing is left."""
+        if self.cgroup is not None:
+            self.cgroup.leave()
+            self.cgroup = None
+        if self.state is None:
+            return
+        removed, left = undo_run(self.state.data)
+        if left:
+            self.log(f"WARNING teardown could not remove {', '.join(left)}; the state stays "
+                     f"in {self.state.path} for the next run's sweep")
+        else:
+            self.state.remove()
+        if removed:
+            self.log(f"teardown removed what Mininet left: {', '.join(removed)}")
+        self.state = None

@@ -7,21 +7,39 @@ ends are the interfaces of A and B that share a subnet), and changes the HTB cla
 shapes each end. Queued packets are kept: this is ``tc class change``, not a rebuild.
 It works while a run is live (for example from a second terminal during
 ``pubsublab run SPEC --cli``) and is what a spec's scheduled link changes use.
+
+It refuses a broker named twice and a rate outside :data:`MIN_MBPS`..:data:`MAX_MBPS`
+(the bounds of a spec's ``link_schedule``), in one line, before touching anything. While
+a run's workload runs (:func:`live_run`), each manual throttle is appended to the run
+folder's ``throttles.jsonl``, and the runner puts every link so changed back to its
+configured rate before and after each algorithm (:func:`restore_manual`) and lists the
+throttles in the summaries and the manifest: a manual change is an undeclared fault,
+never a silent one, and it does not carry into the next algorithm.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
+import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from experiments.spec import LinkChange
+from experiments.emulation.leftovers import STATE_DIR
+from experiments.spec import MAX_LINK_MBPS, MIN_LINK_MBPS, LinkChange
+from nodes.logs import iter_jsonl
+from nodes.runfolder import THROTTLES, read_json, write_json
 
 HTB_PARENT = "5:0"  # Mininet's TCIntf layout: root qdisc 5:0, one class 5:1
 HTB_CLASS = "5:1"
+# The run whose workload runs now: its folder and its runner's pid (see live_run), as
+# JSON; not named *.json, which in STATE_DIR are the runners' own state files.
+LIVE_RUN = STATE_DIR / "live-run"
 
 
 def mininet_host_pid(name: str) -> int:
@@ -83,14 +101,73 @@ def set_rate(pid: int, intf: str, bw_mbps: float) -> None:
             raise RuntimeError(f"tc on {intf}: {res.stderr.strip()}")
 
 
-def throttle(a: str, b: str, bw_mbps: float) -> dict[str, object]:
-    """Set the rate of the link between brokers a and b, both directions."""
-    if not 0 < bw_mbps <= 100_000:
-        raise ValueError(f"bw_mbps: bad value {bw_mbps}; allowed: (0, 100000]")
+def configured_mbps(configured: Mapping[tuple[str, str], float | None], a: str, b: str
+                    ) -> float:
+    """The rate (Mbit/s) that puts link a-b back as configured: its configured rate in
+    either order, or, for an unshaped link, one no overlay link reaches (its HTB class
+    stays, which is simpler than removing it)."""
+    return configured.get((a, b)) or configured.get((b, a)) or MAX_LINK_MBPS
+
+
+@contextlib.contextmanager
+def live_run(run_dir: Path) -> Iterator[None]:
+    """While the body runs, :func:`throttle` records each change in ``run_dir``."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    write_json(LIVE_RUN, {"run_dir": str(run_dir), "runner": os.getpid()})
+    try:
+        yield
+    finally:
+        LIVE_RUN.unlink(missing_ok=True)
+
+
+def _live_run_dir() -> Path | None:
+    """The folder of the run whose workload runs now, if any (a killed runner's stale
+    pointer is ignored)."""
+    live = read_json(LIVE_RUN)
+    if not live or not Path(f"/proc/{live['runner']}").exists():
+        return None
+    return Path(live["run_dir"])
+
+
+def throttle(a: str, b: str, bw_mbps: float) -> dict[str, Any]:
+    """Set the rate of the link between brokers a and b, both directions; record it in
+    the live run's folder if a run's workload runs (``recorded_in``: the file, or None).
+    ValueError, before anything changes, for a broker named twice or a rate out of
+    bounds."""
+    if a == b:
+        raise ValueError(f"{a} {b}: the same broker twice; name the two brokers of one "
+                         "overlay link, e.g. a0 a1")
+    if not MIN_LINK_MBPS <= bw_mbps <= MAX_LINK_MBPS:
+        raise ValueError(f"--bw-mbps: bad value {bw_mbps:g}; allowed: {MIN_LINK_MBPS:g} to "
+                         f"{MAX_LINK_MBPS:g} Mbit/s")
     ends = link_interfaces(a, b)
     for pid, intf in ends:
         set_rate(pid, intf, bw_mbps)
-    return {"a": a, "b": b, "bw_mbps": bw_mbps, "interfaces": [i for _, i in ends]}
+    result: dict[str, Any] = {"a": a, "b": b, "bw_mbps": bw_mbps,
+                              "interfaces": [i for _, i in ends], "recorded_in": None}
+    run_dir = _live_run_dir()
+    if run_dir is not None:
+        path = run_dir / THROTTLES
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({**result, "t_wall": time.time()}, sort_keys=True) + "\n")
+        result["recorded_in"] = str(path)
+    return result
+
+
+def restore_manual(run_dir: Path, configured: Mapping[tuple[str, str], float | None],
+                   log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Put every link a manual throttle recorded in ``run_dir`` changed back to its
+    configured rate (a failure is logged, so the caller's own cleanup still runs); the
+    throttles recorded so far, oldest first (``t_wall``: when each took effect)."""
+    throttles = list(iter_jsonl(run_dir / THROTTLES))
+    for a, b in sorted({(t["a"], t["b"]) for t in throttles}):
+        bw = configured_mbps(configured, a, b)
+        try:
+            for pid, intf in link_interfaces(a, b):
+                set_rate(pid, intf, bw)
+        except Exception as exc:  # the caller must still stop its brokers
+            log(f"WARNING link {a}-{b}: could not undo a manual throttle: {exc}")
+    return throttles
 
 
 class ScheduledRates:
@@ -169,8 +246,7 @@ class ScheduledRates:
         with self._lock:
             touched = sorted(self._touched)
         for a, b in touched:
-            # An unshaped link gets a rate no overlay link reaches instead of its HTB gone.
-            bw = self._configured.get((a, b)) or self._configured.get((b, a)) or 100_000.0
+            bw = configured_mbps(self._configured, a, b)
             try:
                 for pid, intf in self._ends[(a, b)]:
                     set_rate(pid, intf, bw)

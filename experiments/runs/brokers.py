@@ -1,6 +1,14 @@
 """The processes of an emulated run on a live Mininet network: broker configs from the run
 plan, and :class:`BrokerRun`, which starts brokers and client groups on their hosts, waits
-for overlay links and clients, and stops them."""
+for overlay links and clients, and stops them.
+
+Each :class:`BrokerRun` draws its own secret (:mod:`nodes.auth`), which every HELLO of its
+brokers and clients must prove, and puts it in every config it writes. The config files
+(``config/<name>.json`` in the algorithm's folder) are the one place it is stored, mode
+0600: the processes read it there, as they read the rest. Nothing else gets it (logs,
+status files, the manifest, summaries). A copy of the run folder made later holds it,
+but authenticates nothing: the processes that took it are gone, and the next
+``BrokerRun`` (the next algorithm of the same run too) draws another."""
 
 from __future__ import annotations
 
@@ -17,10 +25,19 @@ from typing import Any
 from experiments.emulation.network import Emulation
 from experiments.plan import RunPlan, pair_figures
 from experiments.progress import log
+from nodes.auth import new_secret
 from nodes.broker import read_status, wait_until_ready
 from nodes.client import read_group_status
 from nodes.messages import MsgType, message_to_json
-from nodes.runfolder import CONFIG_DIR, config_path, ops_path, status_path, stderr_path
+from nodes.runfolder import (
+    CONFIG_DIR,
+    config_path,
+    ops_path,
+    status_path,
+    stderr_path,
+    write_config,
+    write_json,
+)
 from nodes.runtime import BROKER_PORT
 from nodes.workloads.ops import Workload
 from topologies.graph import endpoint_ip
@@ -92,6 +109,7 @@ class BrokerRun:
         self.out_dir = out_dir
         self.config_dir = out_dir / CONFIG_DIR
         self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.secret = new_secret()  # put in every config _start writes; see the module doc
         self.brokers: dict[str, Any] = {}
         # Client name -> its process; the clients of a group share one.
         self.clients: dict[str, Any] = {}
@@ -99,7 +117,7 @@ class BrokerRun:
 
     def _start(self, host: str, module: str, name: str, config: dict[str, Any]) -> Any:
         path = config_path(self.out_dir, name)
-        path.write_text(json.dumps(config, indent=1, sort_keys=True))
+        write_config(path, config)
         err = open(stderr_path(self.out_dir, name), "wb")  # noqa: SIM115 - child owns it
         try:
             return self.emu.popen(host, [sys.executable, "-m", module, "--config", str(path)],
@@ -109,7 +127,7 @@ class BrokerRun:
 
     def start_brokers(self, configs: dict[str, dict[str, Any]]) -> None:
         for b, cfg in configs.items():
-            self.brokers[b] = self._start(b, "nodes.broker", b, cfg)
+            self.brokers[b] = self._start(b, "nodes.broker", b, {**cfg, "secret": self.secret})
 
     def kill(self, broker: str) -> float:
         """SIGKILL ``broker``'s process (a crash: no shutdown, no last records); the
@@ -120,6 +138,17 @@ class BrokerRun:
 
     def status(self, broker: str) -> dict[str, Any] | None:
         return read_status(self.out_dir, broker)
+
+    def record_exit(self, broker: str, returncode: int) -> None:
+        """Write ``broker``'s last status for it: its process ended without writing one
+        (killed; the file still says ``running``). ``state`` becomes ``exited``, with the
+        ``returncode`` (negative: the signal that killed it) and when the runner noticed."""
+        status = self.status(broker) or {"node": broker}
+        if status.get("state") in ("stopped", "failed"):
+            return  # it wrote its own last status
+        write_json(status_path(self.out_dir, broker),
+                   {**status, "state": "exited", "returncode": returncode,
+                    "t_wall": time.time()})
 
     def wait_links_up(self, timeout_s: float) -> float:
         """Seconds until every broker reports all its overlay links up; RuntimeError
@@ -163,9 +192,9 @@ class BrokerRun:
 
     def _client_config(self, broker: str) -> dict[str, Any]:
         """What every client on ``broker``'s host has in its config: its broker, over the
-        host's loopback, and the log folder."""
+        host's loopback, the log folder and the run's secret."""
         return {"broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
-                "log_dir": str(self.out_dir)}
+                "log_dir": str(self.out_dir), "secret": self.secret}
 
     def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
         """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;

@@ -20,6 +20,11 @@ connection and exit 1; they are listed under ``crashed`` in the summary, not und
 ``client_failures``, which keeps the failures nobody asked for. The oracle does not order
 membership operations: it gets the workload without them and with the membership they
 stand for (:func:`nodes.workloads.membership.oracle_workload`).
+
+Faults: each summary also records the brokers that exited before the runner stopped
+them, the overlay links declared down while the workload ran, the links throttled by
+hand (``pubsublab throttle``, undone before and after each algorithm), and which of its
+losses no fault of the spec explains (:mod:`experiments.runs.faults`).
 """
 
 from __future__ import annotations
@@ -34,14 +39,17 @@ from typing import Any
 from analysis.burst import draw_burst
 from experiments.emulation.capture import Capture, CapturePlan, manifest_entry, plan_capture
 from experiments.emulation.network import Emulation
-from experiments.emulation.throttle import ScheduledRates
+from experiments.emulation.throttle import ScheduledRates, live_run, restore_manual
 from experiments.plan import RunPlan
 from experiments.progress import log
 from experiments.runs.brokers import BrokerRun, broker_configs, start_margin_s
+from experiments.runs.faults import ExitWatch, declared_faults, delivery_faults, link_downs
+from experiments.runs.manifest import node_names
 from experiments.runs.summaries import log_extras
 from nodes.log_summary import summarize_logs
+from nodes.logs import iter_jsonl
 from nodes.messages import MsgType
-from nodes.runfolder import PCAP_DIR, WORKLOAD, write_summary
+from nodes.runfolder import PCAP_DIR, THROTTLES, WORKLOAD, write_summary
 from nodes.runtime import BROKER_PORT
 from nodes.summary import MsgKey
 from nodes.workloads.membership import oracle_workload
@@ -104,6 +112,11 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     run = BrokerRun(emu, out_dir)
     rates: ScheduledRates | None = None
     crashes: CrashSchedule | None = None
+    exits: ExitWatch | None = None
+    configured = configured_rates(plan)
+    t_begin = time.time()
+    # A link throttled by hand after the last algorithm must not carry into this one.
+    restore_manual(out_dir.parent, configured, log)
     with Capture(emu, capture, out_dir / PCAP_DIR, log) if capture else contextlib.nullcontext():
         try:
             run.start_brokers(configs)
@@ -114,24 +127,36 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
             margin_s = start_margin_s(workload)
             t0_wall = time.time() + margin_s
             if plan.link_schedule:
-                rates = ScheduledRates(plan.link_schedule, configured_rates(plan),
-                                       t0_wall, log)
+                rates = ScheduledRates(plan.link_schedule, configured, t0_wall, log)
                 rates.start()
             run.start_clients(workload, start_at_wall=t0_wall, duration_s=duration_s)
             crashes = CrashSchedule(run, workload, t0_wall)
             crashes.start()
+            exits = ExitWatch(run, t0_wall)
+            exits.start()
             log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
                 f"over {duration_s:.1f} s")
             codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
+            stopping_wall = time.time()  # link downs from here on are the shutdown's
             try:
                 if crashes is not None:
                     crashes.stop()
+                if exits is not None:
+                    exits.stop()
                 if rates is not None:
                     rates.stop()
+                manual = restore_manual(out_dir.parent, configured, log)
             finally:
                 run.stop_brokers()
     crashed = {c["broker"] for c in crashes.applied} if crashes is not None else set()
+    assert exits is not None  # the workload ran
+    broker_exits = [{**e, "declared": e["broker"] in crashed} for e in exits.exits]
+    for e in broker_exits:
+        run.record_exit(e["broker"], e["returncode"])
+        if not e["declared"]:
+            log(f"WARNING {algorithm}: broker {e['broker']} exited at t = {e['t_s']:g} s "
+                f"(code {e['returncode']}), not by a CRASH of the workload")
     lost = {c: code for c, code in sorted(codes.items())
             if code == 1 and workload.clients.get(c) in crashed}
     failed = {c: code for c, code in sorted(codes.items()) if code != 0 and c not in lost}
@@ -149,6 +174,15 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     summary.update(log_extras(out_dir, plan))
     if rates is not None:
         summary["link_schedule"] = rates.applied
+    summary["broker_exits"] = broker_exits
+    summary["link_downs"] = link_downs(out_dir, plan.overlay.nodes, t0_wall, stopping_wall)
+    summary["manual_throttles"] = [{**t, "t_s": round(t["t_wall"] - t0_wall, 3)}
+                                   for t in manual if t["t_wall"] >= t_begin]
+    summary["faults"] = delivery_faults(out_dir, workload, summary, expected,
+                                        declared_faults(plan))
+    if any(summary["faults"]["unexplained"].values()):
+        log(f"WARNING {algorithm}: deliveries not exactly once, unexplained by a declared "
+            f"fault: {summary['faults']['unexplained']}")
     write_summary(out_dir, summary)
     return summary
 
@@ -164,23 +198,31 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
         workload_to_jsonl(workload, run_dir / WORKLOAD)
         expected = expected_deliveries(oracle_workload(workload))
         manifest["workload"] = dict(workload.meta)
+        manifest["nodes"] = node_names(plan)
         summaries = manifest.setdefault("summaries", {})
         cap = None
         manifest["capture"] = {"enabled": False}
         if plan.capture.enabled:
             cap = plan_capture(plan.capture, list(plan.overlay.nodes), BROKER_PORT)
             manifest["capture"] = {**cap.describe(), "algorithms": {}}
-        for alg in plan.algorithms:
-            out = run_dir / alg.name
-            out.mkdir()
+        with live_run(run_dir):
             try:
-                s = run_algorithm(emu, plan, alg.name, out, expected=expected, capture=cap)
+                for alg in plan.algorithms:
+                    out = run_dir / alg.name
+                    out.mkdir()
+                    try:
+                        s = run_algorithm(emu, plan, alg.name, out, expected=expected,
+                                          capture=cap)
+                    finally:
+                        if cap:
+                            manifest["capture"]["algorithms"][alg.name] = manifest_entry(
+                                out / PCAP_DIR)
+                    summaries[alg.name] = s
+                    log(f"{alg.name}: delivered {s['delivered']} of "
+                        f"{s['expected_deliveries']}, missing {s['missing']}, duplicates "
+                        f"{s['duplicates']}, IMs {s['ims_total']}")
             finally:
-                if cap:
-                    manifest["capture"]["algorithms"][alg.name] = manifest_entry(out / PCAP_DIR)
-            summaries[alg.name] = s
-            log(f"{alg.name}: delivered {s['delivered']} of {s['expected_deliveries']}, "
-                f"missing {s['missing']}, duplicates {s['duplicates']}, IMs {s['ims_total']}")
+                manifest["manual_throttles"] = list(iter_jsonl(run_dir / THROTTLES))
         draw_burst({a: sm.get("burst") for a, sm in summaries.items()}, run_dir)
 
     return phase

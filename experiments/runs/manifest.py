@@ -28,3 +28,10 @@ def base_manifest(plan: RunPlan, run_dir: Path, runtime: str) -> dict[str, Any]:
     return {"run": run_dir.name, "runtime": runtime, "started": datetime.now().isoformat(),
             "spec": plan.spec.to_dict(), "plan": plan.describe(), "seed": plan.spec.seed,
             "scale": plan.spec.scale, "git": git_revision()}
+
+
+def node_names(plan: RunPlan) -> dict[str, list[str]]:
+    """The manifest's ``nodes``: the brokers and the workload's clients, each of which
+    leaves one log per algorithm (``pubsublab analyze`` checks the folder against it)."""
+    clients = plan.workload.clients if plan.workload is not None else {}
+    return {"brokers": sorted(plan.overlay.nodes), "clients": sorted(clients)}

@@ -16,7 +16,7 @@ from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
-from experiments.runs.manifest import base_manifest
+from experiments.runs.manifest import base_manifest, node_names
 from experiments.runs.summaries import log_extras
 from experiments.spec import load_spec
 from nodes.log_summary import summarize_logs
@@ -49,6 +49,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         **base_manifest(plan, run_dir, "simulated"),
         "workload": {**plan.workload_params, "meta": dict(workload.meta)},
         "overlay": {"brokers": overlay.number_of_nodes(), "links": overlay.number_of_edges()},
+        **({"nodes": node_names(plan)} if log_messages else {}),
     }
     summaries = {}
     for alg in plan.algorithms:

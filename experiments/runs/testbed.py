@@ -5,8 +5,12 @@ network, check link fidelity (iperf3 on sampled links, idle CPU every second), r
 workload (sampling the CPU-limited hosts' cgroup counters meanwhile: the manifest's
 ``cpu_limits`` gives, per host of ``broker.cpu``, the configured share and the share
 achieved under load, see :class:`~experiments.emulation.network.CpuSampler`), optionally
-open the Mininet CLI, and always tear down in ``finally`` (Ctrl-C and SIGTERM included).
-The manifest is rewritten at the end with what was measured and how the run ended.
+open the Mininet CLI, and always tear down in ``finally`` (Ctrl-C and SIGTERM included;
+one arriving during the teardown does not cut it short, see :mod:`experiments.interrupts`).
+The manifest is rewritten at the end with what was measured and how the run ended:
+``status`` ``ok``, ``lossy`` (deliveries lost that no fault of the spec explains, see
+:mod:`experiments.runs.faults`), ``interrupted`` or ``failed: ...``; if the runner is
+killed outright, the next run sets it to ``killed``.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import IdleSampler, iperf_pair, sample_links
 from experiments.emulation.network import Emulation
+from experiments.interrupts import at_prompt, teardown
 from experiments.plan import RunPlan, link_mechanisms
 from experiments.progress import log
+from experiments.runs.faults import LOSSY, run_faults
 from experiments.runs.manifest import base_manifest
 from experiments.spec import Spec
 from nodes.runfolder import CONTROLLER_DIR, MANIFEST, new_run_dir, write_manifest
@@ -73,7 +79,7 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     log(f"run folder {run_dir}")
     controller = ControllerProcess(run_dir / CONTROLLER_DIR, log=log) if spec.controller else None
     emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller,
-                    cpu_limits=plan.broker.cpu)
+                    cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST])
     t_start = time.monotonic()
     try:
         log(f"building {graph.number_of_nodes()} nodes, {graph.number_of_edges()} links")
@@ -99,9 +105,12 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
                 from mininet.cli import CLI
 
                 log("entering the Mininet CLI; type exit to tear down")
-                CLI(emu.net)
+                with at_prompt():
+                    CLI(emu.net)
         manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct)
-        manifest["status"] = "ok"
+        # Deliveries lost without a declared fault to explain them end the run "lossy".
+        manifest["faults"] = run_faults(plan, manifest.get("summaries", {}))
+        manifest["status"] = LOSSY if manifest["faults"]["lossy"] else "ok"
     except KeyboardInterrupt:
         manifest["status"] = "interrupted"
         raise
@@ -109,13 +118,15 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
         manifest["status"] = f"failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        t_down = time.monotonic()
-        emu.stop()
-        manifest.setdefault("timing", {})["teardown_s"] = round(time.monotonic() - t_down, 2)
-        manifest["timing"]["total_s"] = round(time.monotonic() - t_start, 2)
-        manifest["finished"] = datetime.now().isoformat()
-        write_manifest(run_dir, manifest)
-        log(f"torn down; manifest {run_dir / MANIFEST} ({manifest['status']})")
+        with teardown():
+            t_down = time.monotonic()
+            emu.stop()
+            timing = manifest.setdefault("timing", {})
+            timing["teardown_s"] = round(time.monotonic() - t_down, 2)
+            timing["total_s"] = round(time.monotonic() - t_start, 2)
+            manifest["finished"] = datetime.now().isoformat()
+            write_manifest(run_dir, manifest)
+            log(f"torn down; manifest {run_dir / MANIFEST} ({manifest['status']})")
     _report_fidelity(manifest["fidelity"], spec)
     return run_dir, manifest
 

@@ -21,7 +21,8 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
   overlay's brokers (or the ``broker`` field). It quotes one dedicated symbol,
   :data:`HRP_SYMBOL`, which is not among the universe's (those have 3..5 letters) and
   sorts after all of them, so no regular publisher's ``Symbol`` range covers it. Its
-  advertisement (the stock model's: symbol, exchange, dates, schema domains) goes out at
+  advertisement (the stock model's: symbol, exchange, dates, and schema domains or, under
+  the ``advertisements`` reading of selectivity, its quotes' ranges) goes out at
   the end of the advertisement spread; its ``count`` quotes follow the stock price model
   of :mod:`nodes.workloads.stock` as ticks spread over the regular workload's trading
   days (dates in order, several ticks a day), so that its Date values lie in the run's
@@ -37,8 +38,10 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
   (non-SCOT topologies) form one cluster.
 - Regular subscriptions may match HRP quotes as well (a price window, ``Volume >= x``):
   their selectivity applies to every notification, the HRP's included, as the paper's
-  "2 % selectivity" does; with OctopiA-mode windows there are about as many regular
-  pairs as HRP-subscriber pairs at the paper's sizes. The oracle
+  "2 % selectivity" does; with OctopiA-mode windows over the publications there are
+  about as many regular pairs as HRP-subscriber pairs at the paper's sizes, with the
+  default ``Symbol`` windows over the advertisements none (the HRP's symbol sorts after
+  every block). The oracle
   :func:`~nodes.workloads.oracle.expected_deliveries` counts those pairs like any other;
   ``meta["burst"]`` records how many there are (``regular_pairs``), besides the
   settings, the HRP's broker and cluster, the subscribers' brokers and the burst's first
@@ -130,7 +133,9 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     count, rate_hz = settings["count"], settings["rate_hz"]
     tick_dates = [days[k * len(days) // count] for k in range(count)]
     quotes = quote_series(stock, tick_dates, seed)
-    adv = stock_advertisement([stock], days[0], days[-1])
+    # Under the "advertisements" reading of selectivity, every advertisement is tight.
+    tight = meta.get("selectivity_of") == "advertisements"
+    adv = stock_advertisement([stock], days[0], days[-1], quotes if tight else ())
     clients = dict(workload.clients)
     clients[HRP] = broker
     new_ops = [ClientOp(t_adv_s, HRP, broker, Message(

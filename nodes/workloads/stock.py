@@ -30,16 +30,40 @@ Data (our readings of the papers)
   round; with more, publisher i quotes symbol ``i % 500`` (publishers sharing a symbol
   send identical quotes, like redundant feeds). A publisher's **advertisement** covers
   what it publishes: its symbol (``=``) or block (``range``), its exchange if the block
-  has one, its dates, and the schema domains on the other attributes, so every
-  publication matches its publisher's advertisement.
+  has one, its dates, and on the other attributes what ``selectivity_of`` says (below),
+  so every publication matches its publisher's advertisement.
+- **Two readings of OctopiA's "Advertisements and matching subscriptions were generated
+  synthetically with 2% selectivity"** (``selectivity_of``, OctopiA mode only):
+  - ``publications``: a subscription selects ``selectivity`` of all publications, and an
+    advertisement covers the schema's whole domain on the price, volume and change
+    attributes. A price window then overlaps most advertisements (75 % of them at 100
+    publishers and 250 subscribers, seed 1), so a TID subscription travels along most
+    advertisement trees.
+  - ``advertisements`` (the default): an advertisement covers its publisher's own
+    symbols (the ones it quotes) and, on every other attribute, the range its quotes
+    span; a subscription is a ``Symbol`` window over the quoted symbols of ``k = max(1,
+    round(selectivity x b))`` adjacent publishers' blocks, ``b`` being the number of
+    distinct blocks, so it overlaps ``selectivity`` of the advertisements and, as
+    publishers quote alike, selects about as large a share of the publications. With
+    too few publishers for that (``selectivity x`` the quoted symbols fewer than one
+    block's), the window holds that many symbols of one block: it selects about
+    ``selectivity`` of the publications and overlaps one advertisement. This
+    is the reading under which the paper's subscription figures make sense (TID's PRTs
+    and subscription IMs smaller than OctopiA's), and it matches the burst experiment's
+    "each subscriber had 2% selectivity" too.
+  ``meta['adv_overlap']`` is the measured mean share of the regular advertisements a
+  subscription overlaps (:func:`nodes.model.overlaps`).
 - **Subscribers** ``s0..`` issue one subscription each (as in OctopiA), for what exists:
   - ``mode='meghdoot'``: Meghdoot's five templates with their probabilities
     (:data:`MEGHDOOT_TEMPLATES`); P1 is a published symbol, and P2/P3 are that symbol's
     values on random published days. The general template ``Volume >= P1`` takes the
     largest of 20 random published volumes, so it matches about 5 % of notifications
     (Meghdoot gives no value; "general subscriptions" are meant to be rare and narrow).
-  - ``mode='octopia'``: 1..``max_preds`` predicates (uniform) on distinct attributes
-    drawn from :data:`OCTOPIA_ATTRS`, each a window of consecutive values of the
+  - ``mode='octopia'`` with ``selectivity_of='advertisements'``: the ``Symbol`` window
+    above (``max_preds`` unused).
+  - ``mode='octopia'`` with ``selectivity_of='publications'``: 1..``max_preds``
+    predicates (uniform) on distinct attributes drawn from :data:`OCTOPIA_ATTRS`, each
+    a window of consecutive values of the
     publications still selected, sized so that the subscription selects about
     ``selectivity`` of all publications. Windows are calibrated on the workload's own
     publications, standing in for OctopiA's "synthetic with 2 % selectivity". A window
@@ -83,7 +107,9 @@ from nodes.model import (
     Predicate,
     Schema,
     Value,
+    filter_from_json,
     filter_to_json,
+    overlaps,
 )
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -126,6 +152,9 @@ OCTOPIA_ATTRS: tuple[str, ...] = (
     "Trades",
 )
 MODES = ("octopia", "meghdoot")
+# What OctopiA's "2 % selectivity" is a share of (module docstring); the first is the default.
+SELECTIVITY_READINGS = ("advertisements", "publications")
+_RANGED_ATTRS = ("Open", "High", "Low", "Close", "Volume", "Trades", "Change")
 
 _EXCHANGES = (("NYSE", 0.45), ("NASDAQ", 0.45), ("AMEX", 0.10))
 _SYMBOL_LENGTHS = ((3, 0.3), (4, 0.5), (5, 0.2))
@@ -244,7 +273,15 @@ def _blocks(stocks: list[Stock], n_publishers: int) -> list[list[Stock]]:
     return [[stocks[i % len(stocks)]] for i in range(n_publishers)]
 
 
-def stock_advertisement(block: list[Stock], first_date: str, last_date: str) -> Filter:
+def stock_advertisement(block: list[Stock], first_date: str, last_date: str,
+                        quotes: Sequence[Mapping[str, Value]] = ()) -> Filter:
+    """What the publisher of ``block`` advertises from ``first_date`` to ``last_date``: the
+    schema's domains on the price, volume and change attributes or, given its ``quotes``
+    (the ``advertisements`` reading, module docstring), only the symbols it quotes and the
+    range its quotes span on every attribute."""
+    if quotes:
+        quoted = {q["Symbol"] for q in quotes}
+        block = [s for s in block if s.symbol in quoted]
     first, last = block[0].symbol, block[-1].symbol
     preds = [
         Predicate("Symbol", "=", first)
@@ -254,6 +291,9 @@ def stock_advertisement(block: list[Stock], first_date: str, last_date: str) -> 
     if all(s.exchange == block[0].exchange for s in block):
         preds.append(Predicate("Exchange", "=", block[0].exchange))
     preds.append(Predicate("Date", "range", first_date, last_date))
+    if quotes:
+        return (*preds, *(Predicate(a, "range", min(q[a] for q in quotes),
+                                    max(q[a] for q in quotes)) for a in _RANGED_ATTRS))
     preds += [Predicate(a, "range", 0.0, PRICE_MAX) for a in ("Open", "High", "Low", "Close")]
     preds += [Predicate(a, "range", 0, VOLUME_MAX) for a in ("Volume", "Trades")]
     preds.append(Predicate("Change", "range", -PRICE_MAX, PRICE_MAX))
@@ -341,6 +381,28 @@ def _octopia_subscription(
     return n_preds, tuple(preds)
 
 
+def _span_subscription(rng: random.Random, groups: Sequence[Sequence[str]],
+                       selectivity: float) -> Filter:
+    """A ``Symbol`` window for the ``advertisements`` reading (module docstring) over
+    ``groups``, the symbols each distinct block's publisher quotes, in order: ``k =
+    round(selectivity x len(groups))`` adjacent groups, or, where ``selectivity`` of
+    the quoted symbols is fewer than a group holds (few publishers), that many symbols
+    of one group (one advertisement, the fewest a subscription can overlap)."""
+    n_symbols = sum(len(g) for g in groups)
+    m = max(1, round(selectivity * n_symbols))
+    if m * len(groups) >= n_symbols:  # at least a group's worth, on average
+        k = max(1, round(selectivity * len(groups)))
+        j = rng.randrange(len(groups) - k + 1)
+        first, last = groups[j][0], groups[j + k - 1][-1]
+    else:
+        group = rng.choice([g for g in groups if len(g) >= m])
+        j = rng.randrange(len(group) - m + 1)
+        first, last = group[j], group[j + m - 1]
+    if first == last:
+        return (Predicate("Symbol", "=", first),)
+    return (Predicate("Symbol", "range", first, last),)
+
+
 def stock_workload(
     brokers: Sequence[str],
     *,
@@ -351,6 +413,7 @@ def stock_workload(
     seed: int,
     mode: str = "octopia",
     selectivity: float = 0.02,
+    selectivity_of: str = SELECTIVITY_READINGS[0],
     phase_gap_s: float = 1.0,
     start_s: float = 0.0,
     max_preds: int = 3,
@@ -359,7 +422,9 @@ def stock_workload(
 ) -> Workload:
     """A stock-quote workload; see the module docstring for every choice.
 
-    ``selectivity`` is the target of ``mode='octopia'`` (unused by Meghdoot's templates);
+    ``selectivity`` is the target of ``mode='octopia'`` (unused by Meghdoot's templates),
+    a share of what ``selectivity_of`` names (:data:`SELECTIVITY_READINGS`, module
+    docstring);
     ``max_preds`` bounds the predicates of an OctopiA-mode subscription;
     ``advertise_spread_s`` and ``subscribe_spread_s`` (``None``: half of ``phase_gap_s``)
     spread their phases, each over at most half of ``phase_gap_s``.
@@ -368,6 +433,9 @@ def stock_workload(
         raise ValueError("need at least one broker")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if selectivity_of not in SELECTIVITY_READINGS:
+        raise ValueError(f"selectivity_of must be one of {SELECTIVITY_READINGS}, "
+                         f"got {selectivity_of!r}")
     if n_publishers < 1 or pubs_per_publisher < 1 or n_subscribers < 0:
         raise ValueError("need n_publishers >= 1, pubs_per_publisher >= 1, n_subscribers >= 0")
     if publish_rate_hz <= 0 or phase_gap_s <= 0 or not 0 < selectivity <= 1 or max_preds < 1:
@@ -382,7 +450,10 @@ def stock_workload(
             raise ValueError(f"need 0 <= {name} <= phase_gap_s / 2 = {0.5 * phase_gap_s}, "
                              f"got {spread}")
 
-    blocks = _blocks(_stocks(seed), n_publishers)
+    stocks = _stocks(seed)
+    blocks = _blocks(stocks, n_publishers)
+    # Advertisements cover the quotes themselves only under OctopiA's second reading.
+    tight = mode == "octopia" and selectivity_of == "advertisements"
     n_days = math.ceil(pubs_per_publisher / min(len(b) for b in blocks))
     dates = trading_days(n_days)
     series: dict[str, list[dict[str, Value]]] = {}
@@ -396,7 +467,21 @@ def stock_workload(
         name = f"p{i}"
         broker = clients[name] = placement.choice(brokers)
         last_day = (pubs_per_publisher - 1) // len(block)
-        adv = stock_advertisement(block, dates[0], dates[last_day])
+        offset_s = _PUBLISHER_SHIFT * i / (n_publishers * publish_rate_hz)
+        quotes = []
+        for j in range(pubs_per_publisher):
+            stock = block[j % len(block)]
+            if stock.symbol not in series:
+                series[stock.symbol] = quote_series(stock, dates, seed)
+            attrs = series[stock.symbol][j // len(block)]
+            quotes.append(attrs)
+            t_s = t_pub0_s + offset_s + j / publish_rate_hz
+            msg = Message(
+                MsgType.PUBLISH, j + 2, name, payload={"attrs": dict(attrs), "t_pub": t_s}
+            )
+            pub_ops.append(ClientOp(t_s, name, broker, msg))
+        publications += quotes
+        adv = stock_advertisement(block, dates[0], dates[last_day], quotes if tight else ())
         adv_ops.append(
             ClientOp(
                 start_s + advertise_spread_s * i / n_publishers,
@@ -405,23 +490,18 @@ def stock_workload(
                 Message(MsgType.ADVERTISE, 1, name, payload={"filter": filter_to_json(adv)}),
             )
         )
-        offset_s = _PUBLISHER_SHIFT * i / (n_publishers * publish_rate_hz)
-        for j in range(pubs_per_publisher):
-            stock = block[j % len(block)]
-            if stock.symbol not in series:
-                series[stock.symbol] = quote_series(stock, dates, seed)
-            attrs = series[stock.symbol][j // len(block)]
-            publications.append(attrs)
-            t_s = t_pub0_s + offset_s + j / publish_rate_hz
-            msg = Message(
-                MsgType.PUBLISH, j + 2, name, payload={"attrs": dict(attrs), "t_pub": t_s}
-            )
-            pub_ops.append(ClientOp(t_s, name, broker, msg))
 
     subs_rng = random.Random(f"{seed}/subscriptions/{mode}")
-    drawn, mode_meta = _subscriptions(
-        mode, subs_rng, publications, n_subscribers, selectivity, max_preds
-    )
+    if tight:
+        # Beyond 500 publishers blocks repeat: each distinct block once, its quoted symbols.
+        groups = [[s.symbol for s in b[:pubs_per_publisher]] for b in blocks[: len(stocks)]]
+        drawn = [("symbol_span", _span_subscription(subs_rng, groups, selectivity))
+                 for _ in range(n_subscribers)]
+        mode_meta: dict[str, Any] = {"selectivity_target": selectivity}
+    else:
+        drawn, mode_meta = _subscriptions(
+            mode, subs_rng, publications, n_subscribers, selectivity, max_preds
+        )
     sub_ops: list[ClientOp] = []
     for i, (_, f) in enumerate(drawn):
         name = f"s{i}"
@@ -434,6 +514,7 @@ def stock_workload(
     meta = _measure(Workload(STOCK_SCHEMA, clients, ops, {}), [kind for kind, _ in drawn])
     meta.update(
         mode=mode,
+        **({"selectivity_of": selectivity_of} if mode == "octopia" else {}),
         seed=seed,
         n_symbols=N_SYMBOLS,
         n_publishers=n_publishers,
@@ -478,6 +559,20 @@ def _subscriptions(
     return drawn, params
 
 
+def adv_overlap(w: Workload) -> float:
+    """The mean share of ``w``'s advertisements a subscription of ``w`` overlaps
+    (:func:`nodes.model.overlaps`; 0.0 without subscriptions or advertisements)."""
+    filters: dict[MsgType, list[Filter]] = {MsgType.ADVERTISE: [], MsgType.SUBSCRIBE: []}
+    for op in w.ops:
+        if op.msg.type in filters:
+            filters[op.msg.type].append(filter_from_json(op.msg.payload["filter"]))
+    advs, subs = filters[MsgType.ADVERTISE], filters[MsgType.SUBSCRIBE]
+    if not advs or not subs:
+        return 0.0
+    hits = sum(overlaps(a, s, w.schema) for s in subs for a in advs)
+    return hits / (len(advs) * len(subs))
+
+
 def _measure(w: Workload, kinds: list[str]) -> dict[str, Any]:
     """Counts and measured selectivity (overall and per subscription kind)."""
     deliveries = expected_deliveries(w)
@@ -501,5 +596,6 @@ def _measure(w: Workload, kinds: list[str]) -> dict[str, Any]:
             k: pairs_by_kind[k] / (n_notes * c) for k, c in sorted(kind_counts.items())
         },
         "subscriptions_matching_nothing": none,
+        "adv_overlap": adv_overlap(w),
         "close_share_10_30": sum(10 <= c <= 30 for c in closes) / len(closes),
     }

@@ -1,0 +1,373 @@
+"""A paper's headline numbers beside ours: the rows and the page of `pubsublab reproduce`.
+
+Inputs are plain data: a paper's data file as a mapping (``experiments/papers/NAME.yaml``:
+its ``experiments`` and ``rows``, each row with the paper's number and where in the seed
+it comes from) and, per experiment, the run folders of its points. Ours always come from
+those folders' ``summary.json`` files; the paper's never leave their row's ``paper``
+field.
+
+One number per algorithm (a row's ``ours``): the summary figure ``y`` (a dotted path, or
+a list of paths summed) over a curve, which is either the experiment's points (x: the
+swept value) or a list inside one summary (``series``, x: its ``x`` field); divided by
+the summary's ``scale`` with ``per_scale``; then ``pick`` makes the curve one number:
+``mean`` (the default), ``max``, ``min`` or ``{at: X}``. The algorithms are compared,
+``o`` being algorithm ``of``'s number and ``a`` algorithm ``against``'s:
+
+=============  ==================  =========================================
+``compare``    ours                direction agrees when
+=============  ==================  =========================================
+reduction      (1 - o / a) x 100   ours > 0 (the paper's "X % less")
+increase       (o / a - 1) x 100   ours > 0 (the paper's "X % more")
+factor         a / o               ours > 1 (the paper's "X times less")
+ratio          o / a               ours is on the paper's side of 1
+difference     a - o               ours > 0 (the paper's "X s before")
+value          o                   the row's ``direction`` holds
+percent        o x 100             the row's ``direction`` holds
+=============  ==================  =========================================
+
+A row's ``direction`` (value rows) is the paper's claim about its number, which ours
+must share: ``{above: ALG}`` / ``{below: ALG}`` (the same figure of another algorithm of
+the same runs), ``{above: N}`` / ``{below: N}`` (a bound), ``{within: [LO, HI]}``.
+``ratio`` is ours over the paper's and ``within_2x`` says whether it lies in [0.5, 2].
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+from analysis.paper_figures import metric
+from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
+
+RELATIVE = ("reduction", "increase", "factor", "ratio", "difference")
+COMPARES = (*RELATIVE, "value", "percent")
+PICKS = ("mean", "max", "min")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of an experiment: the swept value ``x`` (None for a single run), its run
+    folder, its manifest and its summaries by algorithm."""
+
+    x: float | None
+    run_dir: Path
+    manifest: Mapping[str, Any]
+    summaries: Mapping[str, Mapping[str, Any]]
+
+
+def load_point(run_dir: Path, x: float | None) -> Point:
+    """The manifest and every ``<algorithm>/summary.json`` of one run folder."""
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    summaries = {f.parent.name: json.loads(f.read_text())
+                 for f in sorted(run_dir.glob(f"*/{SUMMARY}"))}
+    if not summaries:
+        raise ValueError(f"{run_dir}: no {SUMMARY} in any algorithm folder")
+    return Point(x, run_dir, manifest, summaries)
+
+
+def _paths(y: str | Sequence[str]) -> list[tuple[str, ...]]:
+    return [tuple(p.split(".")) for p in ([y] if isinstance(y, str) else y)]
+
+
+def _figure_of(summary: Mapping[str, Any], ours: Mapping[str, Any]) -> float | None:
+    """The row's ``y`` in one summary (or series item): the sum of its paths' figures,
+    None if none of them is there; divided by the scale with ``per_scale``."""
+    found = [v for p in _paths(ours["y"]) if (v := metric(summary, p)) is not None]
+    if not found:
+        return None
+    total = math.fsum(found)
+    return total / summary["scale"] if ours.get("per_scale") else total
+
+
+def curve(points: Sequence[Point], ours: Mapping[str, Any],
+          algorithm: str) -> list[tuple[float, float]]:
+    """(x, y) of ``algorithm`` for a row: over the experiment's points, or along the
+    ``series`` list of the one point's summary (see the module docstring)."""
+    series = ours.get("series")
+    out: list[tuple[float, float]] = []
+    if series is not None:
+        summary = points[0].summaries.get(algorithm, {})
+        for item in summary.get(series, []):
+            y = _figure_of({**item, "scale": summary.get("scale")}, ours)
+            if y is not None:
+                out.append((float(item[ours["x"]]), y))
+        return out
+    for p in points:
+        summary = p.summaries.get(algorithm)
+        y = _figure_of(summary, ours) if summary is not None else None
+        if y is not None:
+            out.append((0.0 if p.x is None else float(p.x), y))
+    return out
+
+
+def pick(points: Sequence[tuple[float, float]], how: Any) -> float | None:
+    """One number from a curve: ``mean`` | ``max`` | ``min`` | ``{at: X}``."""
+    ys = [y for _, y in points]
+    if not ys:
+        return None
+    if isinstance(how, Mapping):
+        at = float(how["at"])
+        return next((y for x, y in points if math.isclose(x, at, rel_tol=1e-6)), None)
+    if how == "max":
+        return max(ys)
+    if how == "min":
+        return min(ys)
+    return math.fsum(ys) / len(ys)
+
+
+def _compare(kind: str, o: float | None, a: float | None) -> float | None:
+    if o is None or (kind in RELATIVE and (a is None or (a == 0 and kind != "difference"))):
+        return None
+    if kind == "reduction":
+        return (1.0 - o / a) * 100.0
+    if kind == "increase":
+        return (o / a - 1.0) * 100.0
+    if kind == "factor":
+        return a / o if o else math.inf
+    if kind == "ratio":
+        return o / a
+    if kind == "difference":
+        return a - o
+    return o * 100.0 if kind == "percent" else o
+
+
+def _direction(row: Mapping[str, Any], ours: float, numbers: Mapping[str, float | None]
+               ) -> bool:
+    """Whether ours shares the paper's direction (module docstring)."""
+    kind = row["ours"]["compare"]
+    if kind in ("reduction", "increase", "difference"):
+        return ours > 0
+    if kind in ("factor", "ratio"):
+        return (ours > 1) == (row["paper"] > 1)
+    claim = row["direction"]
+    if "within" in claim:
+        lo, hi = claim["within"]
+        return lo <= ours <= hi
+    side, ref = next(iter(claim.items()))
+    if isinstance(ref, str):  # another algorithm's figure of the same runs
+        ref = numbers.get(ref)
+        if ref is None:
+            return False
+        ref = _compare(kind, ref, None)
+    return ours > ref if side == "above" else ours < ref
+
+
+def _scale_text(exp: Mapping[str, Any], points: Sequence[Point]) -> str:
+    scale = points[0].manifest.get("scale")
+    text = f"workload x{scale:g} of the paper's" if scale is not None else "as the spec states"
+    x = exp.get("x")
+    if x and len(points) > 1:
+        ours = [p.x for p in points]
+        paper = [round(v * x["paper_per_ours"], 3) for v in ours]
+        text += (f"; {x['label']}: ours {', '.join(f'{v:g}' for v in ours)} for the "
+                 f"paper's {', '.join(f'{v:g}' for v in paper)}")
+    return text
+
+
+def _significant(v: float | None) -> float | None:
+    """``v`` to 5 significant digits (the JSON shows no more than the runs support)."""
+    return None if v is None else float(f"{v:.5g}")
+
+
+def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]],
+                  runtime: str) -> list[dict[str, Any]]:
+    """One row per headline number of ``paper``: the paper's, ours and how they compare
+    (the keys of ``pubsublab reproduce --json``'s rows, plus ``source``)."""
+    rows = []
+    for row in paper["rows"]:
+        spec = row["ours"]
+        exp = paper["experiments"][spec["experiment"]]
+        pts = points[spec["experiment"]]
+        algorithms = [spec["of"], *([spec["against"]] if "against" in spec else [])]
+        refs = [r for r in (row.get("direction") or {}).values() if isinstance(r, str)]
+        numbers = {alg: pick(curve(pts, spec, alg), spec.get("pick", "mean"))
+                   for alg in {*algorithms, *refs}}
+        ours = _compare(spec["compare"], numbers[spec["of"]], numbers.get(spec.get("against")))
+        ratio = ours / row["paper"] if ours is not None and row["paper"] else None
+        rows.append({
+            "figure": row["figure"], "metric": row["metric"], "source": row["source"],
+            "paper_value": row["paper"], "ours": _significant(ours),
+            "unit": row["unit"],
+            "direction_agrees": None if ours is None else _direction(row, ours, numbers),
+            "ratio": _significant(ratio),
+            "within_2x": ratio is not None and 0.5 <= ratio <= 2.0,
+            "conditions": f"{exp['conditions']}; {runtime}",
+            "scale": _scale_text(exp, pts), "why": " ".join(row["why"].split()),
+            "experiment": spec["experiment"],
+        })
+    return rows
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
+               points: Sequence[Point]) -> str:
+    """Our curves for one row on the paper's axes (x in the paper's units), as a base64
+    PNG; a value row also shows the paper's number as a dashed line."""
+    spec = row["ours"]
+    exp = paper["experiments"][spec["experiment"]]
+    per_ours = 1.0 if spec.get("series") else (exp.get("x") or {}).get("paper_per_ours", 1.0)
+    x_label = spec.get("x_label") or (exp.get("x") or {}).get("label", "")
+    algorithms = spec.get("algorithms") or [spec["of"], *([spec["against"]]
+                                                          if "against" in spec else [])]
+    legend = paper.get("legend", {})
+    y_factor = 100.0 if spec["compare"] == "percent" else 1.0
+    fig, ax = plt.subplots(figsize=(3.6, 2.6))
+    curves = {a: curve(points, spec, a) for a in algorithms}
+    single = all(len(c) <= 1 for c in curves.values())
+    for alg, c in curves.items():
+        name = legend.get(alg, alg)
+        # One colour per algorithm on every figure of the page: its place in the legend.
+        color = f"C{list(legend).index(alg) if alg in legend else len(legend)}"
+        if single:
+            ax.bar([name], [c[0][1] * y_factor if c else 0.0], color=color)
+        else:
+            ax.plot([x * per_ours for x, _ in c], [y * y_factor for _, y in c], marker="o",
+                    ms=3, color=color, label=name)
+    if spec["compare"] in ("value", "percent"):
+        ax.axhline(row["paper"], color="k", ls="--", lw=1, label="paper")
+    at = spec.get("pick")
+    if isinstance(at, Mapping) and not single:
+        ax.axvline(float(at["at"]) * per_ours, color="grey", ls=":", lw=1)
+    if not single:
+        ax.set_xlabel(x_label, fontsize=8)
+        ax.legend(fontsize=6)
+    ax.set_ylabel(spec.get("y_label", ""), fontsize=8)
+    ax.set_title(f"{row['figure']} (ours)", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return html.escape(str(v))
+
+
+def run_records(points: Mapping[str, Sequence[Point]], page_dir: Path
+                ) -> list[dict[str, Any]]:
+    """Each run the page's numbers came from: experiment, x, folder (relative to the
+    page), runtime, seed, scale, git revision, and the workload's measured selectivity
+    and advertisement overlap where it has them."""
+    records = []
+    for exp, pts in points.items():
+        for p in pts:
+            m = p.manifest
+            meta = (m.get("workload") or {}).get("meta") or {}
+            records.append({
+                "experiment": exp, "x": p.x, "run_dir": str(p.run_dir.relative_to(page_dir)),
+                "runtime": m.get("runtime"), "seed": m.get("seed"), "scale": m.get("scale"),
+                "git": m.get("git"),
+                **{k: meta[k] for k in ("selectivity", "adv_overlap", "selectivity_of")
+                   if k in meta},
+            })
+    return records
+
+
+_STYLE = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin-bottom: 2em; }
+th, td { border: 1px solid #ccc; padding: 4px 6px; vertical-align: top; font-size: 13px; }
+th { background: #f0f0f0; }
+td.num { text-align: right; white-space: nowrap; }
+tr.differs td { background: #fff6e6; }
+td.why { max-width: 28em; }
+td.cond { max-width: 18em; font-size: 12px; }
+img { display: block; }
+"""
+
+
+def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+               points: Mapping[str, Sequence[Point]], out_dir: Path, *, runtime: str,
+               quick: bool) -> Path:
+    """``out_dir/reproduction.html``: one self-contained page (figures inline as base64
+    PNG) with the rows, our figure beside each, and links to the run folders."""
+    e = html.escape
+    scale = "quick scale (tests and CI)" if quick else "the specs' stated scale"
+    body = [f"<h1>Reproduction: {e(paper['title'])}</h1>",
+            f"<p>Runtime: <b>{e(runtime)}</b>; {scale}. The paper's numbers are quoted from "
+            "the seed text "
+            f"<code>{e(paper['seed'])}</code> with their places (hover a paper's number); "
+            "ours come from the runs listed below. Rows whose direction differs from the "
+            "paper's or whose ratio lies outside 2x are shaded.</p>",
+            "<table id='rows'><tr><th>Figure / section</th><th>Metric</th><th>Paper</th>"
+            "<th>Ours</th><th>Unit</th><th>Ours / paper</th><th>Direction agrees</th>"
+            "<th>Within 2x</th><th>Scale and conditions</th><th>Why</th>"
+            "<th>Our figure</th></tr>"]
+    for spec, row in zip(paper["rows"], rows, strict=True):
+        differs = not (row["direction_agrees"] and row["within_2x"])
+        png = row_figure(paper, spec, points[row["experiment"]])
+        body.append(
+            f"<tr class='{'differs' if differs else 'agrees'}'>"
+            f"<td>{e(row['figure'])}</td><td>{e(row['metric'])}</td>"
+            f"<td class='num' title='{e(row['source'])}'>{_fmt(row['paper_value'])}</td>"
+            f"<td class='num'>{_fmt(row['ours'])}</td><td>{e(row['unit'])}</td>"
+            f"<td class='num'>{_fmt(row['ratio'])}</td>"
+            f"<td>{_fmt(row['direction_agrees'])}</td><td>{_fmt(row['within_2x'])}</td>"
+            f"<td class='cond'>{e(row['scale'])}; {e(row['conditions'])}</td>"
+            f"<td class='why'>{e(row['why'])}</td>"
+            f"<td><img alt='{e(row['figure'])}: {e(row['metric'])}' "
+            f"src='data:image/png;base64,{png}'></td></tr>")
+    body.append("</table><h2>Sources of the paper's numbers</h2><ol>")
+    body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
+    body.append("</ol><h2>Runs</h2><table id='runs'><tr><th>Experiment</th><th>x</th>"
+                "<th>Run folder</th><th>Runtime</th><th>Seed</th><th>Scale</th>"
+                "<th>Git revision</th><th>Measured selectivity</th>"
+                "<th>Advertisements a subscription overlaps</th></tr>")
+    for r in run_records(points, out_dir):
+        git = r.get("git") or {}
+        rev = (git.get("commit") or "unknown")[:12] + (" (modified)" if git.get("dirty")
+                                                        else "")
+        body.append(
+            f"<tr><td>{e(r['experiment'])}</td><td>{_fmt(r['x'])}</td>"
+            f"<td><a href='{e(r['run_dir'])}/'>{e(r['run_dir'])}</a> "
+            f"(<a href='{e(r['run_dir'])}/{MANIFEST}'>manifest</a>)</td>"
+            f"<td>{_fmt(r['runtime'])}</td><td>{_fmt(r['seed'])}</td>"
+            f"<td>{_fmt(r['scale'])}</td><td><code>{e(rev)}</code></td>"
+            f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
+            f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
+    body.append("</table>")
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"
+            f"</head><body>{''.join(body)}</body></html>")
+    path = out_dir / REPRODUCTION_PAGE
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows as a plain-text table (``pubsublab reproduce`` without ``--json``)."""
+    head = ("figure", "metric", "paper", "ours", "unit", "ours/paper", "direction", "2x")
+    cells = [head] + [(r["figure"], r["metric"], _fmt(r["paper_value"]), _fmt(r["ours"]),
+                       r["unit"], _fmt(r["ratio"]), _fmt(r["direction_agrees"]),
+                       _fmt(r["within_2x"])) for r in rows]
+    widths = [min(48, max(len(str(c[i])) for c in cells)) for i in range(len(head))]
+    return "\n".join("  ".join(str(c)[:w].ljust(w) for c, w in zip(line, widths, strict=True))
+                     .rstrip() for line in cells)
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f} %"

@@ -1,0 +1,146 @@
+"""`pubsublab reproduce PAPER`: run a paper's shipped experiment specs and write the page.
+
+A paper is a data file, ``experiments/papers/PAPER.yaml`` (its headline numbers with
+their sources in the seed text, and the experiments that measure ours; the file's head
+comment describes its fields). Each experiment is a shipped spec run once per value of
+its ``x.key`` (one run otherwise), at the spec's stated scale or, with ``quick``, at the
+smaller scale the data file states for tests and CI. Everything goes into one folder::
+
+    <out>/<stamp>-reproduce-<paper>-<runtime>[-quick]/
+        <experiment>/<stamp>-<label>/      one run folder per point (manifest, summaries)
+        reproduction.json                  the rows and the runs (the --json object)
+        reproduction.html                  the page (analysis.reproduction)
+
+``runtime``: ``sim`` runs the points in the simulator; ``emulated`` in Mininet (root),
+except experiments the data file marks ``simulated_only`` (LBDD's 100..500-node depth
+sweep), which run in the simulator and say so in the page's run list.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.reproduction import Point, headline_rows, load_point, run_records, write_page
+from experiments.plan import RunPlan, compile_plan
+from experiments.progress import log
+from experiments.spec import SpecError, load_spec
+from nodes.runfolder import REPRODUCTION_INDEX, new_run_dir, write_json
+
+PAPERS_DIR = Path(__file__).with_name("papers")
+PAPERS = tuple(sorted(p.stem for p in PAPERS_DIR.glob("*.yaml")))
+RUNTIMES = ("sim", "emulated")
+
+
+def load_paper(name: str) -> dict[str, Any]:
+    """The data file of paper ``name`` (SpecError naming the papers there are)."""
+    if name not in PAPERS:
+        raise SpecError(f"paper {name!r}: no data file; allowed: {', '.join(PAPERS)}")
+    return yaml.safe_load((PAPERS_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def _points(exp: Mapping[str, Any], quick: bool) -> list[tuple[float | None, list[str]]]:
+    """(x, spec overrides) of every run of one experiment at the chosen scale."""
+    mode = exp["quick" if quick else "full"]
+    overrides = [*exp.get("set", []), *mode.get("set", [])]
+    x = exp.get("x")
+    if x is None:
+        return [(None, overrides)]
+    return [(float(v), [*overrides, f"{x['key']}={v}"]) for v in mode["values"]]
+
+
+def _run_emulated(plan: RunPlan, out: Path) -> Path:
+    from experiments.runs.testbed import run_experiment
+
+    if plan.workload_kind == "bulk":
+        from experiments.runs.bulk.emulated import bulk_phase
+
+        phases = (bulk_phase(plan),)
+    else:
+        from experiments.runs.emulated import broker_phase
+
+        phases = (broker_phase(plan),)
+    run_dir, _ = run_experiment(plan, out, phases=phases)
+    return run_dir
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+class _Progress:
+    """Which experiment, how far, and an estimate of the time left: the data file's
+    per-point estimates, stretched by how long the points done so far took against
+    theirs."""
+
+    def __init__(self, paper: str, plan: list[tuple[str, float]]) -> None:
+        self.paper, self.plan = paper, plan
+        self.done, self.spent_est = 0, 0.0
+        self.t0 = time.monotonic()
+
+    def start(self, experiment: str, i: int, n: int, x: float | None) -> None:
+        elapsed = time.monotonic() - self.t0
+        left_est = sum(est for _, est in self.plan[self.done:])
+        pace = elapsed / self.spent_est if self.spent_est else 1.0
+        where = f" at {x:g}" if x is not None else ""
+        log(f"reproduce {self.paper}: {experiment} run {i} of {n}{where} "
+            f"({self.done} of {len(self.plan)} runs done, {_duration(elapsed)} so far, "
+            f"about {_duration(left_est * pace)} left)")
+
+    def finish(self) -> None:
+        self.spent_est += self.plan[self.done][1]
+        self.done += 1
+
+
+def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path
+              ) -> tuple[Path, dict[str, Any]]:
+    """Run every experiment of the paper, then write the page; returns the folder and the
+    result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``)."""
+    if runtime not in RUNTIMES:
+        raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
+    paper = load_paper(paper_name)
+    experiments: dict[str, Any] = paper["experiments"]
+    # Every point compiled before the first runs: a bad override fails at once.
+    todo = {name: [(x, compile_plan(load_spec(exp["spec"], overrides)))
+                   for x, overrides in _points(exp, quick)]
+            for name, exp in experiments.items()}
+    if runtime == "emulated" and os.geteuid() != 0:
+        raise PermissionError("emulated reproduction needs root: run with sudo")
+    folder = new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
+                                   f"{'-quick' if quick else ''}")
+    progress = _Progress(paper_name, [(name, experiments[name]["quick" if quick else "full"]
+                                       ["est_s"]) for name, pts in todo.items() for _ in pts])
+    points: dict[str, list[Point]] = {}
+    for name, plans in todo.items():
+        exp = experiments[name]
+        points[name] = []
+        for i, (x, plan) in enumerate(plans, 1):
+            progress.start(name, i, len(plans), x)
+            out = folder / name
+            label = plan.name if x is None else re.sub(
+                r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
+            if runtime == "emulated" and not exp.get("simulated_only"):
+                run_dir = _run_emulated(plan, out)
+            else:
+                from experiments.runs.simulated import run_simulation
+
+                out.mkdir(exist_ok=True)
+                run_dir, _ = run_simulation(plan, out, log_messages=bool(exp.get("logs")),
+                                            label=label)
+            points[name].append(load_point(run_dir, x))
+            progress.finish()
+    shown = "emulated" if runtime == "emulated" else "simulated"
+    rows = headline_rows(paper, points, shown)
+    result = {"paper": paper_name, "runtime": runtime, "quick": quick, "rows": rows,
+              "runs": run_records(points, folder)}
+    write_json(folder / REPRODUCTION_INDEX, result)
+    page = write_page(paper, rows, points, folder, runtime=shown, quick=quick)
+    log(f"reproduce {paper_name}: {len(rows)} rows in {_duration(time.monotonic() - progress.t0)};"
+        f" page {page}")
+    return folder, {**result, "page": str(page)}

@@ -1,0 +1,99 @@
+"""What a broker admits from the connections it accepts: its limits, and the codes that its
+log and ``summary.json`` give for every connection it refuses or cuts off.
+
+The HELLO proof (:mod:`nodes.auth`) keeps strangers out; these limits bound what any
+peer, proven or not, can make a broker hold (config keys of :mod:`nodes.broker`)::
+
+    max_connections        int = 1024 + 2 per neighbour and peer
+                           accepted connections open at once, whatever their stage; one
+                           more is closed at once (refused: connection_cap). The default
+                           is what the broker's descriptor budget counts on (see
+                           nodes.broker.nofile_needed); a larger one raises that budget
+    hello_frame_bytes      int = 4096
+                           the largest frame read before a peer's HELLO is accepted (a
+                           HELLO takes under 1.2 KB even with 255-byte names, 700 with
+                           ASCII ones); a longer length prefix is a handshake error
+                           before any of its bytes are read
+    client_queue_bytes     int = 4 MiB
+                           bytes written to a local client that it has not yet taken
+                           (asyncio's write buffer; the kernel's socket buffer comes on
+                           top). A delivery that would exceed it disconnects the client
+                           as a slow consumer (see below)
+    max_filters_per_client int = 1000
+                           SUBSCRIBE and ADVERTISE messages one client connection may
+                           send (each puts a filter in the routing tables); one more
+                           disconnects it (filter_cap)
+
+So a connection holds, before its HELLO, at most ``hello_frame_bytes`` of an unread
+frame (and asyncio's 64 KiB read buffer) for at most ``connect_timeout_s``; after it,
+one frame in (up to :data:`nodes.frames.MAX_FRAME_BYTES`) and, for a client,
+``client_queue_bytes`` out. The overlay links' output queues are another matter
+(:mod:`nodes.overlay_link`).
+
+**Slow consumers** (the policy of NATS): a broker never blocks on, nor buffers without
+bound for, one client. A notification for a client whose waiting bytes plus the new
+frame would exceed ``client_queue_bytes`` is not written: the client is disconnected at
+once (its unsent bytes discarded), the notification is dropped (``drop`` record, reason
+``slow_consumer``) and so is every later one for it (``client_not_connected``). The
+``link`` record ``down`` says ``slow_consumer``; the summary counts it; the client,
+which never reconnects, exits 1. A frame larger than the bound still goes to a client
+with nothing waiting.
+
+Codes: a refused connection is a ``link`` record ``state: refused`` with ``peer``
+(ip:port), ``link`` (the name its HELLO claimed, when it got that far) and ``reason``;
+a connection cut off for what it did is a ``link`` record ``state: down`` with the
+reason (and, for a broken rule, an ``error`` record with the details).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Refusals, before a connection is admitted.
+CONNECTION_CAP = "connection_cap"  # max_connections reached
+UNAUTHENTICATED = "unauthenticated"  # no proof of the run's secret, or a wrong one
+REPLAYED = "replayed"  # a proof with a nonce this broker has accepted before
+WRONG_ADDRESS = "wrong_address"  # a neighbour's or peer's name from another address
+NAME_TAKEN = "name_taken"  # a client name that is connected already (the first stays)
+REFUSALS = (CONNECTION_CAP, UNAUTHENTICATED, REPLAYED, WRONG_ADDRESS, NAME_TAKEN)
+# Disconnections of an admitted client.
+SLOW_CONSUMER = "slow_consumer"
+FORGED_ORIGIN = "forged_origin"  # a message whose origin is not the client's own name
+FILTER_CAP = "filter_cap"
+DISCONNECTIONS = (SLOW_CONSUMER, FORGED_ORIGIN, FILTER_CAP)
+
+HELLO_FRAME_BYTES = 4096
+CLIENT_QUEUE_BYTES = 4 * 1024 * 1024
+MAX_FILTERS_PER_CLIENT = 1000
+LIMIT_KEYS = {"max_connections", "hello_frame_bytes", "client_queue_bytes",
+        "max_filters_per_client"}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A broker's admission limits (see the module docstring)."""
+
+    max_connections: int
+    hello_frame_bytes: int = HELLO_FRAME_BYTES
+    client_queue_bytes: int = CLIENT_QUEUE_BYTES
+    max_filters_per_client: int = MAX_FILTERS_PER_CLIENT
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], max_connections: int) -> Limits:
+        """The limits a broker config sets (its other keys are ignored here), defaults for
+        the rest (``max_connections``: the broker's, which depends on its links);
+        ``ValueError`` names a bad value."""
+        values = {"max_connections": obj.get("max_connections", max_connections),
+                  "hello_frame_bytes": obj.get("hello_frame_bytes", HELLO_FRAME_BYTES),
+                  "client_queue_bytes": obj.get("client_queue_bytes", CLIENT_QUEUE_BYTES),
+                  "max_filters_per_client": obj.get("max_filters_per_client",
+                                                    MAX_FILTERS_PER_CLIENT)}
+        for key, value in values.items():
+            if type(value) is not int or value < 1:
+                raise ValueError(f"broker config: {key} must be a positive int, got {value!r}")
+        if values["hello_frame_bytes"] < 2048:
+            raise ValueError("broker config: hello_frame_bytes must be at least 2048 "
+                             "(a HELLO with the longest names takes about 1200)")
+        return cls(**values)

@@ -1,0 +1,127 @@
+"""`pubsublab reproduce PAPER --quick`: the page and the JSON, for both papers, simulated;
+the page opened in a real headless Chromium (Debian's chromium and chromium-driver)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PAPERS = ("octopia", "lbdd")
+ROW_KEYS = ("figure", "metric", "paper_value", "ours", "unit", "direction_agrees", "ratio",
+            "within_2x", "conditions", "scale", "why")
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Each paper reproduced once at the quick scale: the --json object and the stderr."""
+    out = tmp_path_factory.mktemp("reproduce")
+    found = {}
+    for paper in PAPERS:
+        res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", paper,
+                              "--quick", "--out", str(out), "--json"],
+                             capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+        found[paper] = {**json.loads(res.stdout.strip().splitlines()[-1]),
+                        "stderr": res.stderr}
+    return found
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_row_is_filled(reproduced: dict[str, dict], paper: str) -> None:
+    d = reproduced[paper]
+    assert (d["paper"], d["runtime"]) == (paper, "sim")
+    data = yaml.safe_load((REPO / "experiments" / "papers" / f"{paper}.yaml").read_text())
+    assert [r["paper_value"] for r in d["rows"]] == [r["paper"] for r in data["rows"]]
+    for row in d["rows"]:
+        missing = [k for k in ROW_KEYS if row.get(k) in (None, "")]
+        assert not missing, f"{row['figure']} {row['metric']}: {missing} empty"
+        assert isinstance(row["direction_agrees"], bool)
+        assert row["ratio"] == pytest.approx(row["ours"] / row["paper_value"], rel=1e-3)
+        assert row["within_2x"] == (0.5 <= row["ratio"] <= 2.0)
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_runs_are_linked_with_manifest_seed_and_revision(reproduced: dict[str, dict],
+                                                         paper: str) -> None:
+    d = reproduced[paper]
+    folder = Path(d["page"]).parent
+    assert d["runs"]
+    for run in d["runs"]:
+        manifest = json.loads((folder / run["run_dir"] / "manifest.json").read_text())
+        assert run["seed"] == manifest["seed"] == 1
+        assert run["git"] == manifest["git"] and "commit" in run["git"]
+        assert run["runtime"] == "simulated"
+
+
+def test_progress_names_the_experiment_and_the_time_left(reproduced: dict[str, dict]) -> None:
+    lines = [ln for ln in reproduced["octopia"]["stderr"].splitlines()
+             if "reproduce octopia:" in ln and " left)" in ln]
+    assert any("subscribers run 2 of 2" in ln for ln in lines), lines
+    assert all("about " in ln for ln in lines)
+
+
+def test_the_default_reading_gives_the_papers_subscription_directions(
+        reproduced: dict[str, dict]) -> None:
+    """OctopiA's PRTs larger and PADRES' subscription IMs fewer (Fig. 11(b), (c)) under the
+    default reading of selectivity; the other way round under the other reading."""
+    rows = {r["figure"]: r for r in reproduced["octopia"]["rows"]}
+    assert rows["Fig. 11(b)"]["direction_agrees"] and rows["Fig. 11(c)"]["direction_agrees"]
+    assert not rows["Fig. 11(b), other reading"]["direction_agrees"]
+    assert not rows["Fig. 11(c), other reading"]["direction_agrees"]
+
+
+def _browser():
+    """A headless Chromium driven through chromedriver; fails saying what to install."""
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not shutil.which(path):
+            pytest.fail(f"{path} missing: run `sudo make setup` (apt-get install {package})")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("selenium is not installed: run `sudo make setup` "
+                    "(pip install -e '.[dev]')")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_the_page_renders_in_a_browser(reproduced: dict[str, dict], paper: str,
+                                       tmp_path: Path) -> None:
+    d = reproduced[paper]
+    driver = _browser()
+    try:
+        driver.get(Path(d["page"]).as_uri())
+        body_rows = driver.execute_script(
+            "return [...document.querySelectorAll('#rows tr')].slice(1).map("
+            "tr => [...tr.cells].map(td => td.innerText.trim()))")
+        assert len(body_rows) == len(d["rows"])
+        for cells, row in zip(body_rows, d["rows"], strict=True):
+            assert cells[0] == row["figure"] and cells[1] == row["metric"]
+            assert cells[3] not in ("", "-")
+        images = driver.execute_script(
+            "return [...document.images].map(i => [i.complete, i.naturalWidth, "
+            "i.naturalHeight, i.getBoundingClientRect().width, i.src.slice(0, 22)])")
+        assert len(images) == len(d["rows"])
+        for complete, width, height, shown, src in images:
+            assert complete and width > 200 and height > 150 and shown > 200
+            assert src == "data:image/png;base64,"  # embedded: the page stands alone
+        run_links = driver.execute_script(
+            "return [...document.querySelectorAll('#runs a')].map(a => a.href)")
+        assert len(run_links) == 2 * len(d["runs"])
+        assert all(link.startswith("file://") for link in run_links)
+    finally:
+        driver.quit()
