@@ -30,7 +30,6 @@ losses no fault of the spec explains (:mod:`experiments.runs.faults`).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,7 +42,13 @@ from experiments.emulation.throttle import ScheduledRates, live_run, restore_man
 from experiments.plan import RunPlan
 from experiments.progress import log
 from experiments.runs.brokers import BrokerRun, broker_configs, start_margin_s
-from experiments.runs.faults import ExitWatch, declared_faults, delivery_faults, link_downs
+from experiments.runs.faults import (
+    ExitWatch,
+    RunThread,
+    declared_faults,
+    delivery_faults,
+    link_downs,
+)
 from experiments.runs.manifest import node_names
 from experiments.runs.summaries import log_extras
 from nodes.log_summary import summarize_logs
@@ -57,28 +62,22 @@ from nodes.workloads.ops import Workload, workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
 
 
-class CrashSchedule:
+class CrashSchedule(RunThread):
     """Kills brokers at the times of the workload's CRASH operations, in a thread: each
     at ``t0_wall + t_s``; ``applied`` lists what was done (broker, ``t_s``, and how late
     in ms)."""
 
+    name = "crashes"
+
     def __init__(self, run: BrokerRun, workload: Workload, t0_wall: float) -> None:
-        self._run = run
+        super().__init__(run, t0_wall)
         self._crashes = sorted({(op.t_s, op.broker) for op in workload.ops
                                 if op.msg.type is MsgType.CRASH})
-        self._t0_wall = t0_wall
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="crashes", daemon=True)
         self.applied: list[dict[str, Any]] = []
 
     def start(self) -> None:
         if self._crashes:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+            super().start()
 
     def _loop(self) -> None:
         for t_s, broker in self._crashes:

@@ -74,27 +74,42 @@ def declared_faults(plan: RunPlan) -> list[dict[str, Any]]:
     return faults
 
 
-class ExitWatch:
-    """Notes, in a thread, each broker of ``run`` whose process ends between
-    :meth:`start` and :meth:`stop`: ``exits`` lists them (broker, ``t_s`` on the
-    workload's clock, whose t = 0 is ``t0_wall``; ``returncode``; ``signal``, the name of
-    the one that killed it, or None)."""
+class RunThread:
+    """A daemon thread beside a run's brokers, on the workload's clock (t = 0 at
+    ``t0_wall``): :meth:`start`, then :meth:`stop`, which sets ``_stop`` and waits for the
+    thread; a subclass gives the thread's ``name`` and its ``_loop``."""
+
+    name = "run"
 
     def __init__(self, run: BrokerRun, t0_wall: float) -> None:
         self._run = run
         self._t0_wall = t0_wall
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="exits", daemon=True)
-        self.exits: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop watching, after one last look (so an exit just before is not missed)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class ExitWatch(RunThread):
+    """Notes, in a thread, each broker of ``run`` whose process ends between
+    :meth:`start` and :meth:`stop` (which takes one last look, so an exit just before is
+    not missed): ``exits`` lists them (broker, ``t_s`` on the workload's clock;
+    ``returncode``; ``signal``, the name of the one that killed it, or None)."""
+
+    name = "exits"
+
+    def __init__(self, run: BrokerRun, t0_wall: float) -> None:
+        super().__init__(run, t0_wall)
+        self.exits: list[dict[str, Any]] = []
 
     def _loop(self) -> None:
         while True:
