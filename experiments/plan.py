@@ -40,6 +40,8 @@ runs in seconds)::
     phase_gap_s: 1.0       # advertisements, then subscriptions, then publications
     advertise_spread_s: 0.0    # advertisements evenly over this long (<= phase_gap_s / 2)
     subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
+    publish_spread_share: 1.0  # publishers' start times over this share of a publish period
+                               # (0.01: all within 1 % of it, the earlier behaviour)
     burst: null            # a high-rate publisher's burst (OctopiA Fig. 11), e.g.
                            # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
                            # see nodes.workloads.burst
@@ -94,12 +96,12 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
     "selectivity_of": SELECTIVITY_READINGS[0],
     "phase_gap_s": 1.0, "advertise_spread_s": 0.0, "subscribe_spread_s": None,
-    "burst": None,
+    "publish_spread_share": 1.0, "burst": None,
 }
 BULK_DEFAULTS: dict[str, Any] = {
     "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
     "publisher": None, "subscriber_counts": None, "failure": None, "rate_bin_s": 1.0,
-    "sweep_nodes": None, "trials": 20,
+    "sweep_nodes": None, "trials": 20, "stream_mbps": None,
 }
 BURST_DEFAULTS: dict[str, Any] = {
     "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
@@ -505,7 +507,21 @@ def workload_params(spec: Spec) -> dict[str, Any]:
     resolved = {**defaults, **spec.workload}
     if kind == "stock":
         resolved["burst"] = burst_settings(resolved["burst"])
+    else:
+        resolved["stream_mbps"] = stream_cap_mbps(resolved["stream_mbps"])
     return resolved
+
+
+def stream_cap_mbps(value: Any) -> float | None:
+    """``workload.stream_mbps`` checked: a per-connection rate cap in Mbit/s (a positive
+    number) or None (no cap); a SpecError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value < math.inf):
+        raise SpecError(f"workload.stream_mbps: bad value {value!r}; allowed: a positive "
+                        "number of Mbit/s (the per-connection rate cap) or null")
+    return float(value)
 
 
 def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
@@ -517,7 +533,8 @@ def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workloa
             seed=spec.seed, mode=p["mode"], selectivity=p["selectivity"],
             selectivity_of=p["selectivity_of"],
             phase_gap_s=p["phase_gap_s"], advertise_spread_s=p["advertise_spread_s"],
-            subscribe_spread_s=p["subscribe_spread_s"])
+            subscribe_spread_s=p["subscribe_spread_s"],
+            publish_spread_share=p["publish_spread_share"])
     except (ValueError, TypeError) as exc:
         raise SpecError(f"workload: {exc}") from None
     if p["burst"] is None:
@@ -551,7 +568,7 @@ def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPla
     return BulkPlan(topic=str(p["topic"]), data_bytes=data_bytes, slice_bytes=slice_bytes,
                     seed=spec.seed, start_s=float(p["start_s"]), publisher=publisher,
                     others=others, counts=counts, failure=failure,
-                    rate_bin_s=float(p["rate_bin_s"]))
+                    rate_bin_s=float(p["rate_bin_s"]), stream_mbps=p["stream_mbps"])
 
 
 def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
@@ -581,6 +598,9 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                                 "workloads): remove it")
         if not wparams["sweep_nodes"]:
             bulk = bulk_plan(spec, brokers(graph), wparams)
+        elif wparams["stream_mbps"] is not None:
+            raise SpecError("workload.stream_mbps: not supported with workload.sweep_nodes "
+                            "(the depth sweep measures the tree, not rates): remove it")
         elif list(spec.routing.algorithms) != ["lbdd"]:
             raise SpecError("routing.algorithms: the depth sweep (workload.sweep_nodes) runs "
                             "lbdd only; allowed: [lbdd]")

@@ -58,6 +58,11 @@ def format_plan(plan: RunPlan) -> str:
                      f"{proc['buffer_msgs']} frames"
                      + "".join(f"; {b} {t['base_us']:g} + {t['per_match_us']:g} us"
                                for b, t in proc["per_broker"].items()))
+        # What a CPU share means for a message, so a slowed broker reads as a capacity.
+        for b in plan.broker.cpu:
+            base_s, per_s = plan.processing.seconds(b)
+            lines.append(f"  {b} at its CPU share: {base_s * 1e3:.3g} ms + {per_s * 1e3:.3g} ms "
+                         f"per notification handed on")
     cap = d["capture"]
     lines.append("capture: " + (f"on, snaplen {cap['snaplen']}, at most {cap['max_mb']:g} MB"
                                 if cap["enabled"] else "off"))

@@ -17,8 +17,14 @@ analysis does not care which runtime produced a run. Modelling choices:
   the emulated broker's application-level output queue.
 - **NICs.** A broker with a ``nic_mbps`` node attribute sends every frame, on any of its
   links, through that one interface as well (a host on a switch has one access link for
-  all its overlay links): frames leave in enqueue order, each when both its link and
-  the NIC are free, at the slower of the two rates. Without it, links are independent.
+  all its overlay links). A frame takes its link for ``frame_size * 8 / min(bw, nic)``
+  and the NIC for ``frame_size * 8 / nic`` only: a link slower than the NIC is a
+  per-connection limit (a paced stream, or a switch port further on), and between that
+  link's frames the NIC serves other links. A frame starts when its link is free, in
+  the NIC's earliest idle interval from then on that holds it, so a stream queued
+  behind its own slow link never holds up the others. With every link at least as fast
+  as the NIC this is frames leaving in enqueue order, each when both are free. Without
+  ``nic_mbps``, links are independent.
 - **Loss.** With ``loss_pct`` > 0 a message that leaves the queue is lost on the wire
   with that probability, drawn from the link's own ``random.Random(f"{seed}:{src}:{dst}")``
   (the emulated broker seeds its links the same way), so one link's drops do not depend
@@ -542,7 +548,8 @@ class _Sim:
         self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (_link_number("nic_mbps", bw, 1e-9,
                                                                           math.inf) * 1e6)
                                for bw in nics]
-        self.nic_busy_until = [0.0] * len(brokers)
+        # Per NIC, the (start, end) intervals it is reserved for, in time order.
+        self.nic_busy: list[list[tuple[float, float]]] = [[] for _ in brokers]
         self.tx_starts: list[deque[float]] = [deque() for _ in range(n_links)]
         self.count_in = [0] * n_links
         self.active: set[int] = set()  # links with figures to report at the next window
@@ -981,8 +988,8 @@ class _Sim:
             start = now
         nic = self.nic_s_per_byte[bi]
         if nic:
-            start = max(start, self.nic_busy_until[bi])
-            end = self.nic_busy_until[bi] = start + size * max(nic, self.s_per_byte[lid])
+            start = self._reserve_nic(bi, start, size * nic, now)
+            end = start + size * max(nic, self.s_per_byte[lid])
         else:
             end = start + size * self.s_per_byte[lid]
         self.busy_until[lid] = end
@@ -1003,6 +1010,28 @@ class _Sim:
             self.seq += 1
             arrive = end + self.delay_s[lid]
             heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
+
+    def _reserve_nic(self, bi: int, ready: float, busy_s: float, now: float) -> float:
+        """Reserve broker ``bi``'s NIC for ``busy_s`` in its earliest idle interval from
+        ``ready`` on (see NICs in the module docstring); the reservation's start."""
+        busy = self.nic_busy[bi]
+        past = 0
+        while past < len(busy) and busy[past][1] <= now:
+            past += 1
+        del busy[:past]  # reservations over by now can hold nothing up
+        start, pos = ready, len(busy)
+        if not busy or busy[-1][1] <= start:  # the usual case: after every reservation
+            busy.append((start, start + busy_s))
+            return start
+        for i, (s, e) in enumerate(busy):
+            if e <= start:
+                continue
+            if s >= start + busy_s:
+                pos = i
+                break
+            start = max(start, e)
+        busy.insert(pos, (start, start + busy_s))
+        return start
 
     def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
         """``msg`` leaves link ``lid``'s queue at ``t``: an IM (counted here, see

@@ -78,11 +78,29 @@ def test_phases_timing_and_message_ids(workload: Workload) -> None:
         if op.msg.type is MsgType.PUBLISH:
             pub_times[op.client].append(op.t_s)
     assert all(seq == list(range(1, len(seq) + 1)) for seq in ids.values())
-    firsts = [ts[0] for ts in pub_times.values()]
-    assert all(start + 2 * gap <= t < start + 2 * gap + 0.01 / rate for t in firsts)
-    assert len(set(firsts)) == len(firsts)  # the per-publisher offsets break ties
+    firsts = sorted(ts[0] for ts in pub_times.values())
+    # By default publisher i starts i / n of a publish period late: evenly over one period.
+    n = MODERATE["n_publishers"]
+    assert all(math.isclose(t, start + 2 * gap + i / (n * rate))
+               for i, t in enumerate(firsts))
     for ts in pub_times.values():
         assert all(math.isclose(b - a, 1 / rate) for a, b in itertools.pairwise(ts))
+
+
+def test_publishers_start_over_the_whole_period_unless_asked_otherwise() -> None:
+    def firsts(**kw: float) -> list[float]:
+        w = stock_workload(BROKERS, n_publishers=100, n_subscribers=0, pubs_per_publisher=1,
+                           publish_rate_hz=1.0, seed=1, **kw)
+        return [op.t_s for op in _of(w, MsgType.PUBLISH)]
+
+    spread = firsts()
+    assert max(spread) - min(spread) > 0.9  # s: 100 publishers over one 1 s period
+    assert sum(t < min(spread) + 0.01 for t in spread) == 1  # s: one per 10 ms slot
+    bunched = firsts(publish_spread_share=0.01)
+    assert max(bunched) - min(bunched) < 0.01  # s: the earlier behaviour, on request
+    assert len(set(bunched)) == 100  # still no ties
+    with pytest.raises(ValueError, match="publish_spread_share"):
+        firsts(publish_spread_share=0.0)
 
 
 def test_spread_phases_stay_in_their_half_gap() -> None:

@@ -30,6 +30,7 @@ class BulkPlan:
     counts: tuple[int, ...]
     failure: Mapping[str, Any] | None
     rate_bin_s: float
+    stream_mbps: float | None = None
 
     @property
     def n_slices(self) -> int:
@@ -46,7 +47,7 @@ class BulkPlan:
                 "start_s": self.start_s, "publisher": self.publisher,
                 "subscriber_counts": list(self.counts),
                 "failure": dict(self.failure) if self.failure else None,
-                "rate_bin_s": self.rate_bin_s}
+                "rate_bin_s": self.rate_bin_s, "stream_mbps": self.stream_mbps}
 
     @staticmethod
     def client_of(broker: str) -> str:

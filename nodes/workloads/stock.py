@@ -81,8 +81,12 @@ Timing
 Advertisements spread evenly over ``[start_s, start_s + advertise_spread_s)`` (default 0:
 all at ``start_s``); subscriptions over ``[start_s + gap, start_s + gap +
 subscribe_spread_s)`` (default half a gap); publications from ``start_s + 2 gap`` at
-``publish_rate_hz`` per publisher, publisher i shifted by ``i / n_publishers`` of 1 % of a
-period so that publishers never tie. Each spread is at most half a gap, so every phase
+``publish_rate_hz`` per publisher, publisher i shifted by ``i / n_publishers`` of
+``publish_spread_share`` of a period (1 / ``publish_rate_hz``). The default 1 spreads the
+publishers' start times evenly over the period, as independent publishers would be: with
+0.01 (the shift before this parameter existed) all publishers of a 1 Hz workload publish
+within 10 ms of each second, a burst every second that an emulated broker's CPU feels.
+Each spread is at most half a gap, so every phase
 has at least half a gap to settle before the next begins. :func:`expected_deliveries`
 ignores timing: the phases are separated so every subscription is in place before the
 first publication. Spreading a phase keeps its messages from queueing behind each other,
@@ -164,7 +168,6 @@ _GAP_LOG_SD, _SPAN_SD = 0.005, 0.01
 _BASE_VOLUME_MEDIAN, _BASE_VOLUME_LOG_SD, _DAILY_VOLUME_LOG_SD = 1e6, 1.0, 0.4
 _TRADE_SIZE_RANGE, _TRADE_SIZE_LOG_SD = (150.0, 600.0), 0.2
 _GENERAL_VOLUME_DRAWS = 20  # "Volume >= P1" takes the max of this many published volumes
-_PUBLISHER_SHIFT = 0.01  # share of a publish period the publishers' offsets spread over
 
 
 @dataclass(frozen=True)
@@ -419,6 +422,7 @@ def stock_workload(
     max_preds: int = 3,
     advertise_spread_s: float = 0.0,
     subscribe_spread_s: float | None = None,
+    publish_spread_share: float = 1.0,
 ) -> Workload:
     """A stock-quote workload; see the module docstring for every choice.
 
@@ -427,7 +431,9 @@ def stock_workload(
     docstring);
     ``max_preds`` bounds the predicates of an OctopiA-mode subscription;
     ``advertise_spread_s`` and ``subscribe_spread_s`` (``None``: half of ``phase_gap_s``)
-    spread their phases, each over at most half of ``phase_gap_s``.
+    spread their phases, each over at most half of ``phase_gap_s``;
+    ``publish_spread_share`` (in (0, 1]) is the share of a publish period the publishers'
+    start times spread over.
     """
     if not brokers:
         raise ValueError("need at least one broker")
@@ -442,6 +448,9 @@ def stock_workload(
         raise ValueError(
             "need publish_rate_hz > 0, phase_gap_s > 0, 0 < selectivity <= 1, max_preds >= 1"
         )
+    # 0 would make every publisher tie; above 1 publisher i's slot overlaps i+1's next one.
+    if not 0 < publish_spread_share <= 1:
+        raise ValueError(f"need 0 < publish_spread_share <= 1, got {publish_spread_share}")
     if subscribe_spread_s is None:
         subscribe_spread_s = 0.5 * phase_gap_s
     for name, spread in (("advertise_spread_s", advertise_spread_s),
@@ -467,7 +476,7 @@ def stock_workload(
         name = f"p{i}"
         broker = clients[name] = placement.choice(brokers)
         last_day = (pubs_per_publisher - 1) // len(block)
-        offset_s = _PUBLISHER_SHIFT * i / (n_publishers * publish_rate_hz)
+        offset_s = publish_spread_share * i / (n_publishers * publish_rate_hz)
         quotes = []
         for j in range(pubs_per_publisher):
             stock = block[j % len(block)]
@@ -525,6 +534,7 @@ def stock_workload(
         start_s=start_s,
         advertise_spread_s=advertise_spread_s,
         subscribe_spread_s=subscribe_spread_s,
+        publish_spread_share=publish_spread_share,
         **mode_meta,
     )
     return Workload(STOCK_SCHEMA, clients, ops, meta)

@@ -12,6 +12,7 @@ A spec with ``workload.kind: bulk`` (keys and defaults: :data:`experiments.plan.
     subscriber_counts: null # rounds with the first n other brokers subscribing (null: all)
     failure: null           # {victim: pc7, at_s: 2.0 | at_fraction: 0.4, algorithms: [lbdd]}
     rate_bin_s: 1.0         # bins of the per-subscriber rate and NIC load series
+    stream_mbps: null       # per-connection rate cap, Mbit/s (null: none); simulated only
     sweep_nodes: null       # [100, ..., 500]: the depth sweep instead (simulated only)
     trials: 20              # random IP sets per sweep size
 
@@ -43,6 +44,14 @@ Readings and choices:
   last); repair, until every orphan (a survivor whose parent was the victim) received a
   slice after its path update; resumes list what each orphan already held; slices
   received twice are the agents' duplicates (never delivered twice).
+- **Per-stream limit** (``stream_mbps``). The paper's point-to-point fills the
+  publisher's 100 Mbit/s NIC only from six subscribers on, so one of its streams (a Java
+  socket between disks) moved less than the NIC. We model that as a rate cap on every
+  agent-to-agent connection: the simulator's overlay edges run at most ``stream_mbps``
+  while each NIC keeps its rate and serves the streams between their frames (NICs in
+  :mod:`nodes.sim`). A rate, not a TCP window: on a LAN's sub-millisecond round trip a
+  window cap gives a rate that hangs on the round trip, which the paper does not give.
+  The emulated runtime refuses it for now (it would need an HTB class per connection).
 - **Checksums.** Emulated subscribers hash every slice (:class:`nodes.bulkdata.DataLog`);
   a round checks every survivor's checksum against the publisher's and against the
   checksum regenerated here from the seed. The simulator passes the publisher's bytes

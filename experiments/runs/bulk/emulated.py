@@ -174,6 +174,9 @@ def bulk_phase(run_plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]],
     plan = run_plan.bulk
     if plan is None:
         raise ValueError("the depth sweep runs in the simulator only (pubsublab sim)")
+    if plan.stream_mbps is not None:
+        raise ValueError("workload.stream_mbps: the per-connection cap is modelled in the "
+                         "simulator only (pubsublab sim)")
 
     def phase(emu: Emulation, run_dir: Path, manifest: dict[str, Any]) -> None:
         manifest["workload"] = {**run_plan.workload_params, **plan.describe()}

@@ -4,6 +4,7 @@ Definitions of the metrics: :mod:`experiments.runs.bulk`."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,11 @@ class Observation:
 
 def round_limit_s(plan: BulkPlan, n_subscribers: int, nic_mbps: float | None,
                    params: Mapping[str, Any], failure: bool) -> float:
-    """A generous bound on one round: every copy through the publisher's NIC thrice over,
-    plus time to detect and repair a failure if there is one."""
-    wire_s = n_subscribers * plan.data_bytes * 8 / ((nic_mbps or 1000.0) * 1e6)
+    """A generous bound on one round: every copy through the publisher's NIC, or one
+    stream after another at the per-stream cap if that is slower, thrice over, plus time
+    to detect and repair a failure if there is one."""
+    rate_mbps = min(nic_mbps or 1000.0, plan.stream_mbps or math.inf)
+    wire_s = n_subscribers * plan.data_bytes * 8 / (rate_mbps * 1e6)
     if not failure:
         return 3 * wire_s + 10.0
     heartbeat_s = float(params.get("heartbeat_s") or 0.5)

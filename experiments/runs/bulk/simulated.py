@@ -97,6 +97,19 @@ def simulate_round(overlay: nx.Graph, plan: BulkPlan, algorithm: str,
                        killed_s=None if kill_at is None else plan.start_s + kill_after_s)
 
 
+def stream_capped(overlay: nx.Graph, stream_mbps: float | None) -> nx.Graph:
+    """``overlay`` with every edge's rate at most ``stream_mbps`` (None: as it is): each
+    edge is one agent-to-agent connection, and the NICs stay at their rate, so a capped
+    stream leaves its NIC free for the others (NICs in :mod:`nodes.sim`)."""
+    if stream_mbps is None:
+        return overlay
+    capped = nx.Graph(overlay)
+    for _, _, data in capped.edges(data=True):
+        bw = data.get("bw_mbps")
+        data["bw_mbps"] = stream_mbps if bw is None else min(bw, stream_mbps)
+    return capped
+
+
 def _random_ips(n: int, rng: random.Random) -> list[str]:
     found: dict[str, None] = {}
     while len(found) < n:
@@ -172,6 +185,7 @@ def run_bulk_simulation(run_plan: RunPlan, out_base: Path, *, label: str | None 
         plan = run_plan.bulk
         nic = overlay.nodes[plan.publisher].get("nic_mbps")
         manifest["bulk"] = plan.describe()
+        overlay = stream_capped(overlay, plan.stream_mbps)
 
         def round_fn(algorithm: str, subs: Sequence[str], _folder: Path,
                      kill_after_s: float | None) -> tuple[Observation, float | None]:
