@@ -165,6 +165,16 @@ def summary(log_dir: Path, clients: dict[str, str], expected: dict[tuple[str, in
                           "emulated", 1.0, expected)
 
 
+def subscribed(ov: Overlay, spawn_node: Spawn, start: float) -> Any:
+    """Subscriber s on broker b, started at ``start`` for 2.5 s, once b has its
+    subscription."""
+    sub = spawn_node("nodes.client", ov.client("s", "b", start, 2.5, role="subscriber",
+                                               subscribe=SUBSCRIPTION))
+    wait_for(lambda: records(ov.log_dir, "b", "recv", link="s", type="SUBSCRIBE"), 10,
+             "s subscribed")
+    return sub
+
+
 def publication(origin: str, msg_id: int) -> Message:
     return Message(MsgType.PUBLISH, msg_id, origin, 0, NOTIFICATION)
 
@@ -315,10 +325,7 @@ def test_a_client_name_cannot_be_taken_over(tmp_path: Path, spawn: Spawn) -> Non
     broker = start_broker(ov, spawn)
     start = time.time() + 0.3
     with PeakRss(broker.pid) as rss:
-        sub = spawn("nodes.client", ov.client("s", "b", start, 2.5, role="subscriber",
-                                              subscribe=SUBSCRIPTION))
-        wait_for(lambda: records(tmp_path, "b", "recv", link="s", type="SUBSCRIBE"), 10,
-                 "s subscribed")
+        sub = subscribed(ov, spawn, start)
         with Raw(ov.addr["b"]) as impostor:
             answer = impostor.hello("s")
             assert answer is not None and answer.payload["refused"] == "name_taken"
@@ -378,10 +385,7 @@ def test_a_client_cannot_publish_under_another_origin(tmp_path: Path, spawn: Spa
     broker = start_broker(ov, spawn)
     start = time.time() + 0.3
     with PeakRss(broker.pid) as rss:
-        sub = spawn("nodes.client", ov.client("s", "b", start, 2.5, role="subscriber",
-                                              subscribe=SUBSCRIPTION))
-        wait_for(lambda: records(tmp_path, "b", "recv", link="s", type="SUBSCRIBE"), 10,
-                 "s subscribed")
+        sub = subscribed(ov, spawn, start)
         with Raw(ov.addr["b"]) as mallory:
             assert mallory.hello("mallory") is not None
             mallory.send(*(publication("p", i) for i in (*range(1, 6), *range(1000, 1005))))

@@ -106,15 +106,20 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     try:
         yield start
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate_all(procs)
+
+
+def terminate_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process still running, then wait for each (SIGKILL after 5 s)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Overlay:

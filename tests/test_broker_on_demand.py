@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_broker import SECRET, _answer, _hello, free_port, read_log, records, status, wait_for
+from test_broker import (
+    SECRET,
+    _answer,
+    _hello,
+    free_port,
+    read_log,
+    records,
+    status,
+    terminate_all,
+    wait_for,
+)
 
 from nodes.broker import NOFILE_BASE, NOFILE_CLIENTS, NOFILE_PER_LINK, nofile_needed
 from nodes.client import Op, dump_ops
@@ -83,15 +93,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     try:
         yield start
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate_all(procs)
 
 
 class Mesh:
