@@ -47,10 +47,11 @@ follow these rules, written here once:
   wire (a ``send`` record), not when a core enqueues them: a message still queued when a
   run ends, or queued at a broker that dies, never reached the network.
 - **End of run.** A core with tables logs their sizes (``record`` kind ``tables``), one
-  with counters logs them (kind ``counters``): :func:`final_records`.
+  with counters logs them (kind ``counters``), one with records of its own logs those:
+  :func:`final_records`.
 
 Optional capabilities of a core are declared as protocols (:class:`HasTables`,
-:class:`HasCounters`), checked with ``isinstance``.
+:class:`HasCounters`, :class:`HasFinalRecords`), checked with ``isinstance``.
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ def window_worth_logging(figures: tuple[int, int, int], was_active: bool) -> boo
     return figures != (0, 0, 0) or was_active
 
 
+@runtime_checkable
+class HasFinalRecords(Protocol):
+    """A core with records of its own to log when a run ends (Meghdoot's zone and load)."""
+
+    def final_records(self) -> list[tuple[str, dict[str, Any]]]: ...
+
+
 def final_records(core: RoutingCore) -> list[tuple[str, dict[str, Any]]]:
     """The ``record`` entries (kind, fields) a host logs for ``core`` when a run ends."""
     out: list[tuple[str, dict[str, Any]]] = []
@@ -123,4 +131,6 @@ def final_records(core: RoutingCore) -> list[tuple[str, dict[str, Any]]]:
         out.append(("tables", dict(core.table_sizes())))
     if isinstance(core, HasCounters):
         out.append(("counters", dict(core.counters())))
+    if isinstance(core, HasFinalRecords):
+        out += core.final_records()
     return out

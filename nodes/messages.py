@@ -35,6 +35,9 @@ class MsgType(enum.IntEnum):
     LEAVE = 17  # membership: a node leaves gracefully (a client op, like JOIN)
     CRASH = 18  # membership: the runtime kills the node (a workload op; never sent)
     KEEPALIVE = 19  # an idle overlay link says it is alive (broker to broker; no core sees it)
+    NOTIFY = 20  # Meghdoot: a zone hands a matched event to its subscribers' peer
+    ZONE = 21  # Meghdoot: a zone granted to a joining peer, split, or announced to neighbours
+    LOAD = 22  # Meghdoot: a peer's load and the heaviest peers it has heard of
 
 
 # Frames that keep a connection rather than carry routing: never an inter-broker message.

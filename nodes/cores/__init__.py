@@ -12,7 +12,8 @@ overlay is an ``nx.Graph`` over broker names carrying the topology contract's at
 runtime hands them to each broker process in its config file.
 
 Registered cores: ``flood`` (the reference), ``gossip`` (peers learnt from messages,
-links opened on demand, :mod:`nodes.cores.gossip`), ``snr`` (OctopiA's static notification
+links opened on demand, :mod:`nodes.cores.gossip`), ``meghdoot`` (content-based pub/sub
+over a CAN, :mod:`nodes.cores.meghdoot`), ``snr`` (OctopiA's static notification
 routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
 dynamic routing, :mod:`nodes.cores.idr`), ``tid-static`` (PADRES's
 TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`) and
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
-from nodes.cores import flood, gossip, idr, lbdd, octopia, p2p, tid
+from nodes.cores import flood, gossip, idr, lbdd, meghdoot, octopia, p2p, tid
 from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
@@ -56,6 +57,8 @@ class CoreInfo:
 CORES: dict[str, CoreInfo] = {
     "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
     "gossip": CoreInfo(gossip.GossipCore, gossip.PARAMS),
+    "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS,
+                         derive=meghdoot.overlay_params),
     "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
     "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
     "tid-static": CoreInfo(tid.TidCore),

@@ -26,7 +26,8 @@ class Param:
 
     ``kind`` is ``int``, ``float``, ``bool`` or ``str``; ``default`` ``None`` means the
     core derives the value from another param (``meaning`` says how); ``minimum`` bounds
-    numbers from below (inclusive); ``unit`` is empty for plain counts and ratios.
+    numbers from below (inclusive); ``choices``, when given, are the only values allowed;
+    ``unit`` is empty for plain counts and ratios.
     """
 
     name: str
@@ -35,6 +36,7 @@ class Param:
     unit: str
     meaning: str
     minimum: float | None = None
+    choices: tuple[Any, ...] = ()
 
     def check(self, value: Any, where: str) -> Any:
         """``value`` as this param's kind, or ValueError naming ``where`` and the rule."""
@@ -42,8 +44,12 @@ class Param:
         ok = isinstance(value, types) and not (self.kind != "bool" and isinstance(value, bool))
         if ok and self.kind in ("int", "float"):
             ok = math.isfinite(value) and (self.minimum is None or value >= self.minimum)
+        if ok and self.choices:
+            ok = value in self.choices
         if not ok:
             bound = f" >= {self.minimum:g}" if self.minimum is not None else ""
+            if self.choices:
+                bound = f" in {{{', '.join(map(str, self.choices))}}}"
             unit = f" ({self.unit})" if self.unit else ""
             raise ValueError(f"{where}: bad value {short_repr(value)}; allowed: {self.kind}{bound}"
                              f"{unit}, {self.meaning}")
@@ -52,7 +58,8 @@ class Param:
     def describe(self) -> dict[str, Any]:
         """JSON-able description, for ``pubsublab plan`` and the manifest."""
         return {"name": self.name, "type": self.kind, "default": self.default,
-                "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum}
+                "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum,
+                **({"choices": list(self.choices)} if self.choices else {})}
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -182,7 +182,8 @@ class Stock:
     trade_size: float
 
 
-def _weighted(rng: random.Random, choices: Sequence[tuple[Any, float]]) -> Any:
+def weighted_choice(rng: random.Random, choices: Sequence[tuple[Any, float]]) -> Any:
+    """An item of ``(item, probability)`` pairs drawn with ``rng`` by its probability."""
     x = rng.random()
     for item, p in choices:
         x -= p
@@ -191,15 +192,14 @@ def _weighted(rng: random.Random, choices: Sequence[tuple[Any, float]]) -> Any:
     return choices[-1][0]
 
 
-def _stocks(seed: int) -> list[Stock]:
+def stock_universe(seed: int) -> list[Stock]:
     """The 500 symbols, sorted, with their fixed traits."""
     rng = random.Random(f"{seed}/universe")
     symbols: list[str] = []
     seen: set[str] = set()
     while len(symbols) < N_SYMBOLS:
-        sym = "".join(
-            rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_weighted(rng, _SYMBOL_LENGTHS))
-        )
+        length = weighted_choice(rng, _SYMBOL_LENGTHS)
+        sym = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(length))
         if sym not in seen:
             seen.add(sym)
             symbols.append(sym)
@@ -211,7 +211,7 @@ def draw_stock(symbol: str, rng: random.Random) -> Stock:
     the universe's distributions (module docstring) with ``rng``."""
     return Stock(
         symbol=symbol,
-        exchange=_weighted(rng, _EXCHANGES),
+        exchange=weighted_choice(rng, _EXCHANGES),
         base_price=_BASE_PRICE_MEDIAN * rng.lognormvariate(0.0, _BASE_PRICE_LOG_SD),
         base_volume=_BASE_VOLUME_MEDIAN * rng.lognormvariate(0.0, _BASE_VOLUME_LOG_SD),
         trade_size=rng.uniform(*_TRADE_SIZE_RANGE),
@@ -303,13 +303,13 @@ def stock_advertisement(block: list[Stock], first_date: str, last_date: str,
     return tuple(preds)
 
 
-def _meghdoot_subscription(
+def meghdoot_subscription(
     rng: random.Random,
     by_symbol: Mapping[str, list[dict[str, Value]]],
     symbols: list[str],
     volumes: list[Value],
 ) -> tuple[str, Filter]:
-    template = _weighted(rng, MEGHDOOT_TEMPLATES)
+    template = weighted_choice(rng, MEGHDOOT_TEMPLATES)
     if template == "volume_ge":
         return template, (
             Predicate("Volume", ">=", max(rng.choices(volumes, k=_GENERAL_VOLUME_DRAWS))),
@@ -459,7 +459,7 @@ def stock_workload(
             raise ValueError(f"need 0 <= {name} <= phase_gap_s / 2 = {0.5 * phase_gap_s}, "
                              f"got {spread}")
 
-    stocks = _stocks(seed)
+    stocks = stock_universe(seed)
     blocks = _blocks(stocks, n_publishers)
     # Advertisements cover the quotes themselves only under OctopiA's second reading.
     tight = mode == "octopia" and selectivity_of == "advertisements"
@@ -555,7 +555,7 @@ def _subscriptions(
             by_symbol.setdefault(q["Symbol"], []).append(q)
         symbols = list(by_symbol)
         volumes = [q["Volume"] for q in publications]
-        drawn = [_meghdoot_subscription(rng, by_symbol, symbols, volumes) for _ in range(n)]
+        drawn = [meghdoot_subscription(rng, by_symbol, symbols, volumes) for _ in range(n)]
         return drawn, {"template_probabilities": dict(MEGHDOOT_TEMPLATES)}
     columns = {a: sorted(q[a] for q in publications) for a in OCTOPIA_ATTRS}
     attrs = _octopia_attrs(columns, selectivity)

@@ -1,0 +1,286 @@
+"""Meghdoot's content space and the CAN zones that tile it: pure geometry, no state.
+
+The space (Meghdoot §3.2): a schema of n attributes, each with a domain [L, H], gives a
+2n-dimensional space. Attribute i gives dimension 2i (the start of a subscription's range
+on it) and 2i+1 (the end; 0-based here, the paper counts from 1). A subscription is the
+point ``(l1, h1, ..., ln, hn)`` of its range bounds (an unconstrained attribute gives
+``(L, H)``, an equality ``(v, v)``); an event with values ``c`` is the point ``(c1, c1,
+..., cn, cn)`` (an attribute it does not carry: ``(L, H)``), and the subscriptions it
+matches lie in its *affected region*: start dimensions in ``[L, ci]``, end dimensions in
+``[ci, H]``. That region's corner ``(c1, c1, ...)`` is the event point itself, its
+"bottom-right" corner in the paper's pictures (start dimensions grow to the right, end
+dimensions grow downwards).
+
+Readings and choices (ours; the paper leaves them open):
+
+- **Coordinates are normalised** to [0, 1] per dimension (``(x - L) / (H - L)``, clamped),
+  so that routing distances weigh a price and a volume alike.
+- **Embeddings** map values to numbers preserving order (never strictly: values that
+  differ only beyond the embedding's precision meet at one point; placement uses the
+  point, the final match the filter, so this costs extra candidates, never a miss):
+  ``num`` is the value; ``symbol`` reads the first ``SYMBOL_WIDTH`` characters as base-27
+  digits (``a``..``z`` = 1..26, padding 0; a character below ``a`` is 0 and ends the
+  word, one above ``z`` is 26 and fills the rest with 26, which keeps the order for any
+  string); ``date`` is the ISO date's day number.
+- **Zones** are boxes ``(lo, hi)`` of normalised coordinates, half-open ``[lo, hi)`` per
+  dimension except at the domain's top (1.0), which belongs to the zone that reaches it.
+  Splits cut a zone in two at one coordinate, so zones stay boxes and two zones that share
+  a face share its coordinate exactly (no float tolerance is needed).
+- **Neighbours** (CAN): zones that abut along exactly one dimension and overlap (with
+  positive length) in every other.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.model import Filter, Value, filter_bounds
+
+Point = tuple[float, ...]
+Zone = tuple[Point, Point]  # (lo, hi), normalised coordinates
+EMBEDDINGS = ("num", "symbol", "date")
+SYMBOL_WIDTH = 5  # Meghdoot's Symbol domain is aaa .. zzzzz
+_BASE = 27
+
+
+def _symbol_number(s: str) -> int:
+    digits: list[int] = []
+    for ch in s[:SYMBOL_WIDTH]:
+        code = ord(ch) - 96
+        if code < 1:  # below 'a': 0, and the word ends here
+            break
+        if code > 26:  # above 'z': the largest word with this prefix
+            digits += [26] * (SYMBOL_WIDTH - len(digits))
+            break
+        digits.append(code)
+    digits += [0] * (SYMBOL_WIDTH - len(digits))
+    n = 0
+    for d in digits:
+        n = n * _BASE + d
+    return n
+
+
+def _date_number(s: str) -> int:
+    return datetime.date.fromisoformat(s).toordinal()
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute of the space: its name, embedding and domain (in its own values)."""
+
+    name: str
+    embedding: str
+    lo: Value
+    hi: Value
+
+    def number(self, v: Value) -> float:
+        """``v`` embedded (not normalised)."""
+        if self.embedding == "symbol":
+            return float(_symbol_number(str(v)))
+        if self.embedding == "date":
+            return float(_date_number(str(v)))
+        return float(v)
+
+
+class Space:
+    """The 2n-dimensional space of a list of attributes (module docstring)."""
+
+    def __init__(self, attributes: Sequence[Attribute]) -> None:
+        if not attributes:
+            raise ValueError("a content space needs at least one attribute")
+        self.attributes = tuple(attributes)
+        self.names = tuple(a.name for a in attributes)
+        self.dims = 2 * len(attributes)
+        self._lo: list[float] = []
+        self._span: list[float] = []
+        for a in attributes:
+            if a.embedding not in EMBEDDINGS:
+                raise ValueError(f"attribute {a.name}: embedding {a.embedding!r} not in "
+                                 f"{EMBEDDINGS}")
+            lo, hi = a.number(a.lo), a.number(a.hi)
+            if not hi > lo:
+                raise ValueError(f"attribute {a.name}: empty domain {a.lo!r} .. {a.hi!r}")
+            self._lo.append(lo)
+            self._span.append(hi - lo)
+
+    def unit(self, i: int, v: Value) -> float:
+        """Attribute ``i``'s value ``v`` normalised to [0, 1] (clamped)."""
+        x = (self.attributes[i].number(v) - self._lo[i]) / self._span[i]
+        return min(1.0, max(0.0, x))
+
+    def sub_point(self, f: Filter) -> Point:
+        """The point of subscription ``f``: per attribute, its range's start and end."""
+        bounds = filter_bounds(f)
+        out: list[float] = []
+        for i, name in enumerate(self.names):
+            iv = bounds.get(name)
+            lo = 0.0 if iv is None or iv.lo is None else self.unit(i, iv.lo)
+            hi = 1.0 if iv is None or iv.hi is None else self.unit(i, iv.hi)
+            out += (lo, max(lo, hi))  # an empty range still gets a point in the space
+        return tuple(out)
+
+    def event_point(self, attrs: Mapping[str, Value]) -> Point:
+        """The point of an event (the bottom-right corner of its affected region)."""
+        out: list[float] = []
+        for i, name in enumerate(self.names):
+            v = attrs.get(name)
+            out += (0.0, 1.0) if v is None else (self.unit(i, v),) * 2
+        return tuple(out)
+
+    def affected_region(self, attrs: Mapping[str, Value]) -> Zone:
+        """The closed box holding the points of every subscription the event may match."""
+        p = self.event_point(attrs)
+        lo = tuple(0.0 if j % 2 == 0 else p[j] for j in range(self.dims))
+        hi = tuple(p[j] if j % 2 == 0 else 1.0 for j in range(self.dims))
+        return lo, hi
+
+    def to_json(self) -> str:
+        """The space as a JSON list ``[[name, embedding, lo, hi], ...]`` (a core param)."""
+        return json.dumps([[a.name, a.embedding, a.lo, a.hi] for a in self.attributes])
+
+    @staticmethod
+    def from_json(text: str) -> Space:
+        """The space :meth:`to_json` wrote; ValueError names what is malformed."""
+        try:
+            items = json.loads(text)
+            return Space([Attribute(str(n), str(e), lo, hi) for n, e, lo, hi in items])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"space: want [[name, embedding, lo, hi], ...], got "
+                             f"{text[:60]!r} ({e})") from None
+
+
+# Meghdoot's stock schema (§5.1); the workload's prices start at 0.01 and volumes at 100.
+STOCK_SPACE = Space([
+    Attribute("Date", "date", "1998-01-02", "2002-12-31"),
+    Attribute("Symbol", "symbol", "aaa", "zzzzz"),
+    Attribute("Open", "num", 0.0, 500.0),
+    Attribute("High", "num", 0.0, 500.0),
+    Attribute("Low", "num", 0.0, 500.0),
+    Attribute("Close", "num", 0.0, 500.0),
+    Attribute("Volume", "num", 0, 310_000_000),
+])
+SPACES: dict[str, Space] = {"stock": STOCK_SPACE}
+
+
+def space_named(name: str) -> Space:
+    """A registered space, or one given as JSON (:meth:`Space.to_json`)."""
+    if name in SPACES:
+        return SPACES[name]
+    if name.lstrip().startswith("["):
+        return Space.from_json(name)
+    raise ValueError(f"unknown space {name!r}; allowed: {', '.join(SPACES)} or a JSON list")
+
+
+# ---- zones ------------------------------------------------------------------------------
+
+
+def whole(dims: int) -> Zone:
+    """The zone of the whole space."""
+    return (0.0,) * dims, (1.0,) * dims
+
+
+def contains(z: Zone, p: Point) -> bool:
+    """Whether point ``p`` belongs to zone ``z`` (half-open, closed at the top)."""
+    lo, hi = z
+    return all(a <= x and (x < b or b == 1.0) for a, x, b in zip(lo, p, hi, strict=True))
+
+
+def meets(z: Zone, box: Zone) -> bool:
+    """Whether zone ``z`` holds a point of the closed ``box``."""
+    zl, zh = z
+    bl, bh = box
+    return all(a <= d and (c < b or b == 1.0)
+               for a, b, c, d in zip(zl, zh, bl, bh, strict=True))
+
+
+def distance2(z: Zone, p: Point) -> float:
+    """Squared Euclidean distance from ``p`` to the box of ``z`` (0 inside it)."""
+    s = 0.0
+    for a, x, b in zip(z[0], p, z[1], strict=True):
+        d = a - x if x < a else x - b if x > b else 0.0
+        s += d * d
+    return s
+
+
+def abutment(a: Zone, b: Zone) -> tuple[int, int] | None:
+    """``(dim, side)`` if ``b`` is a CAN neighbour of ``a``: they touch on dimension ``dim``
+    (``side`` -1: ``b`` below ``a``, +1: above) and overlap in every other; else None."""
+    found: tuple[int, int] | None = None
+    for j, (al, ah, bl, bh) in enumerate(zip(a[0], a[1], b[0], b[1], strict=True)):
+        if bh == al or bl == ah:
+            if found is not None:
+                return None  # touching on two dimensions: a corner, not a face
+            found = (j, -1 if bh == al else 1)
+        elif not (bl < ah and al < bh):
+            return None
+    return found
+
+
+def upper_left(n: Zone, z: Zone) -> bool:
+    """Whether neighbour ``n`` lies upper-left of ``z`` (Meghdoot's DeliverEvent): below
+    ``z`` on a start dimension ("left") or above it on an end dimension ("up")."""
+    ab = abutment(z, n)
+    return ab is not None and (ab[1] == -1) == (ab[0] % 2 == 0)
+
+
+def bottom_right(n: Zone, z: Zone) -> bool:
+    """Whether neighbour ``n`` lies bottom-right of ``z`` (the mirror of :func:`upper_left`)."""
+    ab = abutment(z, n)
+    return ab is not None and (ab[1] == 1) == (ab[0] % 2 == 0)
+
+
+def split(z: Zone, dim: int, at: float) -> tuple[Zone, Zone]:
+    """``z`` cut at coordinate ``at`` of ``dim``: (the lower part, the upper part)."""
+    lo, hi = z
+    if not lo[dim] < at < hi[dim]:
+        raise ValueError(f"cut {at} outside ({lo[dim]}, {hi[dim]}) on dimension {dim}")
+    upper_lo = (*lo[:dim], at, *lo[dim + 1:])
+    lower_hi = (*hi[:dim], at, *hi[dim + 1:])
+    return (lo, lower_hi), (upper_lo, hi)
+
+
+def volume(z: Zone) -> float:
+    """The share of the space ``z`` covers."""
+    return math.prod(b - a for a, b in zip(z[0], z[1], strict=True))
+
+
+def halving_cut(z: Zone) -> tuple[int, float]:
+    """CAN's geometric cut: the middle of the longest side (the first of equals)."""
+    sides = [b - a for a, b in zip(z[0], z[1], strict=True)]
+    dim = max(range(len(sides)), key=lambda j: (sides[j], -j))
+    return dim, (z[0][dim] + z[1][dim]) / 2
+
+
+def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
+    """A cut that leaves half of ``points`` on either side (Meghdoot's split "so that the
+    two partitions have even distribution of subscriptions"): of all cuts half way between
+    two consecutive distinct values on one dimension, the most balanced (the first of
+    equals, by dimension then value). None when no dimension holds two distinct values."""
+    best: tuple[int, int, float] | None = None  # (imbalance, dim, at)
+    n = len(points)
+    for dim in range(len(z[0])):
+        values = sorted(p[dim] for p in points)
+        distinct = sorted(set(values))
+        for v, above in itertools.pairwise(distinct):
+            imbalance = abs(n - 2 * bisect.bisect_right(values, v))
+            at = (v + above) / 2
+            if (best is None or imbalance < best[0]) and z[0][dim] < at < z[1][dim]:
+                best = (imbalance, dim, at)
+    return None if best is None else (best[1], best[2])
+
+
+def zone_to_json(z: Zone) -> list[list[float]]:
+    """``[lo, hi]`` lists (JSON carries floats exactly: shared faces stay shared)."""
+    return [list(z[0]), list(z[1])]
+
+
+def zone_from_json(obj: Any) -> Zone:
+    """The zone :func:`zone_to_json` wrote."""
+    return tuple(map(float, obj[0])), tuple(map(float, obj[1]))

@@ -1,0 +1,573 @@
+"""``meghdoot``: content-based publish/subscribe over a CAN (Gupta, Sahin, Agrawal and
+El Abbadi, Middleware 2004), one peer per broker, links opened on demand.
+
+The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
+
+- **Routing a point** (§3.3): a peer whose zone does not hold the point sends the message
+  to the neighbour zone nearest to it (squared distance from the point to the zone's box,
+  in normalised coordinates; ties by the peer's name). A zone held by several peers
+  (replicas) is reached through one of them, chosen by a hash of the message's identity,
+  so every sender of one event picks the same replica (the paper picks round robin;
+  ours spreads alike over events and lets duplicate detection work at one peer).
+- **Subscribe**: the subscription's point is routed to its owner, which stores it, and
+  copies it to its co-replicas (ours: the paper does not say how later subscriptions
+  reach replicas). Placement uses the point, the final match the filter
+  (:func:`nodes.model.matches` through a :class:`~nodes.matching.SubscriptionIndex`).
+- **Publish** (§3.4, DeliverEvent): the event's point is routed to its owner, which
+  notifies the subscribers of the subscriptions it stores that match and propagates the
+  event to each upper-left neighbour zone that meets the event's affected region. With
+  ``dup_rule: paper`` (the paper's optimisation) a zone skips a neighbour that one of its
+  own bottom-right neighbours in the region also reaches upper-left; either way a peer
+  handles an event once (later copies are counted as ``duplicates``). A zone sends one
+  NOTIFY per subscriber peer (naming the clients) and the peer delivers it to them.
+- **Join** (§4.2), ``join: meghdoot``: the newcomer asks a bootstrap peer, which sends a
+  probe to the heaviest peer it knows (its loadedPeerList and its neighbours) if heavier
+  than itself; each peer then forwards it to its heaviest neighbour while one is heavier
+  (hill climbing). The peer where it stops replicates its zone to the newcomer when it is
+  loaded by events (event messages received in the last two load periods ``>= kappa``
+  times its stored subscriptions, and above zero), and otherwise splits its zone so that
+  both halves hold half its subscriptions (:func:`~nodes.cores.can.balanced_cut`; CAN's
+  halving when they cannot be told apart); the newcomer gets the upper half, and a
+  replicated zone splits for all its replicas alike. ``join: can`` is the plain CAN join
+  (our ablation): the join is routed to a point drawn from a hash of the newcomer's name,
+  whose owner halves its zone.
+- **Loads** (§4.2): every ``load_period_s`` a peer sends its load (event messages in the
+  last two periods plus subscriptions stored) and its ``loaded_list`` heaviest peers
+  heard of to its neighbours and co-replicas.
+
+Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
+done before the next join starts), as in the paper's sequential simulator. Leaving and
+failures are not built yet: LEAVE is reported as unhandled.
+
+The first broker by name (the derived param ``seed_peer``) owns the whole space from the
+start; every other peer joins through a JOIN client operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import zlib
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nodes.core import (
+    Action,
+    Arrived,
+    Deliver,
+    Event,
+    FromClient,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
+from nodes.cores import can
+from nodes.cores.actions import unhandled
+from nodes.cores.can import Point, Zone
+from nodes.cores.params import Param
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import Filter, filter_from_json
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+PARAMS = (
+    Param("space", "str", "stock", "",
+          "the content space: 'stock' (Meghdoot's 7 attributes) or a JSON list "
+          "[[name, embedding, lo, hi], ...]"),
+    Param("join", "str", "meghdoot", "",
+          "'meghdoot' (hill climbing to a loaded peer, which replicates or splits) or 'can' "
+          "(a random point's owner halves its zone)", choices=("meghdoot", "can")),
+    Param("dup_rule", "str", "paper", "",
+          "'paper' (skip a neighbour a bottom-right neighbour also reaches) or 'none'",
+          choices=("paper", "none")),
+    Param("kappa", "float", 1.0, "",
+          "replicate when recent event messages >= kappa x stored subscriptions", minimum=0),
+    Param("load_period_s", "float", 1.0, "s",
+          "interval between load reports to neighbours (0: none)", minimum=0),
+    Param("loaded_list", "int", 10, "", "size k of the loadedPeerList", minimum=1),
+    Param("max_climb", "int", 64, "", "hops after which a join probe stops", minimum=0),
+    Param("seen_s", "float", 60.0, "s",
+          "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
+    Param("bucket_s", "float", 1.0, "s",
+          "width of the time buckets of a peer's received-message counts (load share)",
+          minimum=1e-6),
+)
+_LOAD_TIMER = "load"
+_CONTACTED, _HANDLED = 1, 2  # what a peer remembers of an event (bits)
+
+
+def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
+    """Every peer learns the seed peer: the first broker by name."""
+    seed = min(graph.nodes)
+    return {b: {"seed_peer": seed} for b in graph.nodes}
+
+
+@dataclass(frozen=True, slots=True)
+class Sub:
+    """A stored subscription: its filter (and JSON form), point, subscriber peer, client."""
+
+    filter_json: list[Any]
+    filter: Filter
+    point: Point
+    peer: str
+    client: str
+
+    def to_json(self, key: tuple[str, int]) -> list[Any]:
+        return [key[0], key[1], self.filter_json, list(self.point), self.peer, self.client]
+
+    @staticmethod
+    def from_json(obj: Sequence[Any]) -> tuple[tuple[str, int], Sub]:
+        origin, msg_id, fj, point, peer, client = obj
+        return (origin, int(msg_id)), Sub(fj, filter_from_json(fj), tuple(map(float, point)),
+                                          peer, client)
+
+
+def _pick(peers: Sequence[str], key: str) -> str:
+    """One replica of a zone for the message ``key`` (the same at every sender)."""
+    return peers[zlib.crc32(key.encode()) % len(peers)] if len(peers) > 1 else peers[0]
+
+
+def _msg_key(msg: Message) -> str:
+    return f"{msg.origin}:{msg.msg_id}"
+
+
+class MeghdootCore:
+    """One Meghdoot peer (see the module docstring)."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        self.broker = broker
+        self.neighbours = tuple(sorted(neighbours))
+        self.space = can.space_named(str(params.get("space", "stock")))
+        self.join_mode = params.get("join", "meghdoot")
+        self.dup_rule = params.get("dup_rule", "paper")
+        self.kappa = float(params.get("kappa", 1.0))
+        self.load_period_s = float(params.get("load_period_s", 1.0))
+        self.k = int(params.get("loaded_list", 10))
+        self.max_climb = int(params.get("max_climb", 64))
+        self.seen_s = float(params.get("seen_s", 60.0))
+        self.bucket_s = float(params.get("bucket_s", 1.0))
+        seed = params.get("seed_peer", broker)
+        self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
+        self.group: set[str] = {broker}  # the peers holding this zone, this one included
+        self.nbrs: dict[str, Zone] = {}  # neighbour peer -> its zone (co-replicas apart)
+        self._by_zone: list[tuple[Zone, list[str]]] | None = None  # cache of nbrs by zone
+        self.subs: dict[tuple[str, int], Sub] = {}
+        self._index = SubscriptionIndex()
+        self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
+        self.nbr_load: dict[str, float] = {}
+        self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
+        self._events_now = self._events_before = 0  # event messages, this and last period
+        self._seen: dict[str, int] = {}
+        self._seen_order: deque[tuple[float, str]] = deque()
+        self._ids = itertools.count(1)
+        self._ticking = False
+        # Metrics (final record, module nodes.cores.meghdoot_metrics reads them).
+        self.joined_s: float | None = 0.0 if self.zone is not None else None
+        self.received = 0
+        self._buckets: Counter[int] = Counter()
+        self.contacts: list[str] = []
+        self.sub_hops: Counter[int] = Counter()
+        self.event_hops: Counter[int] = Counter()
+        self.duplicates = self.notifications = self.stuck = 0
+        self.joins: Counter[str] = Counter()
+
+    # ---- what the peer knows --------------------------------------------------------------
+
+    @property
+    def load(self) -> float:
+        """Meghdoot's load (our reading): recent event messages plus stored subscriptions."""
+        return self._events_now + self._events_before + len(self.subs)
+
+    def _zones(self) -> list[tuple[Zone, list[str]]]:
+        """Neighbour zones, each with its peers (sorted), in a fixed order."""
+        if self._by_zone is None:
+            by: dict[Zone, list[str]] = {}
+            for peer in sorted(self.nbrs):
+                by.setdefault(self.nbrs[peer], []).append(peer)
+            self._by_zone = sorted(by.items(), key=lambda zp: zp[1][0])
+        return self._by_zone
+
+    def _set_nbrs(self, nbrs: Mapping[str, Zone]) -> None:
+        self.nbrs = dict(nbrs)
+        self._by_zone = None
+
+    def _msg(self, mtype: MsgType, payload: dict[str, Any]) -> Message:
+        return Message(mtype, next(self._ids), self.broker, 0, payload)
+
+    def _store(self, key: tuple[str, int], sub: Sub) -> None:
+        self.subs[key] = sub
+        self._index.add(key, sub.filter)
+
+    def _keep_subs(self, zone: Zone) -> list[tuple[tuple[str, int], Sub]]:
+        """Keep the subscriptions whose points lie in ``zone``; return the others."""
+        gone = [(k, s) for k, s in self.subs.items() if not can.contains(zone, s.point)]
+        for k, _ in gone:
+            del self.subs[k]
+            self._index.remove(k)
+        return gone
+
+    # ---- events -----------------------------------------------------------------------------
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        if isinstance(event, Arrived):
+            out = self._arrived(event.link, event.msg, now_s)
+        elif isinstance(event, FromClient):
+            out = self._from_client(event.client, event.msg, now_s)
+        elif isinstance(event, TimerFired) and event.name == _LOAD_TIMER:
+            return self._tick()
+        else:
+            return []  # statistics windows, links coming and going: nothing to do
+        if self.zone is not None and not self._ticking and self.load_period_s > 0:
+            self._ticking = True
+            out.append(SetTimer(_LOAD_TIMER, self.load_period_s))
+        return out
+
+    def _from_client(self, client: str, msg: Message, now_s: float) -> list[Action]:
+        t = msg.type
+        if t is MsgType.JOIN:
+            boot = msg.payload.get("bootstrap")
+            if self.zone is not None or not isinstance(boot, str) or boot == self.broker:
+                return [Record("can_join_ignored", {"bootstrap": str(boot)})]
+            payload: dict[str, Any] = {"newcomer": self.broker, "climb": 0}
+            if self.join_mode == "can":
+                payload["point"] = list(self._random_point())
+            return [Send(boot, self._msg(MsgType.JOIN, payload))]
+        if self.zone is None:
+            return [unhandled(msg, "not joined")]
+        if t is MsgType.SUBSCRIBE:
+            f = filter_from_json(msg.payload["filter"])
+            point = self.space.sub_point(f)
+            self._local[(client, msg.msg_id)] = point
+            sub = msg.forwarded({"filter": msg.payload["filter"], "point": list(point),
+                                 "peer": self.broker, "client": client})
+            return self._route(sub, point, now_s)
+        if t is MsgType.UNSUBSCRIBE:
+            key = (client, int(msg.payload["sub_id"]))
+            point = self._local.pop(key, None)
+            if point is None:
+                return [unhandled(msg, "unknown subscription")]
+            un = msg.forwarded({"sub": [client, key[1]], "point": list(point)})
+            return self._route(un, point, now_s)
+        if t is MsgType.PUBLISH:
+            point = self.space.event_point(msg.payload["attrs"])
+            if can.contains(self.zone, point):  # the origin peer is the owner: contacted
+                self._contact(msg, now_s)
+            return self._route(msg.forwarded({"attrs": msg.payload["attrs"]}), point, now_s)
+        if t in (MsgType.ADVERTISE, MsgType.UNADVERTISE):
+            return []
+        return [unhandled(msg)]
+
+    def _arrived(self, peer: str, msg: Message, now_s: float) -> list[Action]:
+        t = msg.type
+        if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
+            return self._zone_msg(msg, now_s) if t is MsgType.ZONE else [unhandled(msg)]
+        if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
+            self.received += 1
+            self._buckets[int(now_s // self.bucket_s)] += 1
+            if t is MsgType.PUBLISH:
+                self._events_now += 1
+                self._contact(msg, now_s)
+            if msg.payload.get("copy"):  # a co-replica's copy of what it stored
+                return self._owner(msg, now_s, replica_copy=True)
+            if msg.payload.get("spread"):
+                return self._spread_in(msg, now_s)
+            point = tuple(msg.payload["point"]) if t is not MsgType.PUBLISH else \
+                self.space.event_point(msg.payload["attrs"])
+            return self._route(msg, point, now_s)
+        if t is MsgType.NOTIFY:
+            pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops,
+                          {"attrs": msg.payload["attrs"]})
+            return [Deliver(c, pub) for c in msg.payload["clients"]]
+        if t is MsgType.LOAD:
+            self.nbr_load[peer] = float(msg.payload["load"])
+            self._merge_loaded(msg.payload["top"])
+            return []
+        if t is MsgType.JOIN:
+            return self._join_probe(msg, now_s)
+        if t is MsgType.ZONE:
+            return self._zone_msg(msg, now_s)
+        return [unhandled(msg)]
+
+    # ---- routing ----------------------------------------------------------------------------
+
+    def _first_contact(self, key: str, now_s: float, bit: int) -> bool:
+        """Remember ``bit`` of event ``key``; whether it was new."""
+        while self._seen_order and self._seen_order[0][0] < now_s - self.seen_s:
+            self._seen.pop(self._seen_order.popleft()[1], None)
+        had = self._seen.get(key, 0)
+        if not had:
+            self._seen_order.append((now_s, key))
+        self._seen[key] = had | bit
+        return not had & bit
+
+    def _route(self, msg: Message, point: Point, now_s: float) -> list[Action]:
+        """``msg`` toward the owner of ``point``; the owner's work if this peer is it."""
+        assert self.zone is not None
+        if can.contains(self.zone, point):
+            return self._owner(msg, now_s)
+        here = (can.distance2(self.zone, point), 1)
+        best: tuple[tuple[float, int], str, list[str]] | None = None
+        for z, peers in self._zones():
+            rank = (can.distance2(z, point), 0 if can.contains(z, point) else 1)
+            if best is None or rank < best[0]:
+                best = (rank, peers[0], peers)
+        if best is None:
+            return [Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id})]
+        out: list[Action] = []
+        if not best[0] < here:
+            self.stuck += 1  # greedy routing made no progress: should never happen
+            out.append(Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id}))
+        out.append(Send(_pick(best[2], _msg_key(msg)), msg.forwarded()))
+        return out
+
+    def _owner(self, msg: Message, now_s: float, *, replica_copy: bool = False) -> list[Action]:
+        """This peer's zone holds the message's point."""
+        t = msg.type
+        if t is MsgType.SUBSCRIBE:
+            key = (msg.origin, msg.msg_id)
+            p = msg.payload
+            f = filter_from_json(p["filter"])
+            self._store(key, Sub(p["filter"], f, tuple(p["point"]), p["peer"], p["client"]))
+            if replica_copy:
+                return []
+            self.sub_hops[msg.hops - 1] += 1
+            return self._to_replicas(msg)
+        if t is MsgType.UNSUBSCRIBE:
+            key = (str(msg.payload["sub"][0]), int(msg.payload["sub"][1]))
+            if self.subs.pop(key, None) is not None:
+                self._index.remove(key)
+            return [] if replica_copy else self._to_replicas(msg)
+        if t is MsgType.JOIN:  # plain CAN join: this peer owns the newcomer's point
+            return self._accept(msg, now_s)
+        self.event_hops[msg.hops - 1] += 1
+        self._first_contact(_msg_key(msg), now_s, _HANDLED)
+        return self._deliver_event(msg)
+
+    def _to_replicas(self, msg: Message) -> list[Action]:
+        copy = msg.forwarded({**msg.payload, "copy": True})
+        return [Send(g, copy) for g in sorted(self.group - {self.broker})]
+
+    # ---- DeliverEvent ------------------------------------------------------------------------
+
+    def _contact(self, msg: Message, now_s: float) -> None:
+        """The event reached this peer (Meghdoot's "peers contacted", counted once)."""
+        key = _msg_key(msg)
+        if self._first_contact(key, now_s, _CONTACTED):
+            self.contacts.append(key)
+
+    def _spread_in(self, msg: Message, now_s: float) -> list[Action]:
+        if not self._first_contact(_msg_key(msg), now_s, _HANDLED):
+            self.duplicates += 1
+            return []
+        return self._deliver_event(msg)
+
+    def _deliver_event(self, msg: Message) -> list[Action]:
+        assert self.zone is not None
+        attrs = msg.payload["attrs"]
+        pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, {"attrs": attrs})
+        by_peer: dict[str, list[str]] = {}
+        for key in self._index.match(attrs):
+            sub = self.subs[key]
+            by_peer.setdefault(sub.peer, []).append(sub.client)
+        out: list[Action] = []
+        for peer in sorted(by_peer):
+            clients = sorted(set(by_peer[peer]))
+            if peer == self.broker:
+                out += [Deliver(c, pub) for c in clients]
+            else:
+                self.notifications += 1
+                out.append(Send(peer, Message(MsgType.NOTIFY, msg.msg_id, msg.origin,
+                                              msg.hops + 1, {"attrs": attrs,
+                                                             "clients": clients})))
+        region = self.space.affected_region(attrs)
+        inside = [(z, peers) for z, peers in self._zones() if can.meets(z, region)]
+        later = [z for z, _ in inside if can.bottom_right(z, self.zone)]
+        spread = msg.forwarded({"attrs": attrs, "spread": True})
+        key = _msg_key(msg)
+        for z, peers in inside:
+            if not can.upper_left(z, self.zone):
+                continue
+            if self.dup_rule == "paper" and any(can.upper_left(z, b) for b in later):
+                continue  # a bottom-right neighbour in the region reaches it too
+            out.append(Send(_pick(peers, key), spread))
+        return out
+
+    # ---- loads ------------------------------------------------------------------------------
+
+    def _tick(self) -> list[Action]:
+        out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
+        self._events_before, self._events_now = self._events_now, 0
+        load = self.load
+        self.loaded[self.broker] = load
+        self._trim_loaded()
+        top = [[p, x] for p, x in sorted(self.loaded.items(), key=lambda px: (-px[1], px[0]))]
+        report = self._msg(MsgType.LOAD, {"load": load, "top": top})
+        out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
+        return out
+
+    def _merge_loaded(self, top: Sequence[Sequence[Any]]) -> None:
+        for peer, load in top:
+            if peer != self.broker:
+                self.loaded[str(peer)] = float(load)
+        self._trim_loaded()
+
+    def _trim_loaded(self) -> None:
+        if len(self.loaded) > self.k:
+            keep = sorted(self.loaded.items(), key=lambda px: (-px[1], px[0]))[: self.k]
+            self.loaded = dict(keep)
+
+    # ---- joins ------------------------------------------------------------------------------
+
+    def _random_point(self) -> Point:
+        """The plain CAN join's random point, drawn from a hash of this peer's name."""
+        digest = hashlib.sha256(self.broker.encode()).digest()
+        raw = (digest * ((self.space.dims * 4) // len(digest) + 1))[: self.space.dims * 4]
+        return tuple(int.from_bytes(raw[4 * j: 4 * j + 4], "big") / 2**32
+                     for j in range(self.space.dims))
+
+    def _join_probe(self, msg: Message, now_s: float) -> list[Action]:
+        if "point" in msg.payload:  # plain CAN: route to the point
+            return self._route(msg, tuple(msg.payload["point"]), now_s)
+        climb = int(msg.payload["climb"])
+        own = self.load
+        if climb == 0:  # the bootstrap: the heaviest peer it knows of
+            known = {**self.loaded, **self.nbr_load}
+        else:  # hill climbing: the heaviest neighbour
+            known = {p: x for p, x in self.nbr_load.items() if p in self.nbrs}
+        known.pop(self.broker, None)
+        known.pop(msg.payload["newcomer"], None)
+        if known and climb < self.max_climb:
+            peer, load = min(known.items(), key=lambda px: (-px[1], px[0]))
+            if load > own:
+                return [Send(peer, msg.forwarded({**msg.payload, "climb": climb + 1}))]
+        return self._accept(msg, now_s)
+
+    def _accept(self, msg: Message, now_s: float) -> list[Action]:
+        """This peer takes the newcomer in: replicate its zone or split it."""
+        assert self.zone is not None
+        newcomer = str(msg.payload["newcomer"])
+        events = self._events_now + self._events_before
+        if self.join_mode == "meghdoot" and events > 0 and events >= self.kappa * len(self.subs):
+            return self._replicate(newcomer, msg.payload.get("climb", 0))
+        cut = None
+        if self.join_mode == "meghdoot":
+            cut = can.balanced_cut(self.zone, [s.point for s in self.subs.values()])
+        return self._split(newcomer, cut or can.halving_cut(self.zone),
+                           msg.payload.get("climb", 0))
+
+    def _replicate(self, newcomer: str, climb: int) -> list[Action]:
+        assert self.zone is not None
+        zone = self.zone
+        self.joins["replicate"] += 1
+        group = sorted(self.group | {newcomer})
+        grant = self._msg(MsgType.ZONE, {
+            "grant": "replica", "zone": can.zone_to_json(zone), "group": group,
+            "nbrs": {p: can.zone_to_json(z) for p, z in self.nbrs.items()},
+            "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb})
+        self.group.add(newcomer)
+        update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)}})
+        others = sorted((set(self.nbrs) | self.group) - {self.broker, newcomer})
+        return [Record("can_grant", {"newcomer": newcomer, "mode": "replica", "climb": climb}),
+                Send(newcomer, grant), *(Send(p, update) for p in others)]
+
+    def _split(self, newcomer: str, cut: tuple[int, float], climb: int) -> list[Action]:
+        assert self.zone is not None
+        self.joins["split"] += 1
+        dim, at = cut
+        lower, upper = can.split(self.zone, dim, at)
+        old_nbrs = dict(self.nbrs)
+        group = sorted(self.group)
+        given = self._apply_split(lower, newcomer, upper)
+        new_nbrs = {g: lower for g in group}
+        new_nbrs.update({p: z for p, z in old_nbrs.items() if can.abutment(upper, z)})
+        grant = self._msg(MsgType.ZONE, {
+            "grant": "split", "zone": can.zone_to_json(upper), "group": [newcomer],
+            "nbrs": {p: can.zone_to_json(z) for p, z in new_nbrs.items()},
+            "subs": [s.to_json(k) for k, s in given], "climb": climb})
+        out: list[Action] = [
+            Record("can_grant", {"newcomer": newcomer, "mode": "split", "climb": climb,
+                                 "dim": dim, "given": len(given), "kept": len(self.subs)}),
+            Send(newcomer, grant)]
+        split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer})
+        out += [Send(g, split_msg) for g in group if g != self.broker]
+        update = self._msg(MsgType.ZONE, {"update": {
+            **{g: can.zone_to_json(lower) for g in group},
+            newcomer: can.zone_to_json(upper)}})
+        out += [Send(p, update) for p in sorted(old_nbrs)]
+        return out
+
+    def _apply_split(self, lower: Zone, newcomer: str, upper: Zone
+                     ) -> list[tuple[tuple[str, int], Sub]]:
+        """This peer keeps ``lower``; the newcomer holds ``upper``; the subscriptions that
+        left are returned."""
+        self.zone = lower
+        nbrs = {p: z for p, z in self.nbrs.items() if can.abutment(lower, z)}
+        nbrs[newcomer] = upper
+        self._set_nbrs(nbrs)
+        return self._keep_subs(lower)
+
+    def _zone_msg(self, msg: Message, now_s: float) -> list[Action]:
+        p = msg.payload
+        if "grant" in p:
+            self.zone = can.zone_from_json(p["zone"])
+            self.group = set(p["group"]) | {self.broker}
+            self._set_nbrs({q: can.zone_from_json(z) for q, z in p["nbrs"].items()
+                            if q != self.broker})
+            for item in p["subs"]:
+                self._store(*Sub.from_json(item))
+            self.joined_s = now_s
+            return [Record("can_joined", {"mode": p["grant"], "via": msg.origin,
+                                          "climb": p.get("climb", 0),
+                                          "volume": can.volume(self.zone)})]
+        if self.zone is None:
+            return [unhandled(msg, "not joined")]
+        if "split" in p:
+            dim, at = p["split"]
+            lower, upper = can.split(self.zone, int(dim), float(at))
+            self._apply_split(lower, str(p["newcomer"]), upper)
+            return []
+        for peer, zj in p["update"].items():
+            self._update(peer, None if zj is None else can.zone_from_json(zj))
+        return []
+
+    def _update(self, peer: str, zone: Zone | None) -> None:
+        """What a peer now holds (None: nothing); this peer files it where it belongs."""
+        if peer == self.broker or self.zone is None:
+            return
+        self._by_zone = None
+        if zone == self.zone:
+            self.group.add(peer)
+            self.nbrs.pop(peer, None)
+        elif zone is not None and can.abutment(self.zone, zone):
+            self.nbrs[peer] = zone
+            self.group.discard(peer)
+        else:
+            self.nbrs.pop(peer, None)
+            self.group.discard(peer)
+            self.nbr_load.pop(peer, None)
+
+    # ---- metrics ------------------------------------------------------------------------------
+
+    def counters(self) -> Mapping[str, int]:
+        """Plain counts (summed over peers by the summary)."""
+        return {"subscriptions": len(self.subs), "received": self.received,
+                "duplicates": self.duplicates, "notify_messages": self.notifications,
+                "route_stuck": self.stuck, "joins_split": self.joins["split"],
+                "joins_replicate": self.joins["replicate"]}
+
+    def final_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """One ``can_peer`` record: the peer's zone, replicas, load and contacts."""
+        if self.zone is None:
+            return []
+        return [("can_peer", {
+            "joined_s": self.joined_s, "zone": can.zone_to_json(self.zone),
+            "volume": can.volume(self.zone), "group": sorted(self.group),
+            "subscriptions": len(self.subs), "received": self.received,
+            "buckets": sorted(self._buckets.items()), "bucket_s": self.bucket_s,
+            "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),
+            "event_hops": sorted(self.event_hops.items()), "duplicates": self.duplicates})]

@@ -1,0 +1,102 @@
+"""Meghdoot's content space and CAN zone geometry (nodes.cores.can): embeddings keep
+order, a matching subscription's point lies in the event's affected region, and the
+neighbour and direction tests on hand-made zones."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodes.cores import can
+from nodes.model import Predicate, matches
+
+LETTERS = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=130), max_size=8)
+
+
+@given(LETTERS, LETTERS)
+def test_symbol_embedding_keeps_string_order(a: str, b: str) -> None:
+    lo, hi = sorted((a, b))
+    attr = can.Attribute("S", "symbol", "aaa", "zzzzz")
+    assert attr.number(lo) <= attr.number(hi)
+
+
+@given(st.dates(datetime.date(1998, 1, 2), datetime.date(2002, 12, 31)),
+       st.dates(datetime.date(1998, 1, 2), datetime.date(2002, 12, 31)))
+def test_date_embedding_is_the_day_number(a: datetime.date, b: datetime.date) -> None:
+    space = can.STOCK_SPACE
+    assert (space.unit(0, a.isoformat()) < space.unit(0, b.isoformat())) == (a < b)
+
+
+_OPS = st.sampled_from(["=", "<", "<=", ">", ">=", "range"])
+_VALUES = st.floats(0, 100, allow_nan=False).map(lambda x: round(x, 1))
+SPACE = can.Space([can.Attribute("x", "num", 0, 100), can.Attribute("y", "num", 0, 100),
+                   can.Attribute("s", "symbol", "aaa", "zzzzz")])
+
+
+@st.composite
+def predicates(draw: st.DrawFn) -> tuple[Predicate, ...]:
+    out = []
+    for attr in draw(st.sets(st.sampled_from(["x", "y", "s"]), min_size=1)):
+        op = draw(_OPS)
+        if attr == "s":
+            v = draw(st.sampled_from(["aab", "abc", "ibm", "zz"]))
+            out.append(Predicate(attr, "=" if op == "range" else op, v))
+        elif op == "range":
+            lo, hi = sorted((draw(_VALUES), draw(_VALUES)))
+            out.append(Predicate(attr, op, lo, hi))
+        else:
+            out.append(Predicate(attr, op, draw(_VALUES)))
+    return tuple(out)
+
+
+@settings(max_examples=300)
+@given(predicates(), _VALUES, _VALUES, st.sampled_from(["aab", "abc", "ibm", "zz", "zzzzz"]))
+def test_a_matching_subscription_lies_in_the_affected_region(f, x: float, y: float, s: str
+                                                             ) -> None:
+    event = {"x": x, "y": y, "s": s}
+    point = SPACE.sub_point(f)
+    region = SPACE.affected_region(event)
+    assert all(0.0 <= c <= 1.0 for c in point)
+    if matches(f, event):
+        assert all(lo <= c <= hi for lo, c, hi in zip(region[0], point, region[1],
+                                                      strict=True))
+
+
+def test_neighbours_and_directions_on_a_2d_space() -> None:
+    # One attribute: dimension 0 is the range start ("right" grows), 1 its end ("down").
+    z = ((0.5, 0.0), (1.0, 0.5))
+    left = ((0.0, 0.0), (0.5, 0.5))  # below z on the start dimension: upper-left
+    below_end = ((0.5, 0.5), (1.0, 1.0))  # above z on the end dimension: "up", upper-left
+    corner = ((0.0, 0.5), (0.5, 1.0))  # touches z at a corner only: no neighbour
+    assert can.abutment(z, left) == (0, -1) and can.upper_left(left, z)
+    assert can.abutment(z, below_end) == (1, 1) and can.upper_left(below_end, z)
+    assert can.abutment(z, corner) is None and not can.upper_left(corner, z)
+    assert can.bottom_right(z, left) and can.bottom_right(z, below_end)
+    lower, upper = can.split(can.whole(2), 0, 0.25)
+    assert can.abutment(lower, upper) == (0, 1)
+    assert can.volume(lower) + can.volume(upper) == pytest.approx(1.0)
+    assert can.contains(upper, (1.0, 1.0)) and not can.contains(lower, (0.25, 0.0))
+    with pytest.raises(ValueError, match="outside"):
+        can.split(lower, 0, 0.25)
+
+
+def test_the_balanced_cut_halves_the_points_on_the_most_balanced_dimension() -> None:
+    z = can.whole(2)
+    points = [(0.1, 0.5), (0.2, 0.5), (0.3, 0.5), (0.9, 0.5)]  # dimension 1: one value
+    dim, at = can.balanced_cut(z, points)
+    assert dim == 0 and 0.2 < at < 0.3
+    assert can.balanced_cut(z, [(0.5, 0.5)] * 3) is None
+    assert can.halving_cut(((0.0, 0.0), (0.5, 1.0))) == (1, 0.5)
+
+
+def test_a_bad_space_is_a_one_line_error() -> None:
+    with pytest.raises(ValueError, match="embedding"):
+        can.Space([can.Attribute("x", "words", 0, 1)])
+    with pytest.raises(ValueError, match="empty domain"):
+        can.Space([can.Attribute("x", "num", 1, 1)])
+    with pytest.raises(ValueError, match="unknown space"):
+        can.space_named("stocks")
+    assert can.space_named(SPACE.to_json()).names == ("x", "y", "s")

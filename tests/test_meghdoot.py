@@ -1,0 +1,252 @@
+"""Meghdoot in the simulator: every matching subscriber gets each event exactly once (the
+timing-aware oracle) for random spaces and workloads while peers join, split and
+replicate; the CAN's invariants hold before every operation; greedy routing reaches the
+owner of any point from every peer, in O(d N^(1/d)) hops."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nodes.core import Event, FromClient
+from nodes.cores import can
+from nodes.cores.meghdoot import MeghdootCore
+from nodes.messages import Message, MsgType
+from nodes.model import Predicate, Schema, filter_to_json
+from nodes.sim import LinkModel, SimResult, simulate
+from nodes.workloads.meghdoot import meghdoot_workload, peer_name
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.oracle import expected_deliveries
+
+LINKS = LinkModel(latency_ms=1.0)
+
+
+class CheckedPeer(MeghdootCore):
+    """A peer that checks the whole CAN's invariants before each JOIN operation, so
+    after every join but the last (the workload spaces operations so that the previous
+    one has settled by then; :func:`run` checks once more at the end)."""
+
+    def __init__(self, everyone: list[CheckedPeer], broker: str, params: Mapping[str, Any]
+                 ) -> None:
+        super().__init__(broker, (), params)
+        self.everyone = everyone
+        everyone.append(self)
+
+    def handle(self, event: Event, now_s: float) -> list:
+        if isinstance(event, FromClient) and event.msg.type is MsgType.JOIN:
+            check_can(self.everyone)
+        return super().handle(event, now_s)
+
+
+def check_can(peers: Sequence[MeghdootCore]) -> None:
+    """Zones tile the space (no overlap, no gap), neighbour tables are exact and
+    symmetric, replica groups are exact and their members store the same subscriptions."""
+    live = [p for p in peers if p.zone is not None]
+    zones: dict[can.Zone, list[MeghdootCore]] = {}
+    for p in live:
+        zones.setdefault(p.zone, []).append(p)
+    distinct = list(zones)
+    assert sum(can.volume(z) for z in distinct) == pytest.approx(1.0, abs=1e-9)
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1:]:  # interiors disjoint: some dimension separates them
+            assert any(ah <= bl or bh <= al for al, ah, bl, bh
+                       in zip(a[0], a[1], b[0], b[1], strict=True)), (a, b)
+    for p in live:
+        want = {q.broker: q.zone for q in live
+                if q.zone != p.zone and can.abutment(p.zone, q.zone)}
+        assert p.nbrs == want, p.broker
+        assert p.group == {q.broker for q in zones[p.zone]}, p.broker
+        assert set(p.subs) == set(zones[p.zone][0].subs), p.broker
+
+
+def _graph(w: Workload) -> nx.Graph:
+    g = nx.Graph()
+    g.add_nodes_from(sorted(set(w.clients.values())))
+    return g
+
+
+def run(w: Workload, params: Mapping[str, Any], peers: list | None = None) -> SimResult:
+    everyone: list[CheckedPeer] = [] if peers is None else peers
+    seed = min(_graph(w).nodes)
+
+    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> CheckedPeer:
+        return CheckedPeer(everyone, broker, {"seed_peer": seed, **params})
+
+    result = simulate(_graph(w), w, factory, seed=1, on_demand=LINKS, log_messages=False,
+                      until_s=w.ops[-1].t_s + 2.0)
+    check_can(everyone)
+    return result
+
+
+def assert_exactly_once(result: SimResult, w: Workload) -> int:
+    want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
+    got = {k: sorted(v) for k, v in result.deliveries.items()}
+    assert got == want  # sorted lists: a duplicate would show
+    return sum(map(len, want.values()))
+
+
+# ---- random spaces and workloads ----------------------------------------------------------
+
+
+@st.composite
+def random_workloads(draw: st.DrawFn) -> tuple[Workload, str]:
+    n_attrs = draw(st.integers(1, 3))
+    names = [f"a{i}" for i in range(n_attrs)]
+    tops = [draw(st.sampled_from([10, 100, 1000])) for _ in names]
+    space = can.Space([can.Attribute(n, "num", 0, top) for n, top in zip(names, tops,
+                                                                          strict=True)])
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    n_peers = draw(st.integers(1, 24))
+    n_steps = draw(st.integers(5, 80))
+    step = 0.05
+    ops: list[ClientOp] = []
+    clients: dict[str, str] = {}
+    live = [peer_name(0)]
+    membership: dict[str, list[list[float | None]]] = {live[0]: [[0.0, None]]}
+
+    def value(i: int) -> float:
+        return rng.choice([0, tops[i], rng.randint(0, tops[i]), rng.uniform(0, tops[i])])
+
+    for k in range(n_steps):
+        peer = rng.choice(live)
+        if rng.random() < 0.5:
+            preds = []
+            for i in rng.sample(range(n_attrs), rng.randint(0, n_attrs)):
+                op = rng.choice(["=", "<", "<=", ">", ">=", "range"])
+                if op == "range":
+                    lo, hi = sorted((value(i), value(i)))
+                    preds.append(Predicate(names[i], op, lo, hi))
+                else:
+                    preds.append(Predicate(names[i], op, value(i)))
+            client = f"s{k:03d}"
+            msg = Message(MsgType.SUBSCRIBE, 1, client, payload={"filter": filter_to_json(preds)})
+        else:
+            client = f"e{k:03d}"
+            attrs = {names[i]: value(i) for i in range(n_attrs) if rng.random() < 0.9}
+            msg = Message(MsgType.PUBLISH, 1, client, payload={"attrs": attrs})
+        clients[client] = peer
+        ops.append(ClientOp(k * step, client, peer, msg))
+        if len(live) < n_peers and rng.random() < 0.5:
+            name = peer_name(len(live))
+            clients[f"j{name}"] = name
+            t = k * step + step / 2
+            ops.append(ClientOp(t, f"j{name}", name, Message(
+                MsgType.JOIN, 1, f"j{name}", payload={"bootstrap": rng.choice(live)})))
+            live.append(name)
+            membership[name] = [[t, None]]
+    schema = Schema(dict.fromkeys(names, "float"))
+    meta = {"membership": membership, "settle_s": step / 2}
+    return Workload(schema, clients, tuple(ops), meta), space.to_json()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_workloads(), st.sampled_from(["meghdoot", "can"]),
+       st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]))
+def test_random_spaces_deliver_exactly_once_while_peers_join(
+        case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float) -> None:
+    w, space = case
+    result = run(w, {"space": space, "join": join, "dup_rule": dup_rule,
+                     "load_period_s": load_period_s})
+    assert_exactly_once(result, w)
+
+
+def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> None:
+    w = meghdoot_workload(120, 1500, 1500, seed=4, join_probability=0.2)
+    peers: list[CheckedPeer] = []
+    result = run(w, {"load_period_s": 1.0}, peers)
+    delivered = assert_exactly_once(result, w)
+    assert delivered > 1000, "workload too selective to test anything"
+    live = [p for p in peers if p.zone is not None]
+    assert len(live) == w.meta["n_peers"] == 120
+    joins = Counter()
+    for p in live:
+        joins.update(p.joins)
+    assert joins["split"] >= 10 and joins["replicate"] >= 10, joins  # both kinds happened
+    assert sum(p.stuck for p in live) == 0
+
+
+def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
+    w = meghdoot_workload(60, 600, 600, seed=5, join_probability=0.3)
+    paper = run(w, {"dup_rule": "paper", "load_period_s": 0.0})
+    none = run(w, {"dup_rule": "none", "load_period_s": 0.0})
+    assert assert_exactly_once(paper, w) == assert_exactly_once(none, w)
+    assert paper.ims_by_type["PUBLISH"] < none.ims_by_type["PUBLISH"]
+
+
+# ---- greedy routing ---------------------------------------------------------------------
+
+
+def build_can(n: int, dims_attrs: int, seed: int) -> list[MeghdootCore]:
+    """A CAN of ``n`` peers built by plain CAN joins (no subscriptions, no events)."""
+    space = can.Space([can.Attribute(f"a{i}", "num", 0, 1) for i in range(dims_attrs)])
+    rng = random.Random(seed)
+    ops = []
+    clients = {}
+    for i in range(1, n):
+        name = peer_name(i)
+        clients[f"j{name}"] = name
+        ops.append(ClientOp(0.05 * i, f"j{name}", name, Message(
+            MsgType.JOIN, 1, f"j{name}", payload={"bootstrap": peer_name(rng.randrange(i))})))
+    clients["c"] = peer_name(0)
+    w = Workload(Schema({}), clients, tuple(ops), {})
+    cores: list[MeghdootCore] = []
+
+    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
+        c = MeghdootCore(broker, (), {"seed_peer": peer_name(0), "space": space.to_json(),
+                                      "join": "can", "load_period_s": 0.0})
+        cores.append(c)
+        return c
+
+    g = nx.Graph()
+    g.add_nodes_from(peer_name(i) for i in range(n))
+    simulate(g, w, factory, seed=1, on_demand=LINKS, log_messages=False)
+    assert all(c.zone is not None for c in cores), "a join did not complete"
+    return cores
+
+
+def greedy_hops(peers: Sequence[MeghdootCore], start: MeghdootCore, point: can.Point) -> int:
+    """Hops greedy routing takes from ``start`` to the owner of ``point`` (each peer's
+    own table, as the core routes)."""
+    by_name = {p.broker: p for p in peers}
+    at, hops = start, 0
+    while not can.contains(at.zone, point):
+        ranked = min(((can.distance2(z, point), 0 if can.contains(z, point) else 1), ps[0])
+                     for z, ps in at._zones())
+        assert ranked[0] < (can.distance2(at.zone, point), 1), "no progress"
+        at, hops = by_name[ranked[1]], hops + 1
+        assert hops <= len(peers)
+    return hops
+
+
+def test_greedy_routing_reaches_the_owner_from_every_peer() -> None:
+    peers = build_can(300, 2, seed=1)
+    check_can(peers)
+    rng = random.Random(2)
+    for start in peers:
+        for _ in range(5):
+            greedy_hops(peers, start, tuple(rng.random() for _ in range(4)))
+
+
+def test_routing_hops_grow_as_d_times_the_dth_root_of_n() -> None:
+    dims = 4  # two attributes: N^(1/4) grows 3.2x from 100 to 10,000 peers
+    rng = random.Random(3)
+    means = {}
+    for n in (100, 1000, 10_000):
+        peers = build_can(n, dims // 2, seed=n)
+        hops = [greedy_hops(peers, rng.choice(peers), tuple(rng.random() for _ in range(dims)))
+                for _ in range(400)]
+        means[n] = sum(hops) / len(hops)
+    # Least squares through the origin on x = d N^(1/d); each mean within 20 % of the fit.
+    xs = {n: dims * n ** (1 / dims) for n in means}
+    a = sum(xs[n] * means[n] for n in means) / sum(x * x for x in xs.values())
+    for n, m in means.items():
+        assert m == pytest.approx(a * xs[n], rel=0.2), (means, a)
+    # A logarithmic growth would fit the three far worse: the ratio 10,000 / 100 peers.
+    assert means[10_000] / means[100] > 2.2, means
