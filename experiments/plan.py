@@ -83,6 +83,7 @@ from nodes.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calib
 from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
+from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
 from topologies.graph import brokers, overlay_of, path_links
@@ -103,6 +104,16 @@ BULK_DEFAULTS: dict[str, Any] = {
     "publisher": None, "subscriber_counts": None, "failure": None, "rate_bin_s": 1.0,
     "sweep_nodes": None, "trials": 20, "stream_mbps": None,
 }
+# Meghdoot's stream (nodes.workloads.meghdoot): the paper's 14,029 subscriptions, its
+# 115,000 events scaled by 0.1, its 10 % join probability scaled to the stream's length,
+# 100 symbols over 1,154 days.
+MEGHDOOT_DEFAULTS: dict[str, Any] = {
+    "kind": "meghdoot", "n_subscriptions": 14029, "n_events": 11500, "events": "uniform",
+    "join_probability": "paper", "order": "interleaved", "step_s": 0.1, "n_symbols": 100,
+    "n_days": 1154,
+}
+WORKLOAD_KINDS = {"stock": WORKLOAD_DEFAULTS, "bulk": BULK_DEFAULTS,
+                  "meghdoot": MEGHDOOT_DEFAULTS}
 BURST_DEFAULTS: dict[str, Any] = {
     "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
 }
@@ -497,9 +508,10 @@ def burst_settings(raw: Any) -> dict[str, Any] | None:
 def workload_params(spec: Spec) -> dict[str, Any]:
     """The resolved workload section (defaults filled in), or a SpecError."""
     kind = spec.workload.get("kind", "stock")
-    if kind not in ("stock", "bulk"):
-        raise SpecError(f"workload.kind: bad value {kind!r}; allowed: stock, bulk")
-    defaults = BULK_DEFAULTS if kind == "bulk" else WORKLOAD_DEFAULTS
+    if kind not in WORKLOAD_KINDS:
+        raise SpecError(f"workload.kind: bad value {kind!r}; allowed: "
+                        f"{', '.join(WORKLOAD_KINDS)}")
+    defaults = WORKLOAD_KINDS[kind]
     unknown = sorted(set(spec.workload) - set(defaults))
     if unknown:
         raise SpecError(f"workload: unknown field(s) {', '.join(unknown)}; allowed: "
@@ -507,9 +519,20 @@ def workload_params(spec: Spec) -> dict[str, Any]:
     resolved = {**defaults, **spec.workload}
     if kind == "stock":
         resolved["burst"] = burst_settings(resolved["burst"])
-    else:
+    elif kind == "bulk":
         resolved["stream_mbps"] = stream_cap_mbps(resolved["stream_mbps"])
     return resolved
+
+
+def build_meghdoot_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
+    """Meghdoot's stream over the graph's brokers as peers, or a SpecError."""
+    try:
+        return meghdoot_workload(
+            brokers(graph), p["n_subscriptions"], p["n_events"], seed=spec.seed,
+            events=p["events"], join_probability=p["join_probability"], order=p["order"],
+            step_s=p["step_s"], n_symbols=p["n_symbols"], n_days=p["n_days"])
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"workload: {exc}") from None
 
 
 def stream_cap_mbps(value: Any) -> float | None:
@@ -543,6 +566,16 @@ def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workloa
         return add_burst(w, graph, p["burst"], seed=spec.seed)
     except ValueError as exc:  # names its field
         raise SpecError(str(exc)) from None
+
+
+def _check_buckets(algorithms: Sequence[AlgorithmPlan], step_s: float) -> None:
+    """Meghdoot's load share counts messages per workload step (its ``bucket_s``)."""
+    for alg in algorithms:
+        bucket_s = alg.params.get("bucket_s")
+        if bucket_s is not None and bucket_s != step_s:
+            raise SpecError(f"routing.params.{alg.name}.bucket_s: bad value {bucket_s!r}; "
+                            f"allowed: {step_s!r} (workload.step_s: a peer's load is "
+                            "counted per workload step)")
 
 
 def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPlan:
@@ -606,6 +639,12 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                             "lbdd only; allowed: [lbdd]")
         capture = CaptureSpec(**{**vars(capture), "enabled": False})
     else:
+        if kind == "meghdoot":
+            if links != "on-demand":
+                raise SpecError("routing.links: a meghdoot workload builds its overlay while "
+                                "it runs; allowed: on-demand")
+            workload = build_meghdoot_workload(spec, graph, wparams)
+            _check_buckets(algorithms, wparams["step_s"])
         if kind == "stock":
             workload = build_workload(spec, graph, wparams)
             last = max((op.t_s for op in workload.ops), default=0.0)

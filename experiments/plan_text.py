@@ -43,6 +43,12 @@ def format_plan(plan: RunPlan) -> str:
         lines.append(f"workload stock: {w['clients']} clients, {w['ops']} operations, "
                      f"phase {d['phase_s']:g} s; measured selectivity "
                      f"{w['meta'].get('selectivity', 0):.4f}")
+    elif w["kind"] == "meghdoot":
+        m = w["meta"]
+        lines.append(f"workload meghdoot: {m['n_subscriptions']} subscriptions and "
+                     f"{m['n_events']} {m['events']} events ({m['order']}), {m['n_peers']} of "
+                     f"{m['n_peers_bound']} peers joined, {w['ops']} operations, phase "
+                     f"{d['phase_s']:g} s")
     else:
         lines.append(f"workload bulk: {w.get('bulk') or 'depth sweep'}")
     for c in d["link_schedule"]:

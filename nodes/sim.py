@@ -274,6 +274,10 @@ class SimResult:
     dials_failed: int = 0
     # Processing model only: each broker's time spent handling messages (s).
     busy_s: dict[str, float] = field(default_factory=dict)
+    # Each live broker's end-of-run records (kind, fields), as its log ends with them
+    # (:func:`nodes.hosting.final_records`); kept with or without logs.
+    final: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict,
+                                                                repr=False)
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
     matching_s: list[float] = field(default_factory=list, compare=False, repr=False)
@@ -1118,14 +1122,18 @@ class _Sim:
             ),
         }
         tables: dict[str, list[int]] = {kind: [] for kind in TABLE_KINDS}
+        final: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for bi, c in enumerate(self.cores):
             sizes: Mapping[str, int] = c.table_sizes() if isinstance(c, HasTables) else {}
             for kind in TABLE_KINDS:
                 tables[kind].append(int(sizes.get(kind, 0)))
-            if self.logs is not None and self.log is not None and bi not in self.dead:
+            if bi in self.dead:
+                continue
+            final[self.brokers[bi]] = records = final_records(c)
+            if self.logs is not None and self.log is not None:
                 # After the last event and the last window, so every log stays in order.
                 t_end = max(end_s, self.last_window_s)
-                for kind, fields in final_records(c):
+                for kind, fields in records:
                     self.logs.write(self.brokers[bi], Ev.RECORD, t_end, kind=kind, **fields)
         return SimResult(
             algorithm=self.algorithm,
@@ -1147,6 +1155,7 @@ class _Sim:
             if self.last_delivery_s > self.first_pub_s else 0.0,
             links_opened=self.links_opened,
             dials_failed=self.dials_failed,
+            final=final,
         )
 
     # ---- membership and links on demand (module docstring) --------------------------------

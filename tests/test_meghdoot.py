@@ -21,11 +21,16 @@ from nodes.cores.meghdoot import MeghdootCore
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim import LinkModel, SimResult, simulate
-from nodes.workloads.meghdoot import meghdoot_workload, peer_name
+from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
+from topologies.peers import peer_names
 
 LINKS = LinkModel(latency_ms=1.0)
+
+
+def peer_name(i: int) -> str:
+    return peer_names(i + 1)[i]
 
 
 class CheckedPeer(MeghdootCore):
@@ -158,7 +163,7 @@ def test_random_spaces_deliver_exactly_once_while_peers_join(
 
 
 def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> None:
-    w = meghdoot_workload(120, 1500, 1500, seed=4, join_probability=0.2)
+    w = meghdoot_workload(peer_names(120), 1500, 1500, seed=4, join_probability=0.2)
     peers: list[CheckedPeer] = []
     result = run(w, {"load_period_s": 1.0}, peers)
     delivered = assert_exactly_once(result, w)
@@ -173,7 +178,7 @@ def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> 
 
 
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
-    w = meghdoot_workload(60, 600, 600, seed=5, join_probability=0.3)
+    w = meghdoot_workload(peer_names(60), 600, 600, seed=5, join_probability=0.3)
     paper = run(w, {"dup_rule": "paper", "load_period_s": 0.0})
     none = run(w, {"dup_rule": "none", "load_period_s": 0.0})
     assert assert_exactly_once(paper, w) == assert_exactly_once(none, w)

@@ -24,6 +24,7 @@ from topologies.gigabit_cluster import GIGABIT, gigabit_cluster_graph
 from topologies.graph import SWITCH, brokers, overlay_of, parse_edges
 from topologies.links import UNSHAPED, LinkParams
 from topologies.overlay import overlay_as_links_graph
+from topologies.peers import peers_graph
 from topologies.scot import PAPER_HANG, PAPER_M, parse_tree, scot_graph, scot_paper_graph
 
 Builder = Callable[..., nx.Graph]
@@ -96,12 +97,17 @@ def _overlay(link: LinkParams | None, *, edges: Any = DEFAULT_TREE) -> nx.Graph:
     return overlay_as_links_graph(overlay, link or UNSHAPED)
 
 
+def _peers(link: LinkParams | None, *, n: Any = 16) -> nx.Graph:
+    return peers_graph(_number(n), link or UNSHAPED)
+
+
 TOPOLOGIES: dict[str, Builder] = {
     "scot": _scot,
     "scot-paper": _scot_paper,
     "gigabit-cluster": _gigabit_cluster,
     "scot-compute-nodes": _scot_compute_nodes,
     "overlay": _overlay,
+    "peers": _peers,
 }
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.burst import draw_burst
+from analysis.meghdoot import draw_meghdoot
 from experiments.emulation.capture import Capture, CapturePlan, manifest_entry, plan_capture
 from experiments.emulation.network import Emulation
 from experiments.emulation.throttle import ScheduledRates, live_run, restore_manual
@@ -223,5 +224,6 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
             finally:
                 manifest["manual_throttles"] = list(iter_jsonl(run_dir / THROTTLES))
         draw_burst({a: sm.get("burst") for a, sm in summaries.items()}, run_dir)
+        draw_meghdoot({a: sm.get("meghdoot") for a, sm in summaries.items()}, run_dir)
 
     return phase

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.burst import draw_burst
+from analysis.meghdoot import draw_meghdoot, meghdoot_metrics
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
-from experiments.plan import RunPlan, compile_plan
+from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
 from experiments.runs.manifest import base_manifest, node_names
@@ -21,10 +22,11 @@ from experiments.runs.summaries import log_extras
 from experiments.spec import load_spec
 from nodes.log_summary import summarize_logs
 from nodes.runfolder import SWEEP, WORKLOAD, new_run_dir, write_json, write_manifest, write_summary
-from nodes.sim import simulate, summarize
+from nodes.sim import LinkModel, SimResult, simulate, summarize
 from nodes.summary import delay_stats_ms
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
+from topologies.links import LinkParams
 
 
 def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
@@ -52,6 +54,8 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         **({"nodes": node_names(plan)} if log_messages else {}),
     }
     summaries = {}
+    # Meghdoot's peers report their loads on a timer for ever: its phase bounds the run.
+    timers = plan.workload_kind == "meghdoot"
     for alg in plan.algorithms:
         out = run_dir / alg.name
         out.mkdir()
@@ -60,7 +64,8 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         result = simulate(overlay, workload, alg.name, dict(alg.params), derived=alg.derived,
                           seed=plan.spec.seed, out_dir=out if log_messages else None,
                           log_messages=log_messages, window_ms=plan.window_ms,
-                          until_s=plan.duration_s,
+                          until_s=plan.phase_s() if timers else plan.duration_s,
+                          on_demand=on_demand_links(plan),
                           link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
                                         for c in plan.link_schedule],
                           processing=plan.processing)
@@ -72,6 +77,8 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
             summary.update(log_extras(out, plan))
         else:
             summary = summarize(result, expected, scale=plan.spec.scale)
+        if plan.workload_kind == "meghdoot" and not log_messages:  # else from the logs
+            summary["meghdoot"] = meghdoot_metrics(can_peers(result), workload)
         write_summary(out, summary)
         summaries[alg.name] = summary
         log(f"{alg.name}: delivered {summary['delivered']} of "
@@ -80,7 +87,40 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
     write_manifest(run_dir, manifest)
     draw([(None, summaries)], run_dir)
     draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
+    draw_meghdoot({a: s.get("meghdoot") for a, s in summaries.items()}, run_dir)
     return run_dir, summaries
+
+
+def can_peers(result: SimResult) -> list[dict[str, Any]]:
+    """The ``can_peer`` end-of-run records of a Meghdoot run, each naming its ``node``."""
+    return [{"node": b, **fields} for b, records in result.final.items()
+            for kind, fields in records if kind == "can_peer"]
+
+
+def on_demand_links(plan: RunPlan) -> LinkModel | None:
+    """How the simulator opens links on demand for ``plan`` (None: fixed links only): each
+    pair meets the delay and the narrowest rate of the path between them. On one switch
+    (the peers topology) the path is the two access links, summed per broker, so ten
+    thousand peers need no path search per pair."""
+    if plan.links != "on-demand":
+        return None
+    graph = plan.graph
+    access: dict[str, tuple[str, LinkParams]] = {}
+    for b in plan.overlay.nodes:
+        (sw,) = [n for n in graph.neighbors(b) if n not in plan.overlay] or [None]
+        if sw is not None and graph.degree(b) == 1:
+            access[b] = (sw, graph.edges[b, sw]["params"])
+
+    def figures(a: str, b: str) -> tuple[float | None, float]:
+        if a in access and b in access and access[a][0] == access[b][0]:
+            pa, pb = access[a][1], access[b][1]
+            rates = [r for r in (pa.bw_mbps, pb.bw_mbps) if r is not None]
+            return (min(rates) if rates else None), pa.delay_ms + pb.delay_ms
+        bw, delay_ms, _ = pair_figures(graph, a, b)
+        return bw, delay_ms
+
+    return LinkModel(latency_ms=lambda a, b: figures(a, b)[1],
+                     link_mbps=lambda a, b: figures(a, b)[0])
 
 
 def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
@@ -102,5 +142,8 @@ def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
     write_json(sweep_dir / SWEEP, {"key": key, "values": values, "summaries": results})
     figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1],
                    figures=OCTOPIA_FIGURES + BURST_FIGURES)
+    # Meghdoot's figures have one series per swept value (the paper's 100, 1,000, ...).
+    figures += draw_meghdoot({f"{key.rsplit('.', 1)[-1]} {v}": s.get(alg, {}).get("meghdoot")
+                              for v, s in results.items() for alg in s}, sweep_dir)
     log(f"figures: {', '.join(str(f) for f in figures)}")
     return sweep_dir, results

@@ -6,20 +6,29 @@ from pathlib import Path
 from typing import Any
 
 from analysis.burst import burst_metrics
+from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
 from nodes.log_summary import link_notifications
+from nodes.logs import Ev, iter_jsonl
 
 
 def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
     """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
     notifications on the links the plan's ``link_schedule`` changes, and the burst's
-    metrics (:func:`analysis.burst.burst_metrics`) when the workload has one."""
+    metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
+    Meghdoot's metrics from its peers' ``can_peer`` records
+    (:func:`analysis.meghdoot.meghdoot_metrics`)."""
     extras: dict[str, Any] = {}
     if plan.link_schedule:
         extras["scheduled_link_notifications"] = link_notifications(
             out_dir, [(c.a, c.b) for c in plan.link_schedule])
     if plan.workload is not None and "burst" in plan.workload.meta:
         extras["burst"] = burst_metrics(out_dir, plan.workload, plan.overlay)
+    if plan.workload is not None and plan.workload_kind == "meghdoot":
+        peers = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
+                 for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
+                 if r.get("kind") == "can_peer"]
+        extras["meghdoot"] = meghdoot_metrics(peers, plan.workload)
     return extras
 
 

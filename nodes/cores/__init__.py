@@ -2,7 +2,8 @@
 
 ``CORES`` maps an algorithm name to its :class:`CoreInfo`: the factory ``(broker,
 neighbours, params) -> core``, the params a spec may set (:mod:`nodes.cores.params`), the
-workload kind it serves (``stock`` notifications or ``bulk`` data), and, for cores that
+workload kind it serves (``stock`` notifications, ``bulk`` data, or ``meghdoot``'s
+stream with joins), and, for cores that
 need figures derived from the whole overlay (a spanning tree, SCOT clusters), a pure
 function from the overlay graph to per-broker params. Derived and declared params never
 share a key (a spec cannot set a derived one), so merging them is a plain union. The
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # annotations only: cores read the graph, they never build on
 
 CoreFactory = Callable[[str, Sequence[str], Mapping[str, Any]], RoutingCore]
 OverlayParams = Callable[["nx.Graph"], dict[str, dict[str, Any]]]
-WorkloadKind = Literal["stock", "bulk"]
+WorkloadKind = Literal["stock", "bulk", "meghdoot"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class CoreInfo:
 CORES: dict[str, CoreInfo] = {
     "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
     "gossip": CoreInfo(gossip.GossipCore, gossip.PARAMS),
-    "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS,
-                         derive=meghdoot.overlay_params),
+    "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS, "meghdoot",
+                         meghdoot.overlay_params),
     "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
     "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
     "tid-static": CoreInfo(tid.TidCore),

@@ -21,11 +21,12 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   handles an event once (later copies are counted as ``duplicates``). A zone sends one
   NOTIFY per subscriber peer (naming the clients) and the peer delivers it to them.
 - **Join** (§4.2), ``join: meghdoot``: the newcomer asks a bootstrap peer, which sends a
-  probe to the heaviest peer it knows (its loadedPeerList and its neighbours) if heavier
-  than itself; each peer then forwards it to its heaviest neighbour while one is heavier
-  (hill climbing). The peer where it stops replicates its zone to the newcomer when it is
-  loaded by events (event messages received in the last two load periods ``>= kappa``
-  times its stored subscriptions, and above zero), and otherwise splits its zone so that
+  probe to its heaviest neighbour if heavier than itself; each peer forwards it to its
+  heaviest neighbour while one is heavier (the paper's hill climbing to a local maximum,
+  on the loads neighbours last reported). The peer where it stops replicates its zone to
+  the newcomer when it is "loaded due to event propagation" (propagation messages
+  received in the last two load periods ``>= kappa`` times its stored subscriptions, and
+  above zero: our reading), and otherwise splits its zone so that
   both halves hold half its subscriptions (:func:`~nodes.cores.can.balanced_cut`; CAN's
   halving when they cannot be told apart); the newcomer gets the upper half, and a
   replicated zone splits for all its replicas alike. ``join: can`` is the plain CAN join
@@ -33,7 +34,9 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   whose owner halves its zone.
 - **Loads** (§4.2): every ``load_period_s`` a peer sends its load (event messages in the
   last two periods plus subscriptions stored) and its ``loaded_list`` heaviest peers
-  heard of to its neighbours and co-replicas.
+  heard of (the paper's loadedPeerList, which it keeps and propagates but does not say
+  how a join uses; our joins do not) to its neighbours and co-replicas. A join's zone
+  messages carry the fresh loads of the two peers it changed.
 
 Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
 done before the next join starts), as in the paper's sequential simulator. Leaving and
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import zlib
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
@@ -93,9 +97,9 @@ PARAMS = (
     Param("max_climb", "int", 64, "", "hops after which a join probe stops", minimum=0),
     Param("seen_s", "float", 60.0, "s",
           "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
-    Param("bucket_s", "float", 1.0, "s",
-          "width of the time buckets of a peer's received-message counts (load share)",
-          minimum=1e-6),
+    Param("bucket_s", "float", 0.1, "s",
+          "width of the time buckets of a peer's received-message counts (load share; "
+          "the workload's step)", minimum=1e-6),
 )
 _LOAD_TIMER = "load"
 _CONTACTED, _HANDLED = 1, 2  # what a peer remembers of an event (bits)
@@ -127,9 +131,40 @@ class Sub:
                                           peer, client)
 
 
+def bucket_of(t_s: float, bucket_s: float) -> int:
+    """The time bucket of ``t_s``: bucket k spans ``[(k - 1/2) bucket_s, (k + 1/2)
+    bucket_s)``, so with ``bucket_s`` the workload's step, an operation at step k and its
+    messages fall in bucket k and a join half a step later starts bucket k + 1."""
+    return math.floor(t_s / bucket_s + 0.5)
+
+
 def _pick(peers: Sequence[str], key: str) -> str:
     """One replica of a zone for the message ``key`` (the same at every sender)."""
     return peers[zlib.crc32(key.encode()) % len(peers)] if len(peers) > 1 else peers[0]
+
+
+class Recent:
+    """A count over the current and the previous load period."""
+
+    def __init__(self, now: int = 0, before: int = 0) -> None:
+        self.now, self.before = int(now), int(before)
+
+    @property
+    def total(self) -> int:
+        return self.now + self.before
+
+    @property
+    def counts(self) -> list[int]:
+        return [self.now, self.before]
+
+    def count(self) -> None:
+        self.now += 1
+
+    def rotate(self) -> None:
+        self.now, self.before = 0, self.now
+
+    def keep(self, share: float) -> None:
+        self.now, self.before = round(self.now * share), round(self.before * share)
 
 
 def _msg_key(msg: Message) -> str:
@@ -150,7 +185,7 @@ class MeghdootCore:
         self.k = int(params.get("loaded_list", 10))
         self.max_climb = int(params.get("max_climb", 64))
         self.seen_s = float(params.get("seen_s", 60.0))
-        self.bucket_s = float(params.get("bucket_s", 1.0))
+        self.bucket_s = float(params.get("bucket_s", 0.1))
         seed = params.get("seed_peer", broker)
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
         self.group: set[str] = {broker}  # the peers holding this zone, this one included
@@ -161,12 +196,13 @@ class MeghdootCore:
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
         self.nbr_load: dict[str, float] = {}
         self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
-        self._events_now = self._events_before = 0  # event messages, this and last period
+        self.events = Recent()  # event messages received (routing and propagation)
+        self.spread = Recent()  # of which propagation (DeliverEvent from a neighbour)
         self._seen: dict[str, int] = {}
         self._seen_order: deque[tuple[float, str]] = deque()
         self._ids = itertools.count(1)
         self._ticking = False
-        # Metrics (final record, module nodes.cores.meghdoot_metrics reads them).
+        # Metrics (the final record; analysis.meghdoot reads them).
         self.joined_s: float | None = 0.0 if self.zone is not None else None
         self.received = 0
         self._buckets: Counter[int] = Counter()
@@ -181,7 +217,7 @@ class MeghdootCore:
     @property
     def load(self) -> float:
         """Meghdoot's load (our reading): recent event messages plus stored subscriptions."""
-        return self._events_now + self._events_before + len(self.subs)
+        return self.events.total + len(self.subs)
 
     def _zones(self) -> list[tuple[Zone, list[str]]]:
         """Neighbour zones, each with its peers (sorted), in a fixed order."""
@@ -267,13 +303,15 @@ class MeghdootCore:
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
             return self._zone_msg(msg, now_s) if t is MsgType.ZONE else [unhandled(msg)]
         if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
-            self.received += 1
-            self._buckets[int(now_s // self.bucket_s)] += 1
-            if t is MsgType.PUBLISH:
-                self._events_now += 1
-                self._contact(msg, now_s)
-            if msg.payload.get("copy"):  # a co-replica's copy of what it stored
+            if msg.payload.get("copy"):  # a co-replica's copy: neither routing nor spread
                 return self._owner(msg, now_s, replica_copy=True)
+            self.received += 1
+            self._buckets[bucket_of(now_s, self.bucket_s)] += 1
+            if t is MsgType.PUBLISH:
+                self.events.count()
+                if msg.payload.get("spread"):
+                    self.spread.count()
+                self._contact(msg, now_s)
             if msg.payload.get("spread"):
                 return self._spread_in(msg, now_s)
             point = tuple(msg.payload["point"]) if t is not MsgType.PUBLISH else \
@@ -401,7 +439,8 @@ class MeghdootCore:
 
     def _tick(self) -> list[Action]:
         out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
-        self._events_before, self._events_now = self._events_now, 0
+        self.events.rotate()
+        self.spread.rotate()
         load = self.load
         self.loaded[self.broker] = load
         self._trim_loaded()
@@ -409,6 +448,24 @@ class MeghdootCore:
         report = self._msg(MsgType.LOAD, {"load": load, "top": top})
         out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
         return out
+
+    def _share_events(self, share: float) -> None:
+        """Keep ``share`` of the recent event count: after a replication or a split the
+        zone's events are shared (our reading; the paper's loads are its simulator's
+        fresh counts, ours would otherwise stay high for two load periods and draw every
+        join of that time to the same peer)."""
+        self.events.keep(share)
+        self.spread.keep(share)
+        self.loaded[self.broker] = self.load
+
+    def _heard(self, loads: Mapping[str, float]) -> None:
+        """Fresh loads of the peers a join changed, carried by its zone messages."""
+        for peer, load in loads.items():
+            if peer != self.broker:
+                if peer in self.nbrs or peer in self.group:
+                    self.nbr_load[peer] = float(load)
+                if peer in self.loaded:
+                    self.loaded[peer] = float(load)
 
     def _merge_loaded(self, top: Sequence[Sequence[Any]]) -> None:
         for peer, load in top:
@@ -435,10 +492,7 @@ class MeghdootCore:
             return self._route(msg, tuple(msg.payload["point"]), now_s)
         climb = int(msg.payload["climb"])
         own = self.load
-        if climb == 0:  # the bootstrap: the heaviest peer it knows of
-            known = {**self.loaded, **self.nbr_load}
-        else:  # hill climbing: the heaviest neighbour
-            known = {p: x for p, x in self.nbr_load.items() if p in self.nbrs}
+        known = {p: x for p, x in self.nbr_load.items() if p in self.nbrs}
         known.pop(self.broker, None)
         known.pop(msg.payload["newcomer"], None)
         if known and climb < self.max_climb:
@@ -451,8 +505,8 @@ class MeghdootCore:
         """This peer takes the newcomer in: replicate its zone or split it."""
         assert self.zone is not None
         newcomer = str(msg.payload["newcomer"])
-        events = self._events_now + self._events_before
-        if self.join_mode == "meghdoot" and events > 0 and events >= self.kappa * len(self.subs):
+        spread = self.spread.total
+        if self.join_mode == "meghdoot" and spread > 0 and spread >= self.kappa * len(self.subs):
             return self._replicate(newcomer, msg.payload.get("climb", 0))
         cut = None
         if self.join_mode == "meghdoot":
@@ -465,12 +519,16 @@ class MeghdootCore:
         zone = self.zone
         self.joins["replicate"] += 1
         group = sorted(self.group | {newcomer})
+        self._share_events(len(self.group) / len(group))
+        loads = {self.broker: self.load, newcomer: self.load}
         grant = self._msg(MsgType.ZONE, {
             "grant": "replica", "zone": can.zone_to_json(zone), "group": group,
             "nbrs": {p: can.zone_to_json(z) for p, z in self.nbrs.items()},
-            "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb})
+            "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb,
+            "recent": [self.events.counts, self.spread.counts]})
         self.group.add(newcomer)
-        update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)}})
+        update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)},
+                                          "loads": loads})
         others = sorted((set(self.nbrs) | self.group) - {self.broker, newcomer})
         return [Record("can_grant", {"newcomer": newcomer, "mode": "replica", "climb": climb}),
                 Send(newcomer, grant), *(Send(p, update) for p in others)]
@@ -483,21 +541,25 @@ class MeghdootCore:
         old_nbrs = dict(self.nbrs)
         group = sorted(self.group)
         given = self._apply_split(lower, newcomer, upper)
+        self._share_events(0.5)
+        recent = [self.events.counts, self.spread.counts]
+        loads = {self.broker: self.load, newcomer: self.events.total + len(given)}
         new_nbrs = {g: lower for g in group}
         new_nbrs.update({p: z for p, z in old_nbrs.items() if can.abutment(upper, z)})
         grant = self._msg(MsgType.ZONE, {
             "grant": "split", "zone": can.zone_to_json(upper), "group": [newcomer],
             "nbrs": {p: can.zone_to_json(z) for p, z in new_nbrs.items()},
-            "subs": [s.to_json(k) for k, s in given], "climb": climb})
+            "subs": [s.to_json(k) for k, s in given], "climb": climb, "recent": recent})
         out: list[Action] = [
             Record("can_grant", {"newcomer": newcomer, "mode": "split", "climb": climb,
                                  "dim": dim, "given": len(given), "kept": len(self.subs)}),
             Send(newcomer, grant)]
-        split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer})
+        split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer,
+                                             "loads": loads})
         out += [Send(g, split_msg) for g in group if g != self.broker]
         update = self._msg(MsgType.ZONE, {"update": {
             **{g: can.zone_to_json(lower) for g in group},
-            newcomer: can.zone_to_json(upper)}})
+            newcomer: can.zone_to_json(upper)}, "loads": loads})
         out += [Send(p, update) for p in sorted(old_nbrs)]
         return out
 
@@ -520,6 +582,8 @@ class MeghdootCore:
                             if q != self.broker})
             for item in p["subs"]:
                 self._store(*Sub.from_json(item))
+            events, spread = p["recent"]
+            self.events, self.spread = Recent(*events), Recent(*spread)
             self.joined_s = now_s
             return [Record("can_joined", {"mode": p["grant"], "via": msg.origin,
                                           "climb": p.get("climb", 0),
@@ -530,9 +594,11 @@ class MeghdootCore:
             dim, at = p["split"]
             lower, upper = can.split(self.zone, int(dim), float(at))
             self._apply_split(lower, str(p["newcomer"]), upper)
-            return []
-        for peer, zj in p["update"].items():
-            self._update(peer, None if zj is None else can.zone_from_json(zj))
+            self._share_events(0.5)
+        else:
+            for peer, zj in p["update"].items():
+                self._update(peer, None if zj is None else can.zone_from_json(zj))
+        self._heard(p.get("loads", {}))
         return []
 
     def _update(self, peer: str, zone: Zone | None) -> None:

@@ -3,12 +3,18 @@ that grows by joins, deterministic from a seed.
 
 Readings (ours, where the paper is silent; ``../shared/READINGS-WAVE2.md`` §1.4):
 
-- **Peers** ``p0000..``; ``p0000`` is the first peer (it owns the whole space, see
-  :mod:`nodes.cores.meghdoot`); every other peer JOINs through a live peer drawn at random.
+- **Peers**: the first by name is the first peer (it owns the whole space, see
+  :mod:`nodes.cores.meghdoot`); the others JOIN in the order given, each through a live
+  peer drawn at random.
 - **The stream** interleaves subscriptions and events at random (a step is a
   subscription with probability remaining subscriptions / remaining steps), one step
   every ``step_s``; after each step a new peer joins with probability
-  ``join_probability`` (the paper's 10 %) until there are ``n_peers``, half a step later.
+  ``join_probability`` until every peer has, half a step later. The paper's is 10 % of
+  a stream of :data:`PAPER_STEPS` (14,029 subscriptions and 115,000 events);
+  ``join_probability="paper"`` scales it by the paper's stream length over ours (capped
+  at 1), so that a peer bound is reached at the same share of the stream as in the
+  paper (10,000 peers at about 77 %): fewer joins per step would leave a scaled stream
+  short of the bound.
   ``order: subs_first`` puts every subscription before every event instead.
 - **Subscriptions** follow Meghdoot's five templates (:data:`MEGHDOOT_TEMPLATES`), each
   from its own client ``s00000..`` on a live peer drawn at random.
@@ -31,6 +37,7 @@ join times and the stream's order.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from nodes.messages import Message, MsgType
@@ -50,12 +57,7 @@ MEGHDOOT_SCHEMA = Schema({"Date": "str", "Symbol": "str", "Open": "float", "High
 EVENT_SETS = ("uniform", "skewed")
 ORDERS = ("interleaved", "subs_first")
 PRICE_TOP, VOLUME_TOP = 500.0, 310_000_000
-SEED_PEER = "p0000"
-
-
-def peer_name(i: int) -> str:
-    """The name of peer ``i`` (``p0000``, ...)."""
-    return f"p{i:04d}"
+PAPER_JOIN_PROBABILITY, PAPER_STEPS = 0.1, 14_029 + 115_000
 
 
 def _uniform_subscription(rng: random.Random, symbols: list[str]) -> tuple[str, Filter]:
@@ -82,13 +84,13 @@ def _uniform_event(rng: random.Random, symbols: list[str], days: list[str]
 
 
 def meghdoot_workload(
-    n_peers: int,
+    peers: Sequence[str],
     n_subscriptions: int,
     n_events: int,
     *,
     seed: int,
     events: str = "uniform",
-    join_probability: float = 0.1,
+    join_probability: float | str = "paper",
     order: str = "interleaved",
     step_s: float = 0.1,
     n_symbols: int = 100,
@@ -98,11 +100,16 @@ def meghdoot_workload(
     if events not in EVENT_SETS or order not in ORDERS:
         raise ValueError(f"events must be one of {EVENT_SETS} and order one of {ORDERS}, "
                          f"got {events!r}, {order!r}")
-    if n_peers < 1 or n_subscriptions < 0 or n_events < 0 or n_peers > 10_000:
-        raise ValueError("need 1 <= n_peers <= 10000, n_subscriptions >= 0, n_events >= 0")
-    if not 0 < join_probability <= 1 or step_s <= 0 or not 1 <= n_symbols <= 500 or n_days < 1:
-        raise ValueError("need 0 < join_probability <= 1, step_s > 0, 1 <= n_symbols <= 500, "
-                         "n_days >= 1")
+    if not peers or len(set(peers)) != len(peers) or n_subscriptions < 0 or n_events < 0:
+        raise ValueError("need distinct peers (at least one), n_subscriptions >= 0, "
+                         "n_events >= 0")
+    steps = n_subscriptions + n_events
+    if join_probability == "paper":
+        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * PAPER_STEPS / max(1, steps))
+    if (isinstance(join_probability, str) or not 0 < join_probability <= 1 or step_s <= 0
+            or not 1 <= n_symbols <= 500 or n_days < 1):
+        raise ValueError("need 0 < join_probability <= 1 (or 'paper'), step_s > 0, "
+                         "1 <= n_symbols <= 500, n_days >= 1")
     rng = random.Random(f"{seed}/meghdoot")
     stocks = sorted(rng.sample(stock_universe(seed), n_symbols), key=lambda s: s.symbol)
     symbols = [s.symbol for s in stocks]
@@ -122,14 +129,17 @@ def meghdoot_workload(
                              f"{n_symbols} symbols over {n_days} days")
     volumes = [q["Volume"] for q in quotes] or [0]
 
-    live = [SEED_PEER]
+    first = min(peers)
+    joining = iter([p for p in peers if p != first])
+    n_peers = len(peers)
+    live = [first]
     clients: dict[str, str] = {}
     ops: list[ClientOp] = []
     joins: list[float] = []
-    membership: dict[str, list[list[float | None]]] = {SEED_PEER: [[0.0, None]]}
+    membership: dict[str, list[list[float | None]]] = {first: [[0.0, None]]}
     subs_left, events_left = n_subscriptions, n_events
     templates: dict[str, int] = {}
-    for step in range(n_subscriptions + n_events):
+    for step in range(steps):
         t = step * step_s
         peer = rng.choice(live)
         if order == "subs_first":
@@ -156,7 +166,7 @@ def meghdoot_workload(
             msg = Message(MsgType.PUBLISH, k + 1, client, payload={"attrs": event})
         ops.append(ClientOp(t, client, peer, msg))
         if len(live) < n_peers and rng.random() < join_probability:
-            name = peer_name(len(live))
+            name = next(joining)
             t_join = t + step_s / 2
             boot = rng.choice(live)
             clients[f"j-{name}"] = name

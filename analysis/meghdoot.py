@@ -1,0 +1,297 @@
+"""Meghdoot's metrics and figures (Gupta et al., Middleware 2004, §5: Figs. 9–15, Table 1)
+from the peers' final records.
+
+:func:`meghdoot_metrics` reads the ``can_peer`` records the routing core
+(:mod:`nodes.cores.meghdoot`, ``MeghdootCore.final_records``) logs for every joined peer
+at the end of a run (``ev: record``; the simulator writes them only with per-message logs
+on) and the workload (:func:`nodes.workloads.meghdoot.meghdoot_workload`): its PUBLISH
+operations are the events (key ``"<origin>:<msg_id>"``, time ``t_s``) and
+``meta["membership"]`` maps each peer to its ``[[join_s, leave_s or None], ...]``.
+A record names its peer in ``node`` (the log's field).
+
+Readings (``../shared/READINGS-WAVE2.md`` §1.4 items 2–3 and §1.6; ours where the paper
+is silent):
+
+- **Peers contacted** (Figs. 9–11, metric M1): per event, the distinct peers whose
+  ``contacts`` hold its key (reached by a routing or propagation message of the event;
+  the origin peer only if it owns the event point; subscriber notifications excluded),
+  as a percentage of the peers live when it was published (a membership interval with
+  ``join_s <= t_s`` and no leave by then). The histogram is over the paper's buckets
+  :data:`CONTACT_BUCKETS_PCT`, ``0-5`` holding [0, 5] and every other bucket (lo, hi],
+  in % of events (a percentage over 100, which only contacts of peers that joined later
+  can give, counts in the last bucket); ``share_under_5_pct`` and ``share_under_10_pct``
+  are the % of events contacting strictly less than 5 % and 10 % of the peers (the
+  paper's "95 % of the events … contacting less than 5 % of the peers"), so an event at
+  exactly 5 % is in bucket ``0-5`` but not under 5 %. Mean and p95 (linear interpolation,
+  :func:`nodes.summary.percentile`) of the percentage; ``no_contact`` counts events no
+  peer was contacted for (a correct run has none); ``late_contacts`` counts contacts of
+  peers that joined after the event was published (they inflate the percentage; none
+  expected); ``unknown_keys`` counts contact keys of no workload event.
+- **Load** (Figs. 12–14, M2): per peer, the share (%) of the messages it ``received``
+  (routing and propagation of subscriptions and events) among all such messages received
+  system-wide since it joined: the sum over every peer of the counts in the time buckets
+  from ``bucket_of(joined_s)`` on (:func:`nodes.cores.meghdoot.bucket_of`; bucket k spans
+  [(k - 1/2) bucket_s, (k + 1/2) bucket_s), so a peer's first bucket may hold a few
+  messages received by others just before it joined). Peers ranked by share, descending
+  (ties by name), are cut into ten groups of 10 % (``0-10``, the most loaded, …
+  ``90-100``) whose sizes differ by at most one, the first ``n % 10`` groups taking the
+  extra peer; the mean share per group (None for an empty group, fewer than ten peers).
+  ``sum_pct`` is the sum of the shares (100 when every peer joined at the start).
+- **Zones** (Table 1, Fig. 15, M3): unique zones are the distinct ``zone`` values; the
+  replication degree of a zone is the number of peers holding it (1: not replicated; the
+  paper's axis "number of replicas" may count the copies beyond the first). The histogram
+  maps the degree, as a string (JSON keys), to the number of zones, ascending.
+  ``group_mismatches`` counts peers whose ``group`` differs from the peers holding the
+  same zone; ``volume_sum`` (the unique zones' volumes) is 1 when they tile the space.
+- **Hops**: routing hops from the origin peer to the owner of the point, over every
+  subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
+- **Duplicates**: event copies a peer received after it had handled the event, summed.
+
+All percentages are in % (0–100); times in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib import ticker
+
+from nodes.cores.meghdoot import bucket_of
+from nodes.messages import MsgType
+from nodes.summary import percentile
+from nodes.workloads.ops import Workload
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
+
+# The paper's x axis of Figs. 9–11 (% of the live peers contacted per event).
+CONTACT_BUCKETS_PCT: tuple[tuple[float, float], ...] = (
+    (0, 5), (5, 10), (10, 15), (15, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 100))
+N_GROUPS = 10  # Figs. 12–14: peers ranked by load in groups of 10 %
+
+
+def _label(lo: float, hi: float) -> str:
+    return f"{lo:g}-{hi:g}"
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, p50, p95 and max of ``values`` (None each when empty)."""
+    if not values:
+        return {"mean": None, "p50": None, "p95": None, "max": None}
+    v = sorted(values)
+    return {"mean": math.fsum(v) / len(v), "p50": percentile(v, 0.5),
+            "p95": percentile(v, 0.95), "max": v[-1]}
+
+
+def _live_counter(membership: Mapping[str, Sequence[Sequence[float | None]]]
+                  ) -> Callable[[float], int]:
+    """A function of ``t_s`` giving the number of peers live then (join <= t < leave)."""
+    joins = sorted(float(j) for spans in membership.values() for j, _ in spans)
+    leaves = sorted(float(x) for spans in membership.values() for _, x in spans
+                    if x is not None)
+
+    def live(t_s: float) -> int:
+        return bisect.bisect_right(joins, t_s) - bisect.bisect_right(leaves, t_s)
+    return live
+
+
+def _contacted(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+    events = {f"{op.msg.origin}:{op.msg.msg_id}": op.t_s for op in workload.ops
+              if op.msg.type is MsgType.PUBLISH}
+    membership = workload.meta.get("membership", {})
+    first_join = {p: min(float(j) for j, _ in spans) for p, spans in membership.items() if spans}
+    live = _live_counter(membership)
+    count: Counter[str] = Counter()
+    late = unknown = 0
+    for r in peers:
+        joined = first_join.get(r.get("node"), 0.0)
+        for key in set(r.get("contacts", ())):
+            if key not in events:
+                unknown += 1
+                continue
+            count[key] += 1
+            late += joined > events[key]
+    pcts = []
+    for key, t_s in events.items():
+        n_live = live(t_s)
+        if n_live < 1:
+            raise ValueError(f"event {key} at {t_s} s: no peer live then (membership)")
+        pcts.append(100.0 * count[key] / n_live)
+    n = len(pcts)
+    hist = Counter(next((i for i, (_, hi) in enumerate(CONTACT_BUCKETS_PCT) if p <= hi),
+                        len(CONTACT_BUCKETS_PCT) - 1) for p in pcts)
+    stats = _stats(pcts)
+
+    def share(pred: Callable[[float], bool]) -> float | None:
+        return 100.0 * sum(1 for p in pcts if pred(p)) / n if n else None
+
+    return {
+        "events": n,
+        "buckets_pct": {_label(lo, hi): (100.0 * hist[i] / n if n else None)
+                        for i, (lo, hi) in enumerate(CONTACT_BUCKETS_PCT)},
+        "bucket_rule": "0-5 holds [0, 5], every other bucket (lo, hi]; in % of events",
+        "share_under_5_pct": share(lambda p: p < 5.0),
+        "share_under_10_pct": share(lambda p: p < 10.0),
+        "mean_pct": stats["mean"], "p95_pct": stats["p95"], "max_pct": stats["max"],
+        "no_contact": sum(1 for k in events if count[k] == 0),
+        "late_contacts": late, "unknown_keys": unknown,
+    }
+
+
+def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    widths = {float(r["bucket_s"]) for r in peers}
+    if len(widths) > 1:
+        raise ValueError(f"peers' records disagree on bucket_s: {sorted(widths)}")
+    bucket_s = widths.pop() if widths else None
+    totals: Counter[int] = Counter()
+    mismatched = 0
+    for r in peers:
+        own = 0
+        for k, c in r.get("buckets", ()):
+            totals[int(k)] += int(c)
+            own += int(c)
+        mismatched += own != int(r["received"])
+    keys = sorted(totals)
+    suffix = [0] * (len(keys) + 1)  # suffix[i]: messages in buckets keys[i:]
+    for i in range(len(keys) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + totals[keys[i]]
+    shares = []
+    for r in peers:
+        start = bucket_of(float(r.get("joined_s") or 0.0), bucket_s) if bucket_s else 0
+        since = suffix[bisect.bisect_left(keys, start)]
+        shares.append((100.0 * int(r["received"]) / since if since else 0.0,
+                       str(r.get("node", ""))))
+    ranked = [s for s, _ in sorted(shares, key=lambda sn: (-sn[0], sn[1]))]
+    n = len(ranked)
+    size, extra = divmod(n, N_GROUPS)
+    groups: dict[str, float | None] = {}
+    sizes = []
+    at = 0
+    for g in range(N_GROUPS):
+        m = size + (g < extra)
+        part = ranked[at:at + m]
+        at += m
+        sizes.append(m)
+        groups[_label(100 * g // N_GROUPS, 100 * (g + 1) // N_GROUPS)] = (
+            math.fsum(part) / m if m else None)
+    return {
+        "peers": n, "bucket_s": bucket_s, "messages": suffix[0],
+        "deciles_pct": groups, "decile_sizes": sizes,
+        "max_pct": ranked[0] if ranked else None, "sum_pct": math.fsum(ranked),
+        "received_mismatches": mismatched,
+    }
+
+
+def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    holders: dict[tuple, list[str]] = {}
+    volume: dict[tuple, float] = {}
+    for r in peers:
+        z = tuple(tuple(map(float, side)) for side in r["zone"])
+        holders.setdefault(z, []).append(str(r.get("node", "")))
+        volume.setdefault(z, float(r.get("volume", math.nan)))
+    by_degree = Counter(len(h) for h in holders.values())
+    group_of = {name: sorted(h) for h in holders.values() for name in h}
+    mismatches = sum(1 for r in peers
+                     if "group" in r and sorted(r["group"]) != group_of[str(r.get("node", ""))])
+    return {
+        "unique_zones": len(holders), "peers": len(peers),
+        "degree_hist": {str(d): by_degree[d] for d in sorted(by_degree)},
+        "max_degree": max(by_degree, default=0),
+        "replicated_zones": sum(n for d, n in by_degree.items() if d > 1),
+        "group_mismatches": mismatches, "volume_sum": math.fsum(volume.values()),
+    }
+
+
+def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
+    merged: Counter[int] = Counter()
+    for hist in hists:
+        for h, c in hist:
+            merged[int(h)] += int(c)
+    values = [h for h in sorted(merged) for _ in range(merged[h])]
+    return {"count": len(values), **_stats(values)}
+
+
+def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+    """The metrics of the module docstring from the ``can_peer`` records ``peers`` (one
+    per joined peer) and the run's ``workload``; a JSON-able dict."""
+    return {
+        "contacted": _contacted(peers, workload),
+        "load": _load(peers),
+        "zones": _zones(peers),
+        "hops": {"subscriptions": _hops(r.get("sub_hops", ()) for r in peers),
+                 "events": _hops(r.get("event_hops", ()) for r in peers)},
+        "duplicates": sum(int(r.get("duplicates", 0)) for r in peers),
+    }
+
+
+def _grouped_bars(ax: Any, categories: Sequence[str],
+                  values: Mapping[str, Sequence[float | None]]) -> None:
+    """One bar per series in each category, side by side (None drawn as 0)."""
+    width = 0.8 / max(1, len(values))
+    for i, (label, ys) in enumerate(values.items()):
+        xs = [c + (i - (len(values) - 1) / 2) * width for c in range(len(categories))]
+        ax.bar(xs, [y or 0.0 for y in ys], width, color=f"C{i}", label=label)
+    ax.set_xticks(range(len(categories)), categories)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path) -> list[Path]:
+    """Figures comparing runs (``{label: meghdoot_metrics(...)}``, e.g. ``"100 peers"``;
+    None entries skipped) in ``out_dir``: ``fig-meghdoot-contacted.png`` (% of events per
+    bucket of % peers contacted, Figs. 9–11), ``fig-meghdoot-load.png`` (mean load share
+    per decile of peers ranked by load, Figs. 12–14) and ``fig-meghdoot-replication.png``
+    (zones per replication degree, log y, Fig. 15). Returns the PNG paths written (none
+    without metrics)."""
+    runs = {label: m for label, m in series.items() if m}
+    if not runs:
+        return []
+    out_dir = Path(out_dir)
+    written = []
+
+    buckets = [_label(lo, hi) for lo, hi in CONTACT_BUCKETS_PCT]
+    fig, ax = plt.subplots(figsize=(8.4, 4.2))
+    _grouped_bars(ax, buckets, {label: [m["contacted"]["buckets_pct"].get(b) for b in buckets]
+                                for label, m in runs.items()})
+    ax.set_xlabel("peers contacted per event (% of the peers live at publication)")
+    ax.set_ylabel("events (%)")
+    ax.set_title("Peers contacted to deliver an event (Meghdoot Figs. 9–11)")
+    written.append(_save(fig, out_dir / "fig-meghdoot-contacted.png"))
+
+    groups = list(next(iter(runs.values()))["load"]["deciles_pct"])
+    fig, ax = plt.subplots(figsize=(8.4, 4.2))
+    _grouped_bars(ax, groups, {label: [m["load"]["deciles_pct"].get(g) for g in groups]
+                               for label, m in runs.items()})
+    ax.set_xlabel("peers ranked by message load (groups of 10 % of the peers)")
+    ax.set_ylabel("messages received (% since joining)")
+    ax.set_title("Load distribution (Meghdoot Figs. 12–14)")
+    written.append(_save(fig, out_dir / "fig-meghdoot-load.png"))
+
+    degrees = sorted({int(d) for m in runs.values() for d in m["zones"]["degree_hist"]})
+    fig, ax = plt.subplots(figsize=(8.4, 4.2))
+    _grouped_bars(ax, [str(d) for d in degrees],
+                  {label: [m["zones"]["degree_hist"].get(str(d)) for d in degrees]
+                   for label, m in runs.items()})
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=0.8)
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_xlabel("replication degree (peers holding the zone)")
+    ax.set_ylabel("zones (count, log scale)")
+    ax.set_title("Replication of zones (Meghdoot Fig. 15)")
+    written.append(_save(fig, out_dir / "fig-meghdoot-replication.png"))
+    return written
