@@ -1,4 +1,4 @@
-"""`pubsublab reproduce PAPER --quick`: the page and the JSON, for both papers, simulated;
+"""`pubsublab reproduce PAPER --quick`: the page and the JSON, for every paper, simulated;
 the page opened in a real headless Chromium (Debian's chromium and chromium-driver)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-PAPERS = ("octopia", "lbdd")
+PAPERS = ("octopia", "lbdd", "meghdoot")
 ROW_KEYS = ("figure", "metric", "paper_value", "ours", "unit", "direction_agrees", "ratio",
             "within_2x", "conditions", "scale", "why")
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -246,6 +246,16 @@ def split(z: Zone, dim: int, at: float) -> tuple[Zone, Zone]:
     return (lo, lower_hi), (upper_lo, hi)
 
 
+def merged(a: Zone, b: Zone) -> Zone | None:
+    """The box ``a`` and ``b`` make together (CAN's takeover of a sibling), or None when
+    they are no neighbours or differ on a dimension other than the one they touch on."""
+    ab = abutment(a, b)
+    if ab is None or any((a[0][j], a[1][j]) != (b[0][j], b[1][j])
+                         for j in range(len(a[0])) if j != ab[0]):
+        return None
+    return (tuple(map(min, a[0], b[0])), tuple(map(max, a[1], b[1])))
+
+
 def volume(z: Zone) -> float:
     """The share of the space ``z`` covers."""
     return math.prod(b - a for a, b in zip(z[0], z[1], strict=True))

@@ -38,9 +38,19 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   how a join uses; our joins do not) to its neighbours and co-replicas. A join's zone
   messages carry the fresh loads of the two peers it changed.
 
+- **Leaving and failures** (§4.3), for replicated zones: a peer whose zone has replicas
+  leaves by telling its co-replicas and neighbours, and a peer that holds its zone alone
+  hands it, with its subscriptions, to a neighbour zone it merges with into a box (CAN's
+  sibling; each of that zone's replicas takes it). A peer not heard from (any message,
+  load reports included) for ``failure_periods`` load periods is declared failed by its
+  co-replicas and neighbours, who drop it, so its zone lives on in its replicas. Not
+  built yet: a lone owner with no sibling to merge with leaves its zone without an owner
+  (``can_zone_orphaned``), as does a lone owner's failure (the paper's mirror copies that
+  would recover its subscriptions, and the takeover of a zone that merges with no
+  neighbour).
+
 Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
-done before the next join starts), as in the paper's sequential simulator. Leaving and
-failures are not built yet: LEAVE is reported as unhandled.
+done before the next join starts), as in the paper's sequential simulator.
 
 The first broker by name (the derived param ``seed_peer``) owns the whole space from the
 start; every other peer joins through a JOIN client operation.
@@ -94,7 +104,11 @@ PARAMS = (
     Param("load_period_s", "float", 1.0, "s",
           "interval between load reports to neighbours (0: none)", minimum=0),
     Param("loaded_list", "int", 10, "", "size k of the loadedPeerList", minimum=1),
-    Param("max_climb", "int", 64, "", "hops after which a join probe stops", minimum=0),
+    Param("max_climb", "int", 16, "", "hops after which a join probe stops (a join must "
+          "finish within a workload step)", minimum=0),
+    Param("failure_periods", "int", 3, "",
+          "load periods without a message after which a neighbour is declared failed "
+          "(0: no failure detection)", minimum=0),
     Param("seen_s", "float", 60.0, "s",
           "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
     Param("bucket_s", "float", 0.1, "s",
@@ -183,8 +197,13 @@ class MeghdootCore:
         self.kappa = float(params.get("kappa", 1.0))
         self.load_period_s = float(params.get("load_period_s", 1.0))
         self.k = int(params.get("loaded_list", 10))
-        self.max_climb = int(params.get("max_climb", 64))
+        self.max_climb = int(params.get("max_climb", 16))
         self.seen_s = float(params.get("seen_s", 60.0))
+        self.failure_periods = int(params.get("failure_periods", 3))
+        self._heard_s: dict[str, float] = {}  # peer -> when it was last heard from
+        # Peers announced gone (left or failed): a table handed over by another peer may
+        # still list them, and must not bring them back.
+        self._departed: set[str] = set()
         self.bucket_s = float(params.get("bucket_s", 0.1))
         seed = params.get("seed_peer", broker)
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
@@ -255,7 +274,7 @@ class MeghdootCore:
         elif isinstance(event, FromClient):
             out = self._from_client(event.client, event.msg, now_s)
         elif isinstance(event, TimerFired) and event.name == _LOAD_TIMER:
-            return self._tick()
+            return self._tick(now_s)
         else:
             return []  # statistics windows, links coming and going: nothing to do
         if self.zone is not None and not self._ticking and self.load_period_s > 0:
@@ -275,6 +294,8 @@ class MeghdootCore:
             return [Send(boot, self._msg(MsgType.JOIN, payload))]
         if self.zone is None:
             return [unhandled(msg, "not joined")]
+        if t is MsgType.LEAVE:
+            return self._leave()
         if t is MsgType.SUBSCRIBE:
             f = filter_from_json(msg.payload["filter"])
             point = self.space.sub_point(f)
@@ -300,6 +321,7 @@ class MeghdootCore:
 
     def _arrived(self, peer: str, msg: Message, now_s: float) -> list[Action]:
         t = msg.type
+        self._heard_s[peer] = now_s
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
             return self._zone_msg(msg, now_s) if t is MsgType.ZONE else [unhandled(msg)]
         if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
@@ -437,8 +459,12 @@ class MeghdootCore:
 
     # ---- loads ------------------------------------------------------------------------------
 
-    def _tick(self) -> list[Action]:
+    def _tick(self, now_s: float) -> list[Action]:
+        if self.zone is None:  # left: no more reports
+            self._ticking = False
+            return []
         out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
+        out += self._detect_failures(now_s)
         self.events.rotate()
         self.spread.rotate()
         load = self.load
@@ -448,6 +474,50 @@ class MeghdootCore:
         report = self._msg(MsgType.LOAD, {"load": load, "top": top})
         out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
         return out
+
+    def _detect_failures(self, now_s: float) -> list[Action]:
+        """Drop the co-replicas and neighbours not heard from for ``failure_periods``
+        load periods (their load reports double as heartbeats, §4.3)."""
+        if self.failure_periods <= 0:
+            return []
+        limit_s = self.failure_periods * self.load_period_s
+        out: list[Action] = []
+        for peer in sorted(set(self.nbrs) | (self.group - {self.broker})):
+            heard = self._heard_s.setdefault(peer, now_s)
+            if now_s - heard <= limit_s:
+                continue
+            zone = self.nbrs.get(peer, self.zone)
+            self._update(peer, None)
+            out.append(Record("can_peer_down", {"peer": peer}))
+            held = zone == self.zone or any(z == zone for z in self.nbrs.values())
+            if not held:
+                out.append(Record("can_zone_orphaned", {"peer": peer,
+                                                        "zone": can.zone_to_json(zone)}))
+        return out
+
+    def _leave(self) -> list[Action]:
+        """Leave the zone to its co-replicas, or hand it to a sibling zone (module
+        docstring); the runtime makes this peer dormant either way."""
+        assert self.zone is not None
+        out: list[Action] = []
+        if len(self.group) < 2:
+            sibling = next(((z, peers) for z, peers in self._zones()
+                            if can.merged(self.zone, z) is not None), None)
+            if sibling is None:
+                out.append(Record("can_zone_orphaned", {"peer": self.broker,
+                                                        "zone": can.zone_to_json(self.zone)}))
+            else:
+                give = self._msg(MsgType.ZONE, {
+                    "takeover": can.zone_to_json(self.zone),
+                    "nbrs": {p: can.zone_to_json(z) for p, z in self.nbrs.items()},
+                    "subs": [s.to_json(k) for k, s in self.subs.items()]})
+                out += [Send(p, give) for p in sibling[1]]
+        gone = self._msg(MsgType.ZONE, {"update": {self.broker: None}})
+        out += [Send(p, gone) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
+        self.zone, self.group, self.subs = None, {self.broker}, {}
+        self._index = SubscriptionIndex()
+        self._set_nbrs({})
+        return [*out, Record("can_left", {})]
 
     def _share_events(self, share: float) -> None:
         """Keep ``share`` of the recent event count: after a replication or a split the
@@ -492,13 +562,16 @@ class MeghdootCore:
             return self._route(msg, tuple(msg.payload["point"]), now_s)
         climb = int(msg.payload["climb"])
         own = self.load
-        known = {p: x for p, x in self.nbr_load.items() if p in self.nbrs}
-        known.pop(self.broker, None)
-        known.pop(msg.payload["newcomer"], None)
+        # Loads are as last reported, so two peers may each think the other heavier: a
+        # probe never returns to a peer it has visited.
+        visited = [*msg.payload.get("visited", ()), self.broker]
+        known = {p: x for p, x in self.nbr_load.items()
+                 if p in self.nbrs and p not in visited and p != msg.payload["newcomer"]}
         if known and climb < self.max_climb:
             peer, load = min(known.items(), key=lambda px: (-px[1], px[0]))
             if load > own:
-                return [Send(peer, msg.forwarded({**msg.payload, "climb": climb + 1}))]
+                return [Send(peer, msg.forwarded({**msg.payload, "climb": climb + 1,
+                                                  "visited": visited}))]
         return self._accept(msg, now_s)
 
     def _accept(self, msg: Message, now_s: float) -> list[Action]:
@@ -590,6 +663,8 @@ class MeghdootCore:
                                           "volume": can.volume(self.zone)})]
         if self.zone is None:
             return [unhandled(msg, "not joined")]
+        if "takeover" in p:
+            return self._take_over(msg)
         if "split" in p:
             dim, at = p["split"]
             lower, upper = can.split(self.zone, int(dim), float(at))
@@ -601,11 +676,36 @@ class MeghdootCore:
         self._heard(p.get("loads", {}))
         return []
 
+    def _take_over(self, msg: Message) -> list[Action]:
+        """A leaving sibling hands this zone its own: merge, store its subscriptions, and
+        tell every neighbour of the merged zone (each co-replica does the same)."""
+        assert self.zone is not None
+        p = msg.payload
+        given = can.zone_from_json(p["takeover"])
+        zone = can.merged(self.zone, given)
+        if zone is None:  # the leaver's view was stale: nothing to merge with
+            return [Record("can_zone_orphaned", {"peer": msg.origin, "zone": p["takeover"]})]
+        known = {**{q: can.zone_from_json(z) for q, z in p["nbrs"].items()
+                    if q not in self._departed}, **self.nbrs}
+        self.zone = zone
+        self._set_nbrs({q: z for q, z in known.items() if q not in self.group
+                        and q != msg.origin and can.abutment(zone, z)})
+        for item in p["subs"]:
+            self._store(*Sub.from_json(item))
+        update = self._msg(MsgType.ZONE, {"update": {
+            **{g: can.zone_to_json(zone) for g in self.group}, msg.origin: None}})
+        return [Record("can_took_over", {"from": msg.origin}),
+                *(Send(q, update) for q in sorted(self.nbrs))]
+
     def _update(self, peer: str, zone: Zone | None) -> None:
         """What a peer now holds (None: nothing); this peer files it where it belongs."""
         if peer == self.broker or self.zone is None:
             return
         self._by_zone = None
+        if zone is None:
+            self._departed.add(peer)
+        else:
+            self._departed.discard(peer)
         if zone == self.zone:
             self.group.add(peer)
             self.nbrs.pop(peer, None)
@@ -616,6 +716,7 @@ class MeghdootCore:
             self.nbrs.pop(peer, None)
             self.group.discard(peer)
             self.nbr_load.pop(peer, None)
+            self._heard_s.pop(peer, None)  # if it comes back, its silence counts anew
 
     # ---- metrics ------------------------------------------------------------------------------
 
