@@ -348,7 +348,10 @@ def saturation_point(emu: Emulation, cpu_share: float, rate_hz: int, step_s: flo
     ``throughput_hz``: the cost per message the knee implies, us); ``delay_ms`` p50 and
     p95 (the subscribers' t_wall - t_pub, ms); what the publisher really sent (``sent``,
     ``send_hz``); and pc2's cgroup figures over the busy stretch (``cpu_used_share``:
-    share of a core used; ``throttled_periods`` of ``periods``)."""
+    share of a core used; ``throttled_periods`` of ``periods``), with ``cpu_cost_us``
+    (``cpu_used_share`` / ``throughput_hz``: the cost per message from the CPU time the
+    host really used, which a broker kept from part of its quota by other work on the
+    machine does not inflate, as it does ``saturated_cost_us``)."""
     _limit_broker(emu, cpu_share)
     chain = _run_chain(emu, k, rate_hz, step_s, out)
     walls = _broker_publish_walls(out)
@@ -368,6 +371,8 @@ def saturation_point(emu: Emulation, cpu_share: float, rate_hz: int, step_s: flo
         "delay_ms": {"p50": _round(_quantile(delays, 0.5)),
                      "p95": _round(_quantile(delays, 0.95))},
         "cpu_used_share": cg.get("achieved_mean"),
+        "cpu_cost_us": (round(1e6 * cg["achieved_mean"] / throughput, 2)
+                        if throughput and cg.get("achieved_mean") else None),
         "throttled_periods": cg.get("throttled_periods"), "periods": cg.get("periods"),
     }
 

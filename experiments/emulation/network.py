@@ -30,7 +30,12 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   kernel's 1 ms minimum (shares below 0.1): a host limited to 0.2 core then runs 2 ms and
   waits 8, rather than running 20 ms and waiting 80, so it looks more like a slower CPU
   than like one that stops (an 80 ms stop was the 95th-percentile delay of a broker at
-  0.2 core well below its knee).
+  0.2 core well below its knee). The price is linearity: a saturated broker's CPU per
+  message at 0.15 and 0.1 core is 5-11 % and about 10 % above that at 0.2 with 10 ms
+  periods, against 0-6 % with 50 or 100 ms ones; but near the knee (2000-2300/s at 0.2
+  core) the p95 delay is 4-6 ms with 10 ms periods, 14-29 ms with 50 ms and 40-149 ms
+  with 100 ms. Under other work on the machine a host may also get less than its quota
+  (0.185 of 0.2 core beside a Spark job and a browser): compare with the achieved share.
   Mininet's ``cpu`` is a fraction of the whole machine (it multiplies by the number of
   cores); we pass share / cores and then check (and, for rounding, correct) the quota
   the kernel holds; :meth:`Emulation.set_cpu_share` changes a limited host's share on
