@@ -181,6 +181,12 @@ class Recent:
         self.now, self.before = round(self.now * share), round(self.before * share)
 
 
+def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A publication's own payload (its attributes and the runtime's ``t_pub`` stamp),
+    without what Meghdoot adds on the way (the spread flag, a NOTIFY's clients)."""
+    return {k: v for k, v in payload.items() if k not in ("spread", "clients")}
+
+
 def _msg_key(msg: Message) -> str:
     return f"{msg.origin}:{msg.msg_id}"
 
@@ -314,7 +320,7 @@ class MeghdootCore:
             point = self.space.event_point(msg.payload["attrs"])
             if can.contains(self.zone, point):  # the origin peer is the owner: contacted
                 self._contact(msg, now_s)
-            return self._route(msg.forwarded({"attrs": msg.payload["attrs"]}), point, now_s)
+            return self._route(msg.forwarded(), point, now_s)
         if t in (MsgType.ADVERTISE, MsgType.UNADVERTISE):
             return []
         return [unhandled(msg)]
@@ -341,7 +347,7 @@ class MeghdootCore:
             return self._route(msg, point, now_s)
         if t is MsgType.NOTIFY:
             pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops,
-                          {"attrs": msg.payload["attrs"]})
+                          _publication(msg.payload))
             return [Deliver(c, pub) for c in msg.payload["clients"]]
         if t is MsgType.LOAD:
             self.nbr_load[peer] = float(msg.payload["load"])
@@ -429,7 +435,8 @@ class MeghdootCore:
     def _deliver_event(self, msg: Message) -> list[Action]:
         assert self.zone is not None
         attrs = msg.payload["attrs"]
-        pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, {"attrs": attrs})
+        publication = _publication(msg.payload)
+        pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, publication)
         by_peer: dict[str, list[str]] = {}
         for key in self._index.match(attrs):
             sub = self.subs[key]
@@ -442,12 +449,12 @@ class MeghdootCore:
             else:
                 self.notifications += 1
                 out.append(Send(peer, Message(MsgType.NOTIFY, msg.msg_id, msg.origin,
-                                              msg.hops + 1, {"attrs": attrs,
-                                                             "clients": clients})))
+                                              msg.hops + 1,
+                                              {**publication, "clients": clients})))
         region = self.space.affected_region(attrs)
         inside = [(z, peers) for z, peers in self._zones() if can.meets(z, region)]
         later = [z for z, _ in inside if can.bottom_right(z, self.zone)]
-        spread = msg.forwarded({"attrs": attrs, "spread": True})
+        spread = msg.forwarded({**publication, "spread": True})
         key = _msg_key(msg)
         for z, peers in inside:
             if not can.upper_left(z, self.zone):
