@@ -170,7 +170,7 @@ def _scale_text(exp: Mapping[str, Any], points: Sequence[Point]) -> str:
     x = exp.get("x")
     if x and len(points) > 1:
         ours = [p.x for p in points]
-        paper = [round(v * x["paper_per_ours"], 3) for v in ours]
+        paper = [round(v * x.get("paper_per_ours", 1.0), 3) for v in ours]
         text += (f"; {x['label']}: ours {', '.join(f'{v:g}' for v in ours)} for the "
                  f"paper's {', '.join(f'{v:g}' for v in paper)}")
     return text
