@@ -168,6 +168,7 @@ import heapq
 import math
 import random
 import resource
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -219,6 +220,7 @@ from nodes.summary import (
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
     from nodes.workloads.ops import ClientOp, Workload
 
+PROGRESS_EVERY_S = 10.0  # wall-clock seconds between progress calls, at least
 SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depend on the day
 # Log files kept open at once (others are reopened in append mode): half the soft limit on
 # open files, 512..4096, so a run of a few thousand nodes does not reopen a file per record.
@@ -327,6 +329,7 @@ def simulate(
     derived: Mapping[str, Mapping[str, Any]] | None = None,
     on_demand: LinkModel | None = None,
     processing: Processing | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
@@ -344,6 +347,8 @@ def simulate(
     "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive membership (module
     docstring, "Membership"). With ``processing`` brokers take time to handle messages
     and hold their senders back when their input buffers fill (:mod:`nodes.processing`).
+    ``progress``, if given, is called with the share of client operations done, at most
+    every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line).
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -363,6 +368,7 @@ def simulate(
         on_demand=on_demand,
         processing=processing,
     )
+    sim.progress = progress
     try:
         return sim.run(until_s)
     finally:
@@ -586,6 +592,7 @@ class _Sim:
 
         # ---- processing model (nodes.processing; none of this is used without it)
         self.processing = processing
+        self.progress: Callable[[float], None] | None = None
         if processing is not None:
             strangers = sorted((set(processing.per_broker) | set(processing.cpu_share))
                                - set(bidx))
@@ -702,6 +709,7 @@ class _Sim:
         pop = heapq.heappop
         log = self.log
         proc = self.processing is not None
+        ops_done, last_report = 0, time.perf_counter()
         while True:
             t = heap[0][0] if heap else math.inf
             if self.active and window_t <= t:
@@ -756,6 +764,12 @@ class _Sim:
                 self._serve(a, t)
             elif kind == _OP:
                 self._client_op(a, t)
+                ops_done += 1
+                if self.progress is not None and ops_done % 256 == 0:
+                    wall = time.perf_counter()
+                    if wall - last_report >= PROGRESS_EVERY_S:
+                        last_report = wall
+                        self.progress(ops_done / len(ops))
             elif kind == _TIMER:
                 act(a, cores[a].handle(TimerFired(b), t), t)
             else:  # _DEPART: a queue hands a frame to the wire; no core sees it

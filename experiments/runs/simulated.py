@@ -8,6 +8,8 @@ subfolder per algorithm with the per-node logs and ``summary.json``.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
                           log_messages=log_messages, window_ms=plan.window_ms,
                           until_s=plan.phase_s() if timers else plan.duration_s,
                           on_demand=on_demand_links(plan),
+                          progress=_progress_line(alg.name),
                           link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
                                         for c in plan.link_schedule],
                           processing=plan.processing)
@@ -95,6 +98,19 @@ def can_peers(result: SimResult) -> list[dict[str, Any]]:
     """The ``can_peer`` end-of-run records of a Meghdoot run, each naming its ``node``."""
     return [{"node": b, **fields} for b, records in result.final.items()
             for kind, fields in records if kind == "can_peer"]
+
+
+def _progress_line(algorithm: str) -> Callable[[float], None]:
+    """A progress line for a long simulation: the share of operations done, time left."""
+    t0 = time.monotonic()
+
+    def report(share: float) -> None:
+        left_s = (time.monotonic() - t0) * (1 - share) / share
+        log(f"simulating {algorithm}: {share:.0%} of the operations, about "
+            f"{left_s / 60:.0f} min left" if left_s >= 90 else
+            f"simulating {algorithm}: {share:.0%} of the operations, about {left_s:.0f} s left")
+
+    return report
 
 
 def on_demand_links(plan: RunPlan) -> LinkModel | None:
