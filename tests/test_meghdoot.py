@@ -338,3 +338,16 @@ def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> No
     assert_exactly_once(result, w)
     by_name = {p.broker: p for p in peers}
     assert by_name[replica].zone is None and by_name[alone].zone is None
+
+
+def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nodes.sim as sim_module
+
+    monkeypatch.setattr(sim_module, "PROGRESS_EVERY_S", 0.0)
+    w = meghdoot_workload(peer_names(5), 400, 400, seed=8)
+    shares: list[float] = []
+    simulate(_graph(w), w, "meghdoot", {"load_period_s": 0.0},
+             derived={b: {"seed_peer": "p0000"} for b in _graph(w).nodes}, seed=1,
+             on_demand=LINKS, log_messages=False, progress=shares.append)
+    assert len(shares) == len(w.ops) // 256
+    assert shares == sorted(shares) and shares[0] > 0 and shares[-1] <= 1
