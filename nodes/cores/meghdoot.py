@@ -43,7 +43,8 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   hands it, with its subscriptions, to a neighbour zone it merges with into a box (CAN's
   sibling; each of that zone's replicas takes it). A peer not heard from (any message,
   load reports included) for ``failure_periods`` load periods is declared failed by its
-  co-replicas and neighbours, who drop it, so its zone lives on in its replicas. Not
+  co-replicas and neighbours, who drop it, so its zone lives on in its replicas (a peer
+  declared failed that reports again is taken back, with the zone its report names). Not
   built yet: a lone owner with no sibling to merge with leaves its zone without an owner
   (``can_zone_orphaned``), as does a lone owner's failure (the paper's mirror copies that
   would recover its subscriptions, and the takeover of a zone that merges with no
@@ -210,6 +211,9 @@ class MeghdootCore:
         # Peers announced gone (left or failed): a table handed over by another peer may
         # still list them, and must not bring them back.
         self._departed: set[str] = set()
+        self._failed: set[str] = set()  # peers this one declared failed
+        self._bootstrap: str | None = None  # the peer a JOIN asked, while joining
+        self._waiting: list[tuple[str, Message]] = []  # client ops before the grant
         self.bucket_s = float(params.get("bucket_s", 0.1))
         seed = params.get("seed_peer", broker)
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
@@ -297,9 +301,13 @@ class MeghdootCore:
             payload: dict[str, Any] = {"newcomer": self.broker, "climb": 0}
             if self.join_mode == "can":
                 payload["point"] = list(self._random_point())
+            self._bootstrap = boot
             return [Send(boot, self._msg(MsgType.JOIN, payload))]
         if self.zone is None:
-            return [unhandled(msg, "not joined")]
+            if self._bootstrap is None:
+                return [unhandled(msg, "not joined")]
+            self._waiting.append((client, msg))  # joining: carried out once granted
+            return []
         if t is MsgType.LEAVE:
             return self._leave()
         if t is MsgType.SUBSCRIBE:
@@ -329,7 +337,13 @@ class MeghdootCore:
         t = msg.type
         self._heard_s[peer] = now_s
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
-            return self._zone_msg(msg, now_s) if t is MsgType.ZONE else [unhandled(msg)]
+            if t is MsgType.ZONE:
+                return self._zone_msg(msg, now_s)
+            if t is MsgType.JOIN and self._bootstrap is not None:
+                # Another newcomer took this joining peer for a member: pass its probe
+                # on to the peer this one asked.
+                return [Send(self._bootstrap, msg.forwarded())]
+            return [unhandled(msg)]
         if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
             if msg.payload.get("copy"):  # a co-replica's copy: neither routing nor spread
                 return self._owner(msg, now_s, replica_copy=True)
@@ -350,6 +364,10 @@ class MeghdootCore:
                           _publication(msg.payload))
             return [Deliver(c, pub) for c in msg.payload["clients"]]
         if t is MsgType.LOAD:
+            if peer in self._failed:  # wrongly declared failed (a machine too busy to
+                # report in time): its next report brings it back.
+                self._failed.discard(peer)
+                self._update(peer, can.zone_from_json(msg.payload["zone"]))
             self.nbr_load[peer] = float(msg.payload["load"])
             self._merge_loaded(msg.payload["top"])
             return []
@@ -478,7 +496,8 @@ class MeghdootCore:
         self.loaded[self.broker] = load
         self._trim_loaded()
         top = [[p, x] for p, x in sorted(self.loaded.items(), key=lambda px: (-px[1], px[0]))]
-        report = self._msg(MsgType.LOAD, {"load": load, "top": top})
+        report = self._msg(MsgType.LOAD, {"load": load, "top": top,
+                                          "zone": can.zone_to_json(self.zone)})
         out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
         return out
 
@@ -495,6 +514,7 @@ class MeghdootCore:
                 continue
             zone = self.nbrs.get(peer, self.zone)
             self._update(peer, None)
+            self._failed.add(peer)
             out.append(Record("can_peer_down", {"peer": peer}))
             held = zone == self.zone or any(z == zone for z in self.nbrs.values())
             if not held:
@@ -665,9 +685,13 @@ class MeghdootCore:
             events, spread = p["recent"]
             self.events, self.spread = Recent(*events), Recent(*spread)
             self.joined_s = now_s
-            return [Record("can_joined", {"mode": p["grant"], "via": msg.origin,
-                                          "climb": p.get("climb", 0),
-                                          "volume": can.volume(self.zone)})]
+            out: list[Action] = [Record("can_joined", {
+                "mode": p["grant"], "via": msg.origin, "climb": p.get("climb", 0),
+                "volume": can.volume(self.zone)})]
+            waiting, self._waiting = self._waiting, []
+            for client, op in waiting:
+                out += self._from_client(client, op, now_s)
+            return out
         if self.zone is None:
             return [unhandled(msg, "not joined")]
         if "takeover" in p:
