@@ -368,7 +368,7 @@ def test_link_params_from_mapping_rejects_unknown_keys() -> None:
 
 def test_registry_builds_every_topology() -> None:
     assert set(TOPOLOGIES) == {"scot", "scot-paper", "gigabit-cluster", "scot-compute-nodes",
-                               "overlay"}
+                               "overlay", "peers"}
     for name in TOPOLOGIES:
         g = build_graph(name, {})
         assert g.graph["name"] == name
@@ -391,6 +391,11 @@ def test_registry_parses_text_params() -> None:
     assert placement_ok(g) and len({g.nodes[b]["compute"] for b in brokers(g)}) == 7
     g = build_graph("overlay", {"edges": [("x1", "x2"), ("x2", "x3")]})
     assert g.number_of_edges() == 2
+    g = build_graph("peers", {"n": "40"})
+    assert brokers(g)[:2] == ["p0000", "p0001"] and len(brokers(g)) == 40
+    assert g.graph["mode"] == "switch" and g.graph["overlay"].number_of_edges() == 0
+    with pytest.raises(ValueError, match=r"1\.\.10000"):
+        build_graph("peers", {"n": 10_001})
     assert parameters("scot") == {"tree": "a-b,b-c", "m": 3, "mode": "overlay"}
 
 
