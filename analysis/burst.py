@@ -53,6 +53,7 @@ import matplotlib
 import networkx as nx
 import numpy as np
 
+from analysis.paper_figures import save_png
 from nodes.logs import Ev, iter_jsonl
 from nodes.workloads.ops import Workload
 from topologies.graph import overlay_of
@@ -222,11 +223,7 @@ def draw_burst(metrics: Mapping[str, Mapping[str, Any] | None], out_dir: Path) -
                  "(dotted: back to normal)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = out_dir / "fig-burst-delay.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_png(fig, out_dir / "fig-burst-delay.png"))
 
     under_s = first.get("under_s", 1.0)
     panels = (
@@ -249,9 +246,5 @@ def draw_burst(metrics: Mapping[str, Mapping[str, Any] | None], out_dir: Path) -
         ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
     fig.suptitle("High-rate publisher burst")
-    fig.tight_layout()
-    path = out_dir / "fig-burst-summary.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_png(fig, out_dir / "fig-burst-summary.png"))
     return written

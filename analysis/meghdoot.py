@@ -62,9 +62,10 @@ from typing import Any
 import matplotlib
 from matplotlib import ticker
 
+from analysis.paper_figures import save_png
 from nodes.cores.meghdoot import bucket_of
 from nodes.messages import MsgType
-from nodes.summary import percentile
+from nodes.summary import value_stats
 from nodes.workloads.ops import Workload
 
 matplotlib.use("Agg")
@@ -82,11 +83,7 @@ def _label(lo: float, hi: float) -> str:
 
 def _stats(values: Sequence[float]) -> dict[str, float | None]:
     """Mean, p50, p95 and max of ``values`` (None each when empty)."""
-    if not values:
-        return {"mean": None, "p50": None, "p95": None, "max": None}
-    v = sorted(values)
-    return {"mean": math.fsum(v) / len(v), "p50": percentile(v, 0.5),
-            "p95": percentile(v, 0.95), "max": v[-1]}
+    return value_stats(values) or dict.fromkeys(("mean", "p50", "p95", "max"))
 
 
 def _live_counter(membership: Mapping[str, Sequence[Sequence[float | None]]]
@@ -242,11 +239,6 @@ def _grouped_bars(ax: Any, categories: Sequence[str],
     ax.legend()
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path) -> list[Path]:
@@ -269,7 +261,7 @@ def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path)
     ax.set_xlabel("peers contacted per event (% of the peers live at publication)")
     ax.set_ylabel("events (%)")
     ax.set_title("Peers contacted to deliver an event (Meghdoot Figs. 9–11)")
-    written.append(_save(fig, out_dir / "fig-meghdoot-contacted.png"))
+    written.append(save_png(fig, out_dir / "fig-meghdoot-contacted.png"))
 
     groups = list(next(iter(runs.values()))["load"]["deciles_pct"])
     fig, ax = plt.subplots(figsize=(8.4, 4.2))
@@ -278,7 +270,7 @@ def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path)
     ax.set_xlabel("peers ranked by message load (groups of 10 % of the peers)")
     ax.set_ylabel("messages received (% since joining)")
     ax.set_title("Load distribution (Meghdoot Figs. 12–14)")
-    written.append(_save(fig, out_dir / "fig-meghdoot-load.png"))
+    written.append(save_png(fig, out_dir / "fig-meghdoot-load.png"))
 
     degrees = sorted({int(d) for m in runs.values() for d in m["zones"]["degree_hist"]})
     fig, ax = plt.subplots(figsize=(8.4, 4.2))
@@ -293,5 +285,5 @@ def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path)
     ax.set_xlabel("replication degree (peers holding the zone)")
     ax.set_ylabel("zones (count, log scale)")
     ax.set_title("Replication of zones (Meghdoot Fig. 15)")
-    written.append(_save(fig, out_dir / "fig-meghdoot-replication.png"))
+    written.append(save_png(fig, out_dir / "fig-meghdoot-replication.png"))
     return written

@@ -99,9 +99,13 @@ def draw(points: Sequence[tuple[float | None, Mapping[str, Mapping[str, Any]]]],
         if sweep:
             axes[0].legend()
         fig.suptitle(title)
-        fig.tight_layout()
-        path = out_dir / f"{stem}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_png(fig, out_dir / f"{stem}.png"))
     return written
+
+
+def save_png(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (PNG, 110 dpi) and close it; ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -74,17 +74,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def value_stats(values: Sequence[float]) -> dict[str, float] | None:
+    """p50, p95, max and mean of ``values`` (interpolated percentiles, module doc); None
+    if empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    return {"p50": percentile(v, 0.5), "p95": percentile(v, 0.95), "max": v[-1],
+            "mean": math.fsum(v) / len(v)}
+
+
 def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
     """p50, p95, max and mean in milliseconds of delays in seconds; None if empty."""
-    if not delays_s:
-        return None
-    ms = sorted(d * 1000.0 for d in delays_s)
-    return {
-        "p50": round(percentile(ms, 0.5), 6),
-        "p95": round(percentile(ms, 0.95), 6),
-        "max": round(ms[-1], 6),
-        "mean": round(math.fsum(ms) / len(ms), 6),
-    }
+    stats = value_stats([d * 1000.0 for d in delays_s])
+    return None if stats is None else {k: round(x, 6) for k, x in stats.items()}
 
 
 def propagation_delays(
