@@ -7,6 +7,7 @@ subfolder per algorithm with the per-node logs and ``summary.json``.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -121,12 +122,13 @@ def on_demand_links(plan: RunPlan) -> LinkModel | None:
     if plan.links != "on-demand":
         return None
     graph = plan.graph
-    access: dict[str, tuple[str, LinkParams]] = {}
+    access: dict[str, tuple[str, LinkParams]] = {}  # broker -> its one switch, its link
     for b in plan.overlay.nodes:
-        (sw,) = [n for n in graph.neighbors(b) if n not in plan.overlay] or [None]
-        if sw is not None and graph.degree(b) == 1:
-            access[b] = (sw, graph.edges[b, sw]["params"])
+        ends = list(graph.neighbors(b))
+        if len(ends) == 1 and ends[0] not in plan.overlay:
+            access[b] = (ends[0], graph.edges[b, ends[0]]["params"])
 
+    @functools.cache  # asked once for the delay, once for the rate
     def figures(a: str, b: str) -> tuple[float | None, float]:
         if a in access and b in access and access[a][0] == access[b][0]:
             pa, pb = access[a][1], access[b][1]

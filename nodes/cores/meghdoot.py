@@ -188,6 +188,11 @@ def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in ("spread", "clients")}
 
 
+def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``(peer, load)`` pairs, heaviest first (ties by name, so every peer ranks alike)."""
+    return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
+
+
 def _msg_key(msg: Message) -> str:
     return f"{msg.origin}:{msg.msg_id}"
 
@@ -335,7 +340,8 @@ class MeghdootCore:
 
     def _arrived(self, peer: str, msg: Message, now_s: float) -> list[Action]:
         t = msg.type
-        self._heard_s[peer] = now_s
+        if peer in self.nbrs or peer in self.group:  # whose silence counts (failures)
+            self._heard_s[peer] = now_s
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
             if t is MsgType.ZONE:
                 return self._zone_msg(msg, now_s)
@@ -494,8 +500,7 @@ class MeghdootCore:
         self.spread.rotate()
         load = self.load
         self.loaded[self.broker] = load
-        self._trim_loaded()
-        top = [[p, x] for p, x in sorted(self.loaded.items(), key=lambda px: (-px[1], px[0]))]
+        top = [list(px) for px in self._trim_loaded()]
         report = self._msg(MsgType.LOAD, {"load": load, "top": top,
                                           "zone": can.zone_to_json(self.zone)})
         out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
@@ -570,10 +575,11 @@ class MeghdootCore:
                 self.loaded[str(peer)] = float(load)
         self._trim_loaded()
 
-    def _trim_loaded(self) -> None:
-        if len(self.loaded) > self.k:
-            keep = sorted(self.loaded.items(), key=lambda px: (-px[1], px[0]))[: self.k]
-            self.loaded = dict(keep)
+    def _trim_loaded(self) -> list[tuple[str, float]]:
+        """Keep the ``k`` heaviest of the loadedPeerList; them, heaviest first."""
+        keep = _heaviest_first(self.loaded)[: self.k]
+        self.loaded = dict(keep)
+        return keep
 
     # ---- joins ------------------------------------------------------------------------------
 
@@ -595,7 +601,7 @@ class MeghdootCore:
         known = {p: x for p, x in self.nbr_load.items()
                  if p in self.nbrs and p not in visited and p != msg.payload["newcomer"]}
         if known and climb < self.max_climb:
-            peer, load = min(known.items(), key=lambda px: (-px[1], px[0]))
+            peer, load = _heaviest_first(known)[0]
             if load > own:
                 return [Send(peer, msg.forwarded({**msg.payload, "climb": climb + 1,
                                                   "visited": visited}))]
