@@ -77,16 +77,24 @@ def _graph(w: Workload) -> nx.Graph:
     return g
 
 
-def run(w: Workload, params: Mapping[str, Any], peers: list | None = None) -> SimResult:
-    everyone: list[CheckedPeer] = [] if peers is None else peers
+def run(w: Workload, params: Mapping[str, Any], peers: list | None = None, *,
+        checked: bool = True) -> SimResult:
+    """Simulate ``w`` with Meghdoot peers (collected in ``peers``), checking the CAN before
+    every join and at the end unless not ``checked`` (a crashed peer's own state stays
+    stale)."""
+    everyone: list[MeghdootCore] = [] if peers is None else peers
     seed = min(_graph(w).nodes)
 
-    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> CheckedPeer:
-        return CheckedPeer(everyone, broker, {"seed_peer": seed, **params})
+    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
+        if checked:
+            return CheckedPeer(everyone, broker, {"seed_peer": seed, **params})
+        everyone.append(MeghdootCore(broker, (), {"seed_peer": seed, **params}))
+        return everyone[-1]
 
     result = simulate(_graph(w), w, factory, seed=1, on_demand=LINKS, log_messages=False,
                       until_s=w.ops[-1].t_s + 2.0)
-    check_can(everyone)
+    if checked:
+        check_can(everyone)
     return result
 
 
@@ -260,6 +268,24 @@ def test_routing_hops_grow_as_d_times_the_dth_root_of_n() -> None:
 # ---- failures and leaves ----------------------------------------------------------------
 
 
+def _peers_at(w: Workload, t_s: float) -> list[MeghdootCore]:
+    """The peers as they are at ``t_s`` (the run is deterministic up to then)."""
+    peers: list[MeghdootCore] = []
+    run(Workload(w.schema, w.clients, tuple(op for op in w.ops if op.t_s < t_s), w.meta),
+        {"load_period_s": 0.5}, peers)
+    return [p for p in peers if p.zone is not None]
+
+
+def _ended(w: Workload, ops: list[ClientOp], t_s: float, peers: Sequence[str]) -> Workload:
+    """``w`` with ``ops`` (sorted here), ``peers`` members until ``t_s``, and one client
+    ``j<peer>`` each (for their membership ops)."""
+    membership = {**w.meta["membership"],
+                  **{p: [[w.meta["membership"][p][0][0], t_s]] for p in peers}}
+    return Workload(w.schema, {**w.clients, **{f"j{p}": p for p in peers}},
+                    tuple(sorted(ops, key=lambda op: op.t_s)),
+                    {**w.meta, "membership": membership})
+
+
 def _without(w: Workload, t0: float, t1: float, peer: str) -> list[ClientOp]:
     """``w``'s ops but those in [t0, t1) and every later op of ``peer``."""
     return [op for op in w.ops if not (t0 <= op.t_s < t1) and not (
@@ -270,23 +296,15 @@ def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered() -> No
     base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
                              step_s=0.05)
     t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
-    # Who holds a replicated zone at the crash: the run is deterministic up to it.
-    probe: list[CheckedPeer] = []
-    run(Workload(base.schema, base.clients, tuple(op for op in base.ops if op.t_s < t_crash),
-                 base.meta), {"load_period_s": 0.5}, probe)
-    victim = min(p.broker for p in probe if p.zone is not None and len(p.group) > 1
+    victim = min(p.broker for p in _peers_at(base, t_crash) if len(p.group) > 1
                  and p.broker != "p0000")
     detect_s = 4 * 0.5  # three silent periods, and the period it is noticed in
     ops = _without(base, t_crash, t_crash + detect_s, victim)
     ops.append(ClientOp(t_crash, f"j{victim}", victim,
                         Message(MsgType.CRASH, 9, f"j{victim}")))
-    membership = {**base.meta["membership"], victim: [[base.meta["membership"][victim][0][0],
-                                                       t_crash]]}
-    clients = {**base.clients, f"j{victim}": victim}
-    w = Workload(base.schema, clients, tuple(sorted(ops, key=lambda op: op.t_s)),
-                 {**base.meta, "membership": membership})
-    peers: list[CheckedPeer] = []
-    result = run_unchecked(w, {"load_period_s": 0.5}, peers)
+    w = _ended(base, ops, t_crash, [victim])
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 0.5}, peers, checked=False)
     want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
     got = {k: sorted(v) for k, v in result.deliveries.items()}
     late = {k for k in want if _published(w, k) > t_crash + detect_s}
@@ -302,38 +320,20 @@ def _published(w: Workload, key: tuple[str, int]) -> float:
                 and (op.msg.origin, op.msg.msg_id) == key)
 
 
-def run_unchecked(w: Workload, params: Mapping[str, Any], peers: list) -> SimResult:
-    """As :func:`run`, without the checks (a crash leaves the victim's own state stale)."""
-    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
-        c = MeghdootCore(broker, (), {"seed_peer": min(_graph(w).nodes), **params})
-        peers.append(c)
-        return c
-
-    return simulate(_graph(w), w, factory, seed=1, on_demand=LINKS, log_messages=False,
-                    until_s=w.ops[-1].t_s + 2.0)
-
-
 def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> None:
     base = meghdoot_workload(peer_names(30), 300, 400, seed=7, join_probability=0.5,
                              step_s=0.05)
     t_leave = base.ops[len(base.ops) // 2].t_s + 0.01
-    probe: list[CheckedPeer] = []
-    run(Workload(base.schema, base.clients, tuple(op for op in base.ops if op.t_s < t_leave),
-                 base.meta), {"load_period_s": 0.5}, probe)
-    replica = min(p.broker for p in probe if p.zone is not None and len(p.group) > 1
-                  and p.broker != "p0000")
-    alone = min(p.broker for p in probe if p.zone is not None and len(p.group) == 1
+    probe = _peers_at(base, t_leave)
+    replica = min(p.broker for p in probe if len(p.group) > 1 and p.broker != "p0000")
+    alone = min(p.broker for p in probe if len(p.group) == 1
                 and any(can.merged(p.zone, z) for z in p.nbrs.values()))
     ops = [op for op in base.ops if op.broker not in (replica, alone) or op.t_s < t_leave]
     for i, peer in enumerate((replica, alone)):
         ops.append(ClientOp(t_leave + i * 0.001, f"j{peer}", peer,
                             Message(MsgType.LEAVE, 9, f"j{peer}")))
-    membership = {**base.meta["membership"],
-                  **{p: [[base.meta["membership"][p][0][0], t_leave]] for p in (replica, alone)}}
-    w = Workload(base.schema, {**base.clients, f"j{replica}": replica, f"j{alone}": alone},
-                 tuple(sorted(ops, key=lambda op: op.t_s)),
-                 {**base.meta, "membership": membership})
-    peers: list[CheckedPeer] = []
+    w = _ended(base, ops, t_leave, [replica, alone])
+    peers: list[MeghdootCore] = []
     result = run(w, {"load_period_s": 0.5}, peers)  # invariants hold throughout
     assert_exactly_once(result, w)
     by_name = {p.broker: p for p in peers}
