@@ -274,7 +274,7 @@ from nodes.core import (
 )
 from nodes.cores import make_core
 from nodes.frames import FrameError, encode
-from nodes.hosting import MATCHED, bad_action, final_records
+from nodes.hosting import MATCHED, bad_action, final_records, reads_link_stats
 from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 from nodes.overlay_link import OverlayLink
@@ -990,7 +990,8 @@ class Broker:
         self._log.flush()
         if self._status_stale and time.monotonic() >= self._status_due:
             self._write_status()
-        self._dispatch(LinkStats(window_ms, figures))
+        if reads_link_stats(self._core):
+            self._dispatch(LinkStats(window_ms, figures))
         self._schedule_tick()
 
     def _close_window(self) -> tuple[float, dict[str, LinkWindow]]:

@@ -38,6 +38,8 @@ follow these rules, written here once:
 - **Statistics windows.** Every ``window_ms`` the host hands the core a
   :class:`~nodes.core.LinkStats`; a link's ``queue`` record is written only for a window
   in which it was active or was active in the window before (:func:`window_worth_logging`).
+  A core that declares it never reads them (:class:`IgnoresLinkStats`) is not handed
+  them; the records are still written where the host keeps logs.
 - **Events.** A lost overlay link is a :class:`~nodes.core.LinkDown` to the core and a
   ``link`` record ``state: down`` (the emulated broker when the connection ends, the
   simulator when a neighbour's process dies, one link delay later, as the peer's FIN or
@@ -51,7 +53,8 @@ follow these rules, written here once:
   :func:`final_records`.
 
 Optional capabilities of a core are declared as protocols (:class:`HasTables`,
-:class:`HasCounters`, :class:`HasFinalRecords`), checked with ``isinstance``.
+:class:`HasCounters`, :class:`HasFinalRecords`, :class:`IgnoresLinkStats`), checked with
+``isinstance``.
 """
 
 from __future__ import annotations
@@ -79,6 +82,21 @@ class HasCounters(Protocol):
     """A core that counts what it did (the bulk agents' slices sent and received)."""
 
     def counters(self) -> Mapping[str, int]: ...
+
+
+@runtime_checkable
+class IgnoresLinkStats(Protocol):
+    """A core that never acts on a :class:`~nodes.core.LinkStats` (it sets the class
+    attribute ``ignores_link_stats = True``): a simulator without logs then needs no
+    statistics windows at all, which with thousands of links on demand is most of its
+    bookkeeping."""
+
+    ignores_link_stats: bool
+
+
+def reads_link_stats(core: RoutingCore) -> bool:
+    """Whether ``core`` is to be handed statistics windows (see :class:`IgnoresLinkStats`)."""
+    return not (isinstance(core, IgnoresLinkStats) and core.ignores_link_stats)
 
 
 def merge_params(derived: Mapping[str, Any], declared: Mapping[str, Any]) -> dict[str, Any]:

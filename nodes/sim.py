@@ -40,7 +40,8 @@ analysis does not care which runtime produced a run. Modelling choices:
   :class:`~nodes.core.LinkStats` (all of its links) for exactly the windows in which one
   of its links has a record; the emulated broker feeds every window, but a window of
   zeros after a window of zeros tells a core nothing new, and skipping them lets idle
-  brokers cost nothing.
+  brokers cost nothing. A core that ignores windows (:class:`nodes.hosting.IgnoresLinkStats`)
+  gets none, and a run without logs whose cores all ignore them has no windows at all.
 - **Clients** are not cores: each is attached to its broker by a zero-latency,
   infinitely fast local link. A client operation becomes a
   :class:`~nodes.core.FromClient` event at ``op.t_s``; a :class:`~nodes.core.Deliver`
@@ -203,6 +204,7 @@ from nodes.hosting import (
     final_records,
     handle_timed,
     merge_params,
+    reads_link_stats,
 )
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
@@ -240,6 +242,7 @@ _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
+SIZE_CACHE_MAX = 65_536  # frame sizes remembered (see _Sim.size_cache)
 
 
 @dataclass
@@ -651,6 +654,9 @@ class _Sim:
         self.logs = (
             _Logs(out_dir, [*brokers, *sorted(workload.clients)]) if out_dir is not None else None
         )
+        # Windows are for the cores that read them and for the logs' queue records.
+        self.stats_to = frozenset(bi for bi, c in enumerate(self.cores) if reads_link_stats(c))
+        self.windows = self.logs is not None or bool(self.stats_to)
         # The per-message writer, or None when per-message logs are off.
         self.log = self.logs.write if log_messages and self.logs is not None else None
         if self.log is not None:  # as the emulated broker does when it starts dormant
@@ -679,6 +685,8 @@ class _Sim:
         self.last_delivery_s = -math.inf
         # Frame sizes by (type, origin, msg_id), valid while the payload object is the same
         # one: forwarded copies share their payload, so encoding happens once per message.
+        # Emptied when it reaches SIZE_CACHE_MAX: it holds the payloads alive, and a run
+        # with millions of distinct messages would otherwise keep every one of them.
         self.size_cache: dict[_SentKey, tuple[dict[str, Any], int]] = {}
 
     # ---- event loop ---------------------------------------------------------------------
@@ -712,7 +720,7 @@ class _Sim:
         ops_done, last_report = 0, time.perf_counter()
         while True:
             t = heap[0][0] if heap else math.inf
-            if self.active and window_t <= t:
+            if self.windows and self.active and window_t <= t:
                 if window_t > horizon:
                     break
                 self._window(window_t)
@@ -1000,6 +1008,8 @@ class _Sim:
             size = cached[1]
         else:
             size = frame_size(msg)
+            if len(self.size_cache) >= SIZE_CACHE_MAX:
+                self.size_cache.clear()
             self.size_cache[ckey] = (msg.payload, size)
         start = self.busy_until[lid]
         if start < now:
@@ -1031,16 +1041,16 @@ class _Sim:
 
     def _reserve_nic(self, bi: int, ready: float, busy_s: float, now: float) -> float:
         """Reserve broker ``bi``'s NIC for ``busy_s`` in its earliest idle interval from
-        ``ready`` on (see NICs in the module docstring); the reservation's start."""
+        ``ready`` on (see NICs in the module docstring); the reservation's start.
+
+        Reservations that touch are kept as one interval: a burst of frames queued at
+        one instant is then one entry, not a list scanned once per frame."""
         busy = self.nic_busy[bi]
         past = 0
         while past < len(busy) and busy[past][1] <= now:
             past += 1
         del busy[:past]  # reservations over by now can hold nothing up
         start, pos = ready, len(busy)
-        if not busy or busy[-1][1] <= start:  # the usual case: after every reservation
-            busy.append((start, start + busy_s))
-            return start
         for i, (s, e) in enumerate(busy):
             if e <= start:
                 continue
@@ -1048,7 +1058,17 @@ class _Sim:
                 pos = i
                 break
             start = max(start, e)
-        busy.insert(pos, (start, start + busy_s))
+        end = start + busy_s
+        if pos > 0 and busy[pos - 1][1] == start:  # touches the one before: extend it
+            pos -= 1
+            start_run = busy[pos][0]
+            if pos + 1 < len(busy) and busy[pos + 1][0] == end:  # and the one after
+                end = busy.pop(pos + 1)[1]
+            busy[pos] = (start_run, end)
+        elif pos < len(busy) and busy[pos][0] == end:  # touches the one after
+            busy[pos] = (start, busy[pos][1])
+        else:
+            busy.insert(pos, (start, end))
         return start
 
     def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
@@ -1123,7 +1143,7 @@ class _Sim:
                         count_in=fig[0], count_out=fig[1], queue_len=fig[2],
                         flushed=self.flushed.pop(lid, 0), window_ms=window_ms,
                     )
-            if bi in self.dormant:  # a dormant core gets no statistics windows
+            if bi in self.dormant or bi not in self.stats_to:  # dormant, or not a reader
                 continue
             self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
 

@@ -200,6 +200,8 @@ def _msg_key(msg: Message) -> str:
 class MeghdootCore:
     """One Meghdoot peer (see the module docstring)."""
 
+    ignores_link_stats = True  # loads are its own messages, not queue statistics
+
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
