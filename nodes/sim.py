@@ -1021,7 +1021,8 @@ class _Sim:
         else:
             end = start + size * self.s_per_byte[lid]
         self.busy_until[lid] = end
-        self.tx_starts[lid].append(start)
+        if self.windows:  # departures still to count in a window (none: nothing reads it)
+            self.tx_starts[lid].append(start)
         rng = self.link_rng[lid]
         lost = rng is not None and rng.random() < self.loss_p[lid]
         if start > now:
@@ -1075,7 +1076,8 @@ class _Sim:
         """``msg`` leaves link ``lid``'s queue at ``t``: an IM (counted here, see
         :mod:`nodes.hosting`), logged with its loss on the wire."""
         if self.cut and lid in self.cut:  # its connection was lost: flushed, never sent
-            self.tx_starts[lid].remove(t)
+            if self.windows:
+                self.tx_starts[lid].remove(t)
             self.flushed[lid] = self.flushed.get(lid, 0) + 1
             self.flushed_frames[(lid, id(msg))] += 1
             self.active.add(lid)

@@ -161,12 +161,15 @@ def random_workloads(draw: st.DrawFn) -> tuple[Workload, str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_workloads(), st.sampled_from(["meghdoot", "can"]),
-       st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]))
+       st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]),
+       st.sampled_from([("relative", 2.0), ("absolute", 1.0)]))
 def test_random_spaces_deliver_exactly_once_while_peers_join(
-        case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float) -> None:
+        case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float,
+        rule: tuple[str, float]) -> None:
     w, space = case
     result = run(w, {"space": space, "join": join, "dup_rule": dup_rule,
-                     "load_period_s": load_period_s})
+                     "load_period_s": load_period_s, "replicate_rule": rule[0],
+                     "kappa": rule[1]})
     assert_exactly_once(result, w)
 
 
@@ -185,10 +188,38 @@ def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> 
     assert sum(p.stuck for p in live) == 0
 
 
+def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
+                    **params: Any) -> MeghdootCore:
+    """A peer that received ``spread`` propagation messages, stores ``subs``
+    subscriptions and last heard its neighbours' (propagation messages, subscriptions)."""
+    core = MeghdootCore("p0", (), {"seed_peer": "p0", **params})
+    core.spread.now = spread
+    core.subs = {("c", i): None for i in range(subs)}  # only their number counts
+    core.nbrs = {p: can.whole(core.space.dims) for p in nbrs}
+    core.nbr_mix = dict(nbrs)
+    return core
+
+
+def test_a_peer_replicates_when_events_not_subscriptions_set_it_above_its_neighbours(
+) -> None:
+    nbrs = {"p1": (10, 10), "p2": (10, 10), "p3": (10, 10)}
+    assert peer_with_loads(60, 10, nbrs)._loaded_by_events()  # 4x their events: replicate
+    assert not peer_with_loads(10, 60, nbrs)._loaded_by_events()  # 4x their subs: split
+    assert not peer_with_loads(20, 20, nbrs)._loaded_by_events()  # both alike: split
+    assert peer_with_loads(20, 20, nbrs, kappa=1.0)._loaded_by_events()
+    assert not peer_with_loads(0, 0, nbrs)._loaded_by_events()  # no events: never
+    assert peer_with_loads(1, 0, nbrs)._loaded_by_events()  # nothing to split by count
+    # The absolute rule compares the counts themselves: neighbours play no part.
+    assert peer_with_loads(10, 10, {}, replicate_rule="absolute", kappa=1.0)._loaded_by_events()
+    assert not peer_with_loads(10, 11, nbrs, replicate_rule="absolute",
+                               kappa=1.0)._loaded_by_events()
+
+
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
     w = meghdoot_workload(peer_names(60), 600, 600, seed=5, join_probability=0.3)
-    paper = run(w, {"dup_rule": "paper", "load_period_s": 0.0})
-    none = run(w, {"dup_rule": "none", "load_period_s": 0.0})
+    # Plain CAN joins: many zones, whatever the loads (none are reported here).
+    paper = run(w, {"dup_rule": "paper", "load_period_s": 0.0, "join": "can"})
+    none = run(w, {"dup_rule": "none", "load_period_s": 0.0, "join": "can"})
     assert assert_exactly_once(paper, w) == assert_exactly_once(none, w)
     assert paper.ims_by_type["PUBLISH"] < none.ims_by_type["PUBLISH"]
 

@@ -271,19 +271,30 @@ def halving_cut(z: Zone) -> tuple[int, float]:
 def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
     """A cut that leaves half of ``points`` on either side (Meghdoot's split "so that the
     two partitions have even distribution of subscriptions"): of all cuts half way between
-    two consecutive distinct values on one dimension, the most balanced (the first of
-    equals, by dimension then value). None when no dimension holds two distinct values."""
-    best: tuple[int, int, float] | None = None  # (imbalance, dim, at)
+    two consecutive distinct values on one dimension, the most balanced; of equally
+    balanced cuts, the one on the zone's longest side (then the first, by dimension and
+    value). None when no dimension holds two distinct values.
+
+    The tie matters: a subscription that names one symbol has the same value on the
+    symbol's low and high dimensions, so both cut it alike. Always taking the first
+    would slice the zones along the low dimension only, each slice reaching to the top
+    of the high one, and an event would meet every slice below its symbol; taking the
+    longer side alternates the two, as CAN's cyclic order of cuts does (sixteen such
+    zones: an event meets 3.8 of them on average, against 8.5 slices; tests/test_can.py)."""
+    best: tuple[int, float, int, float] | None = None  # (imbalance, -side, dim, at)
     n = len(points)
     for dim in range(len(z[0])):
         values = sorted(p[dim] for p in points)
         distinct = sorted(set(values))
+        side = z[1][dim] - z[0][dim]
         for v, above in itertools.pairwise(distinct):
-            imbalance = abs(n - 2 * bisect.bisect_right(values, v))
             at = (v + above) / 2
-            if (best is None or imbalance < best[0]) and z[0][dim] < at < z[1][dim]:
-                best = (imbalance, dim, at)
-    return None if best is None else (best[1], best[2])
+            if not z[0][dim] < at < z[1][dim]:
+                continue
+            rank = (abs(n - 2 * bisect.bisect_right(values, v)), -side, dim, at)
+            if best is None or rank < best:
+                best = rank
+    return None if best is None else (best[2], best[3])
 
 
 def zone_to_json(z: Zone) -> list[list[float]]:

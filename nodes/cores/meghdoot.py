@@ -24,16 +24,19 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   probe to its heaviest neighbour if heavier than itself; each peer forwards it to its
   heaviest neighbour while one is heavier (the paper's hill climbing to a local maximum,
   on the loads neighbours last reported). The peer where it stops replicates its zone to
-  the newcomer when it is "loaded due to event propagation" (propagation messages
-  received in the last two load periods ``>= kappa`` times its stored subscriptions, and
-  above zero: our reading), and otherwise splits its zone so that
+  the newcomer when it is "loaded due to event propagation" (our reading,
+  ``replicate_rule: relative``: its propagation messages received in the last two load
+  periods, over the mean of its own and its neighbours' last reported, are at least
+  ``kappa`` times its stored subscriptions over their mean; ``absolute``, our first
+  reading, compares the two counts themselves), and otherwise splits its zone so that
   both halves hold half its subscriptions (:func:`~nodes.cores.can.balanced_cut`; CAN's
   halving when they cannot be told apart); the newcomer gets the upper half, and a
   replicated zone splits for all its replicas alike. ``join: can`` is the plain CAN join
   (our ablation): the join is routed to a point drawn from a hash of the newcomer's name,
   whose owner halves its zone.
 - **Loads** (§4.2): every ``load_period_s`` a peer sends its load (event messages in the
-  last two periods plus subscriptions stored) and its ``loaded_list`` heaviest peers
+  last two periods plus subscriptions stored, with its propagation messages and its
+  subscriptions apart, for the replicate rule) and its ``loaded_list`` heaviest peers
   heard of (the paper's loadedPeerList, which it keeps and propagates but does not say
   how a join uses; our joins do not) to its neighbours and co-replicas. A join's zone
   messages carry the fresh loads of the two peers it changed.
@@ -100,8 +103,15 @@ PARAMS = (
     Param("dup_rule", "str", "paper", "",
           "'paper' (skip a neighbour a bottom-right neighbour also reaches) or 'none'",
           choices=("paper", "none")),
-    Param("kappa", "float", 1.0, "",
-          "replicate when recent event messages >= kappa x stored subscriptions", minimum=0),
+    Param("replicate_rule", "str", "relative", "",
+          "when a loaded peer replicates rather than splits: 'relative' (its propagation "
+          "messages, relative to its neighbourhood's mean, >= kappa x its subscriptions "
+          "relative to theirs) or 'absolute' (propagation messages >= kappa x "
+          "subscriptions)", choices=("relative", "absolute")),
+    Param("kappa", "float", 2.0, "",
+          "the factor of replicate_rule (2: the relative rule's value that gives Table 1's "
+          "76 unique zones at 100 peers, our 70; see experiments/papers/meghdoot.yaml)",
+          minimum=0),
     Param("load_period_s", "float", 1.0, "s",
           "interval between load reports to neighbours (0: none)", minimum=0),
     Param("loaded_list", "int", 10, "", "size k of the loadedPeerList", minimum=1),
@@ -208,7 +218,8 @@ class MeghdootCore:
         self.space = can.space_named(str(params.get("space", "stock")))
         self.join_mode = params.get("join", "meghdoot")
         self.dup_rule = params.get("dup_rule", "paper")
-        self.kappa = float(params.get("kappa", 1.0))
+        self.replicate_rule = params.get("replicate_rule", "relative")
+        self.kappa = float(params.get("kappa", 2.0))
         self.load_period_s = float(params.get("load_period_s", 1.0))
         self.k = int(params.get("loaded_list", 10))
         self.max_climb = int(params.get("max_climb", 16))
@@ -231,6 +242,7 @@ class MeghdootCore:
         self._index = SubscriptionIndex()
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
         self.nbr_load: dict[str, float] = {}
+        self.nbr_mix: dict[str, tuple[int, int]] = {}  # peer -> (propagation msgs, subs)
         self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
         self.events = Recent()  # event messages received (routing and propagation)
         self.spread = Recent()  # of which propagation (DeliverEvent from a neighbour)
@@ -376,7 +388,7 @@ class MeghdootCore:
                 # report in time): its next report brings it back.
                 self._failed.discard(peer)
                 self._update(peer, can.zone_from_json(msg.payload["zone"]))
-            self.nbr_load[peer] = float(msg.payload["load"])
+            self._heard({peer: msg.payload["load"]})
             self._merge_loaded(msg.payload["top"])
             return []
         if t is MsgType.JOIN:
@@ -503,7 +515,7 @@ class MeghdootCore:
         load = self.load
         self.loaded[self.broker] = load
         top = [list(px) for px in self._trim_loaded()]
-        report = self._msg(MsgType.LOAD, {"load": load, "top": top,
+        report = self._msg(MsgType.LOAD, {"load": self._report(), "top": top,
                                           "zone": can.zone_to_json(self.zone)})
         out += [Send(p, report) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
         return out
@@ -562,12 +574,21 @@ class MeghdootCore:
         self.spread.keep(share)
         self.loaded[self.broker] = self.load
 
-    def _heard(self, loads: Mapping[str, float]) -> None:
-        """Fresh loads of the peers a join changed, carried by its zone messages."""
-        for peer, load in loads.items():
+    def _report(self, subs: int | None = None) -> list[float]:
+        """A load as reports carry it: ``[load, propagation messages, subscriptions]``;
+        with ``subs``, of a peer that shares this one's recent events but stores ``subs``
+        subscriptions (a split's newcomer)."""
+        subs = len(self.subs) if subs is None else subs
+        return [self.events.total + subs, self.spread.total, subs]
+
+    def _heard(self, loads: Mapping[str, Sequence[float]]) -> None:
+        """Fresh loads (:meth:`_report`) from a peer's report or of the peers a join
+        changed, carried by its zone messages."""
+        for peer, (load, spread, subs) in loads.items():
             if peer != self.broker:
                 if peer in self.nbrs or peer in self.group:
                     self.nbr_load[peer] = float(load)
+                    self.nbr_mix[peer] = (int(spread), int(subs))
                 if peer in self.loaded:
                     self.loaded[peer] = float(load)
 
@@ -613,8 +634,7 @@ class MeghdootCore:
         """This peer takes the newcomer in: replicate its zone or split it."""
         assert self.zone is not None
         newcomer = str(msg.payload["newcomer"])
-        spread = self.spread.total
-        if self.join_mode == "meghdoot" and spread > 0 and spread >= self.kappa * len(self.subs):
+        if self.join_mode == "meghdoot" and self._loaded_by_events():
             return self._replicate(newcomer, msg.payload.get("climb", 0))
         cut = None
         if self.join_mode == "meghdoot":
@@ -622,13 +642,30 @@ class MeghdootCore:
         return self._split(newcomer, cut or can.halving_cut(self.zone),
                            msg.payload.get("climb", 0))
 
+    def _loaded_by_events(self) -> bool:
+        """Whether this peer is "loaded due to event propagation" (§4.2) rather than by
+        its subscriptions (``replicate_rule``; both readings are ours). The relative
+        reading compares each part with the mean of this peer and its neighbours (as
+        last reported): which part makes it the local maximum. It does not depend on
+        the mix of events and subscriptions in the stream, which scaling the events
+        changes; the absolute reading does."""
+        spread, subs = self.spread.total, len(self.subs)
+        if spread == 0:
+            return False
+        if self.replicate_rule == "absolute":
+            return spread >= self.kappa * subs
+        mixes = [(spread, subs), *(self.nbr_mix[p] for p in self.nbrs if p in self.nbr_mix)]
+        mean_spread = sum(m[0] for m in mixes) / len(mixes)
+        mean_subs = sum(m[1] for m in mixes) / len(mixes)
+        return subs == 0 or spread / mean_spread >= self.kappa * subs / mean_subs
+
     def _replicate(self, newcomer: str, climb: int) -> list[Action]:
         assert self.zone is not None
         zone = self.zone
         self.joins["replicate"] += 1
         group = sorted(self.group | {newcomer})
         self._share_events(len(self.group) / len(group))
-        loads = {self.broker: self.load, newcomer: self.load}
+        loads = {self.broker: self._report(), newcomer: self._report()}
         grant = self._msg(MsgType.ZONE, {
             "grant": "replica", "zone": can.zone_to_json(zone), "group": group,
             "nbrs": {p: can.zone_to_json(z) for p, z in self.nbrs.items()},
@@ -651,7 +688,7 @@ class MeghdootCore:
         given = self._apply_split(lower, newcomer, upper)
         self._share_events(0.5)
         recent = [self.events.counts, self.spread.counts]
-        loads = {self.broker: self.load, newcomer: self.events.total + len(given)}
+        loads = {self.broker: self._report(), newcomer: self._report(subs=len(given))}
         new_nbrs = {g: lower for g in group}
         new_nbrs.update({p: z for p, z in old_nbrs.items() if can.abutment(upper, z)})
         grant = self._msg(MsgType.ZONE, {
@@ -755,6 +792,7 @@ class MeghdootCore:
             self.nbrs.pop(peer, None)
             self.group.discard(peer)
             self.nbr_load.pop(peer, None)
+            self.nbr_mix.pop(peer, None)
             self._heard_s.pop(peer, None)  # if it comes back, its silence counts anew
 
     # ---- metrics ------------------------------------------------------------------------------
