@@ -239,6 +239,35 @@ def test_queue_statistics_of_a_burst_on_a_slow_link(tmp_path: Path) -> None:
     assert result.events == 20 + 20 + 20  # client ops, arrivals, timers
 
 
+class _Deaf(_Probe):
+    """The probe, declaring it never reads statistics windows."""
+
+    ignores_link_stats = True
+
+
+def test_a_core_that_ignores_windows_gets_none_and_the_run_is_the_same(tmp_path: Path) -> None:
+    _, pub = _matching_pair()
+    g = _path({"bw_mbps": 0.1, "delay_ms": 1.0})
+    burst = _ops([ClientOp(0.01, "p0", "b0", Message(MsgType.PUBLISH, i, "p0", 0,
+                                                     {**pub.payload, "t_pub": 0.01}))
+                  for i in range(20)])
+    runs: dict[str, tuple[Any, list[Any]]] = {}
+    for name, cls, out in (("reads", _Probe, tmp_path / "reads"),
+                           ("deaf", _Deaf, tmp_path / "deaf"), ("deaf, no logs", _Deaf, None)):
+        seen: list[Any] = []
+        result = simulate(g, burst, lambda b, n, p, cls=cls, seen=seen: cls(b, n, seen),
+                          seed=0, out_dir=out, window_ms=50.0)
+        runs[name] = (result, [e for _, _, e in seen])
+    assert any(isinstance(e, LinkStats) for e in runs["reads"][1])
+    for name in ("deaf", "deaf, no logs"):
+        result, events = runs[name]
+        assert not any(isinstance(e, LinkStats) for e in events)
+        assert result.deliveries == runs["reads"][0].deliveries
+        assert result.ims_by_type == runs["reads"][0].ims_by_type
+    # With logs the queue records are still written, as for a core that reads them.
+    assert _read(tmp_path / "deaf" / "b0.jsonl") == _read(tmp_path / "reads" / "b0.jsonl")
+
+
 def test_logs_off_keeps_only_queue_records_and_counts_the_same(tmp_path: Path) -> None:
     g = OVERLAYS["scot"]()
     w = _workload(g, seed=4)
