@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from nodes.core import Event, FromClient
 from nodes.cores import can
-from nodes.cores.meghdoot import MeghdootCore
+from nodes.cores.meghdoot import MeghdootCore, _Boxes
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim import LinkModel, SimResult, simulate
@@ -382,3 +382,23 @@ def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch)
              on_demand=LINKS, log_messages=False, progress=shares.append)
     assert len(shares) == len(w.ops) // 256
     assert shares == sorted(shares) and shares[0] > 0 and shares[-1] <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda d: st.tuples(
+    st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=2 * d,
+                      max_size=2 * d), max_size=12),
+    st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=2 * d, max_size=2 * d))))
+def test_the_array_test_of_neighbour_zones_agrees_with_meets(
+        case: tuple[list[list[float]], list[float]]) -> None:
+    raw, corners = case
+    d = len(corners) // 2
+
+    def box(c: Sequence[float]) -> can.Zone:
+        pairs = [sorted(c[2 * j: 2 * j + 2]) for j in range(d)]
+        return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+    zones = [box(c) for c in raw]
+    region = box(corners)
+    assert _Boxes(zones).meeting(region) == [
+        i for i, z in enumerate(zones) if can.meets(z, region)]

@@ -69,7 +69,9 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from nodes.core import (
     Action,
@@ -198,6 +200,34 @@ def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in ("spread", "clients")}
 
 
+class _Side(NamedTuple):
+    """A neighbour zone, its peers, and where it lies from this peer's zone."""
+
+    zone: Zone
+    peers: list[str]
+    upper_left: bool
+    bottom_right: bool
+
+
+class _Boxes:
+    """Zones as arrays, to ask :func:`can.meets` of all of them at once (DeliverEvent asks
+    it of every neighbour zone for every event a peer handles: with a hundred neighbours,
+    most of a large run's time when asked zone by zone)."""
+
+    def __init__(self, zones: Sequence[Zone]) -> None:
+        self.lo = np.array([z[0] for z in zones], dtype=float)
+        self.hi = np.array([z[1] for z in zones], dtype=float)
+        self.top = self.hi == 1.0
+
+    def meeting(self, box: Zone) -> list[int]:
+        """Indices of the zones that hold a point of the closed ``box`` (as can.meets)."""
+        if not len(self.lo):
+            return []
+        lo, hi = np.asarray(box[0]), np.asarray(box[1])
+        hit = (self.lo <= hi).all(axis=1) & ((lo < self.hi) | self.top).all(axis=1)
+        return np.flatnonzero(hit).tolist()
+
+
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
     """``(peer, load)`` pairs, heaviest first (ties by name, so every peer ranks alike)."""
     return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
@@ -238,6 +268,9 @@ class MeghdootCore:
         self.group: set[str] = {broker}  # the peers holding this zone, this one included
         self.nbrs: dict[str, Zone] = {}  # neighbour peer -> its zone (co-replicas apart)
         self._by_zone: list[tuple[Zone, list[str]]] | None = None  # cache of nbrs by zone
+        self._sides: tuple[Any, Zone | None, list[_Side]] = (None, None, [])  # of _by_zone
+        self._boxes = _Boxes([])  # the same zones as arrays, for meets()
+        self._above: dict[tuple[Zone, Zone], bool] = {}  # can.upper_left, remembered
         self.subs: dict[tuple[str, int], Sub] = {}
         self._index = SubscriptionIndex()
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
@@ -275,6 +308,28 @@ class MeghdootCore:
                 by.setdefault(self.nbrs[peer], []).append(peer)
             self._by_zone = sorted(by.items(), key=lambda zp: zp[1][0])
         return self._by_zone
+
+    def _zone_sides(self) -> list[_Side]:
+        """:meth:`_zones`, each with whether it lies upper-left and bottom-right of this
+        zone: what DeliverEvent asks of every neighbour for every event, worked out once
+        per neighbour table (a peer with a hundred neighbours asks it thousands of times)."""
+        zones = self._zones()
+        if self._sides[0] is not zones or self._sides[1] is not self.zone:
+            assert self.zone is not None
+            self._sides = (zones, self.zone, [
+                _Side(z, peers, can.upper_left(z, self.zone), can.bottom_right(z, self.zone))
+                for z, peers in zones])
+            self._boxes = _Boxes([z for z, _ in zones])
+            self._above = {}
+        return self._sides[2]
+
+    def _upper_left_of(self, n: Zone, z: Zone) -> bool:
+        """:func:`can.upper_left` of two neighbour zones, remembered with the sides."""
+        key = (n, z)
+        got = self._above.get(key)
+        if got is None:
+            got = self._above[key] = can.upper_left(n, z)
+        return got
 
     def _set_nbrs(self, nbrs: Mapping[str, Zone]) -> None:
         self.nbrs = dict(nbrs)
@@ -490,16 +545,18 @@ class MeghdootCore:
                                               msg.hops + 1,
                                               {**publication, "clients": clients})))
         region = self.space.affected_region(attrs)
-        inside = [(z, peers) for z, peers in self._zones() if can.meets(z, region)]
-        later = [z for z, _ in inside if can.bottom_right(z, self.zone)]
+        sides = self._zone_sides()
+        inside = [sides[i] for i in self._boxes.meeting(region)]
+        later = [side.zone for side in inside if side.bottom_right]
         spread = msg.forwarded({**publication, "spread": True})
         key = _msg_key(msg)
-        for z, peers in inside:
-            if not can.upper_left(z, self.zone):
+        for side in inside:
+            if not side.upper_left:
                 continue
-            if self.dup_rule == "paper" and any(can.upper_left(z, b) for b in later):
+            if self.dup_rule == "paper" and any(self._upper_left_of(side.zone, b)
+                                                for b in later):
                 continue  # a bottom-right neighbour in the region reaches it too
-            out.append(Send(_pick(peers, key), spread))
+            out.append(Send(_pick(side.peers, key), spread))
         return out
 
     # ---- loads ------------------------------------------------------------------------------
