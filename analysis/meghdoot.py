@@ -239,8 +239,6 @@ def _grouped_bars(ax: Any, categories: Sequence[str],
     ax.legend()
 
 
-
-
 def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path) -> list[Path]:
     """Figures comparing runs (``{label: meghdoot_metrics(...)}``, e.g. ``"100 peers"``;
     None entries skipped) in ``out_dir``: ``fig-meghdoot-contacted.png`` (% of events per

@@ -463,6 +463,7 @@ class Broker:
         self.config = config
         self.name = config.broker
         self._core = core
+        self._reads_link_stats = reads_link_stats(core)
         self._log = log
         self._hello = HelloCounter(self.name, "broker", config.secret)
         self._nonces = NonceLog()
@@ -990,7 +991,7 @@ class Broker:
         self._log.flush()
         if self._status_stale and time.monotonic() >= self._status_due:
             self._write_status()
-        if reads_link_stats(self._core):
+        if self._reads_link_stats:
             self._dispatch(LinkStats(window_ms, figures))
         self._schedule_tick()
 

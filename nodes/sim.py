@@ -986,8 +986,9 @@ class _Sim:
         """Put ``msg`` on link ``lid``'s output queue at ``now`` (module docstring, Links
         and NICs): schedule its departure and its arrival, or, if the receiver's window
         is full (processing model), hold it there."""
-        self.count_in[lid] += 1
-        self.active.add(lid)
+        if self.windows:  # figures for the next window (none: nothing reads them)
+            self.count_in[lid] += 1
+            self.active.add(lid)
         if self.processing is not None:
             dst = self.link_dst[lid]
             held = self.held.get(lid)

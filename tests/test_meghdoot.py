@@ -196,7 +196,8 @@ def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
     core.spread.now = spread
     core.subs = {("c", i): None for i in range(subs)}  # only their number counts
     core.nbrs = {p: can.whole(core.space.dims) for p in nbrs}
-    core.nbr_mix = dict(nbrs)
+    core._heard({p: [spread_p + subs_p, spread_p, subs_p]
+                 for p, (spread_p, subs_p) in nbrs.items()})  # as their reports carry them
     return core
 
 

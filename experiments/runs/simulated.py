@@ -107,9 +107,8 @@ def _progress_line(algorithm: str) -> Callable[[float], None]:
 
     def report(share: float) -> None:
         left_s = (time.monotonic() - t0) * (1 - share) / share
-        log(f"simulating {algorithm}: {share:.0%} of the operations, about "
-            f"{left_s / 60:.0f} min left" if left_s >= 90 else
-            f"simulating {algorithm}: {share:.0%} of the operations, about {left_s:.0f} s left")
+        left = f"{left_s / 60:.0f} min" if left_s >= 90 else f"{left_s:.0f} s"
+        log(f"simulating {algorithm}: {share:.0%} of the operations, about {left} left")
 
     return report
 

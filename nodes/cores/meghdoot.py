@@ -200,6 +200,14 @@ def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in ("spread", "clients")}
 
 
+class _Report(NamedTuple):
+    """A peer's load as its reports carry it (:meth:`MeghdootCore._report`)."""
+
+    load: float
+    spread: int  # propagation messages in the last two load periods
+    subs: int  # subscriptions stored
+
+
 class _Side(NamedTuple):
     """A neighbour zone, its peers, and where it lies from this peer's zone."""
 
@@ -274,8 +282,7 @@ class MeghdootCore:
         self.subs: dict[tuple[str, int], Sub] = {}
         self._index = SubscriptionIndex()
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
-        self.nbr_load: dict[str, float] = {}
-        self.nbr_mix: dict[str, tuple[int, int]] = {}  # peer -> (propagation msgs, subs)
+        self.nbr_load: dict[str, _Report] = {}  # neighbour or co-replica -> its last report
         self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
         self.events = Recent()  # event messages received (routing and propagation)
         self.spread = Recent()  # of which propagation (DeliverEvent from a neighbour)
@@ -644,8 +651,7 @@ class MeghdootCore:
         for peer, (load, spread, subs) in loads.items():
             if peer != self.broker:
                 if peer in self.nbrs or peer in self.group:
-                    self.nbr_load[peer] = float(load)
-                    self.nbr_mix[peer] = (int(spread), int(subs))
+                    self.nbr_load[peer] = _Report(float(load), int(spread), int(subs))
                 if peer in self.loaded:
                     self.loaded[peer] = float(load)
 
@@ -678,7 +684,7 @@ class MeghdootCore:
         # Loads are as last reported, so two peers may each think the other heavier: a
         # probe never returns to a peer it has visited.
         visited = [*msg.payload.get("visited", ()), self.broker]
-        known = {p: x for p, x in self.nbr_load.items()
+        known = {p: x.load for p, x in self.nbr_load.items()
                  if p in self.nbrs and p not in visited and p != msg.payload["newcomer"]}
         if known and climb < self.max_climb:
             peer, load = _heaviest_first(known)[0]
@@ -711,7 +717,8 @@ class MeghdootCore:
             return False
         if self.replicate_rule == "absolute":
             return spread >= self.kappa * subs
-        mixes = [(spread, subs), *(self.nbr_mix[p] for p in self.nbrs if p in self.nbr_mix)]
+        mixes = [(spread, subs), *((r.spread, r.subs) for p, r in self.nbr_load.items()
+                                   if p in self.nbrs)]
         mean_spread = sum(m[0] for m in mixes) / len(mixes)
         mean_subs = sum(m[1] for m in mixes) / len(mixes)
         return subs == 0 or spread / mean_spread >= self.kappa * subs / mean_subs
@@ -849,7 +856,6 @@ class MeghdootCore:
             self.nbrs.pop(peer, None)
             self.group.discard(peer)
             self.nbr_load.pop(peer, None)
-            self.nbr_mix.pop(peer, None)
             self._heard_s.pop(peer, None)  # if it comes back, its silence counts anew
 
     # ---- metrics ------------------------------------------------------------------------------
