@@ -43,6 +43,9 @@ is silent):
   maps the degree, as a string (JSON keys), to the number of zones, ascending.
   ``group_mismatches`` counts peers whose ``group`` differs from the peers holding the
   same zone; ``volume_sum`` (the unique zones' volumes) is 1 when they tile the space.
+  ``neighbour_zones`` and ``neighbour_peers``: per peer, the neighbour zones and the peers
+  holding them (what a load report goes to, with the co-replicas); mean, p50, p95, max
+  (a CAN of equal halvings has 2d neighbour zones in d dimensions).
 - **Hops**: routing hops from the origin peer to the owner of the point, over every
   subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
 - **Duplicates**: event copies a peer received after it had handled the event, summed.
@@ -202,6 +205,8 @@ def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "max_degree": max(by_degree, default=0),
         "replicated_zones": sum(n for d, n in by_degree.items() if d > 1),
         "group_mismatches": mismatches, "volume_sum": math.fsum(volume.values()),
+        "neighbour_zones": _stats([r["neighbours"][0] for r in peers if "neighbours" in r]),
+        "neighbour_peers": _stats([r["neighbours"][1] for r in peers if "neighbours" in r]),
     }
 
 

@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodes.core import Event, FromClient
+from nodes.core import Arrived, Event, FromClient, Send, TimerFired
 from nodes.cores import can
-from nodes.cores.meghdoot import MeghdootCore, _Boxes
+from nodes.cores.meghdoot import MeghdootCore, Runs, _Boxes
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim import LinkModel, SimResult, simulate
@@ -216,6 +217,19 @@ def test_a_peer_replicates_when_events_not_subscriptions_set_it_above_its_neighb
                                kappa=1.0)._loaded_by_events()
 
 
+def test_a_load_report_carries_the_k_heaviest_peers_heard_of() -> None:
+    core = peer_with_loads(0, 0, {"p1": (0, 0), "p2": (0, 0)}, loaded_list=3)
+    whole = can.zone_to_json(can.whole(core.space.dims))
+    for nbr, top in (("p1", [["x", 5.0], ["y", 9.0]]), ("p2", [["z", 7.0], ["x", 6.0]])):
+        load = Message(MsgType.LOAD, 1, nbr, 0, {"load": [1, 0, 1], "top": top, "zone": whole})
+        core.handle(Arrived(nbr, load), 1.0)
+    out = core.handle(TimerFired("load"), 2.0)
+    reports = [a.msg.payload for a in out if isinstance(a, Send)]
+    assert sorted(a.link for a in out if isinstance(a, Send)) == ["p1", "p2"]
+    # x's later report (6) replaced its earlier (5); the peer's own load (0) ranks last.
+    assert reports[0]["top"] == [["y", 9.0], ["z", 7.0], ["x", 6.0]]
+
+
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
     w = meghdoot_workload(peer_names(60), 600, 600, seed=5, join_probability=0.3)
     # Plain CAN joins: many zones, whatever the loads (none are reported here).
@@ -401,5 +415,32 @@ def test_the_array_test_of_neighbour_zones_agrees_with_meets(
 
     zones = [box(c) for c in raw]
     region = box(corners)
-    assert _Boxes(zones).meeting(region) == [
-        i for i, z in enumerate(zones) if can.meets(z, region)]
+    assert _Boxes(zones).meeting(region).tolist() == [can.meets(z, region) for z in zones]
+
+
+_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda d: st.lists(
+    st.lists(st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True),
+             min_size=d, max_size=d), min_size=2, max_size=10)), st.data())
+def test_the_array_test_of_upper_left_zones_agrees_with_upper_left(
+        raw: list[list[list[float]]], data: st.DataObject) -> None:
+    # Zones as CAN makes them: boxes with a positive side on every dimension, drawn on a
+    # coarse grid so that many touch.
+    zones = [(tuple(min(p) for p in z), tuple(max(p) for p in z)) for z in raw]
+    n = len(zones)
+    rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
+    of = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
+    got = _Boxes(zones).upper_left_of_any(np.array(rows), np.array(of)).tolist()
+    assert got == [any(can.upper_left(zones[r], zones[o]) for o in of) for r in rows]
+
+
+def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:
+    keys = [3, 3, 3, 5, 9, 9, 4, 5, 5, 12]  # a late message (4, 5) after bucket 9
+    runs = Runs()
+    for k in keys:
+        runs.count(k)
+    assert runs.items() == sorted(Counter(keys).items())
+    assert len(runs.keys) == 6  # the runs, not one entry per message

@@ -151,16 +151,20 @@ def test_zones_replication_degrees() -> None:
     z1 = [[0.0, 0.0], [0.5, 1.0]]
     z2 = [[0.5, 0.0], [1.0, 0.5]]
     z3 = [[0.5, 0.5], [1.0, 1.0]]
-    peers = [peer(p, zone=z1, volume=0.5, group=["a", "b", "c"]) for p in "abc"]
-    peers.append(peer("d", zone=z2, volume=0.25, group=["d"]))
-    peers += [peer("e", zone=z3, volume=0.25, group=["e", "f"]),
-              peer("f", zone=z3, volume=0.25, group=["f"])]  # a stale group
+    peers = [peer(p, zone=z1, volume=0.5, group=["a", "b", "c"], neighbours=[2, 3])
+             for p in "abc"]
+    peers.append(peer("d", zone=z2, volume=0.25, group=["d"], neighbours=[2, 5]))
+    peers += [peer("e", zone=z3, volume=0.25, group=["e", "f"], neighbours=[2, 4]),
+              peer("f", zone=z3, volume=0.25, group=["f"], neighbours=[2, 4])]  # stale group
     z = meghdoot_metrics(peers, workload([], {}))["zones"]
     assert z["unique_zones"] == 3 and z["peers"] == 6
     assert z["degree_hist"] == {"1": 1, "2": 1, "3": 1}
     assert z["max_degree"] == 3 and z["replicated_zones"] == 2
     assert z["group_mismatches"] == 1
     assert z["volume_sum"] == pytest.approx(1.0)
+    assert z["neighbour_zones"]["mean"] == 2 and z["neighbour_zones"]["max"] == 2
+    assert z["neighbour_peers"]["mean"] == pytest.approx(22 / 6)
+    assert z["neighbour_peers"]["max"] == 5
 
 
 def test_hops_and_duplicates_merge_the_peers_histograms() -> None:

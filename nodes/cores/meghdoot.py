@@ -65,7 +65,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import sys
 import zlib
+from array import array
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -194,6 +196,29 @@ class Recent:
         self.now, self.before = round(self.now * share), round(self.before * share)
 
 
+class Runs:
+    """Counts per time bucket, kept as runs of equal buckets in two integer arrays (a
+    peer's buckets arrive in time order; a dict per peer would hold an entry, about 100
+    bytes, per bucket in which it received anything: gigabytes at 10,000 peers)."""
+
+    def __init__(self) -> None:
+        self.keys, self.counts = array("q"), array("q")
+
+    def count(self, key: int) -> None:
+        if self.keys and self.keys[-1] == key:
+            self.counts[-1] += 1
+        else:
+            self.keys.append(key)
+            self.counts.append(1)
+
+    def items(self) -> list[tuple[int, int]]:
+        """``(bucket, count)`` pairs, ascending by bucket, one per bucket."""
+        merged: Counter[int] = Counter()
+        for k, c in zip(self.keys, self.counts, strict=True):
+            merged[k] += c
+        return sorted(merged.items())
+
+
 def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
     """A publication's own payload (its attributes and the runtime's ``t_pub`` stamp),
     without what Meghdoot adds on the way (the spread flag, a NOTIFY's clients)."""
@@ -208,32 +233,38 @@ class _Report(NamedTuple):
     subs: int  # subscriptions stored
 
 
-class _Side(NamedTuple):
-    """A neighbour zone, its peers, and where it lies from this peer's zone."""
-
-    zone: Zone
-    peers: list[str]
-    upper_left: bool
-    bottom_right: bool
-
-
 class _Boxes:
-    """Zones as arrays, to ask :func:`can.meets` of all of them at once (DeliverEvent asks
-    it of every neighbour zone for every event a peer handles: with a hundred neighbours,
-    most of a large run's time when asked zone by zone)."""
+    """Zones as arrays, to ask :func:`can.meets` and :func:`can.upper_left` of many at once
+    (DeliverEvent asks them of every neighbour zone for every event a peer handles: with a
+    hundred neighbours, most of a large run's time when asked zone by zone)."""
 
     def __init__(self, zones: Sequence[Zone]) -> None:
         self.lo = np.array([z[0] for z in zones], dtype=float)
         self.hi = np.array([z[1] for z in zones], dtype=float)
         self.top = self.hi == 1.0
+        # A start dimension (even): "left" is below; an end dimension (odd): "up" is above.
+        self.start = np.arange(self.lo.shape[1] if self.lo.ndim == 2 else 0) % 2 == 0
 
-    def meeting(self, box: Zone) -> list[int]:
-        """Indices of the zones that hold a point of the closed ``box`` (as can.meets)."""
+    def meeting(self, box: Zone) -> np.ndarray:
+        """Whether each zone holds a point of the closed ``box`` (as can.meets)."""
         if not len(self.lo):
-            return []
+            return np.zeros(0, dtype=bool)
         lo, hi = np.asarray(box[0]), np.asarray(box[1])
-        hit = (self.lo <= hi).all(axis=1) & ((lo < self.hi) | self.top).all(axis=1)
-        return np.flatnonzero(hit).tolist()
+        return (self.lo <= hi).all(axis=1) & ((lo < self.hi) | self.top).all(axis=1)
+
+    def upper_left_of_any(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
+        """For each zone of ``rows`` (indices), whether it lies upper-left
+        (:func:`can.upper_left`) of at least one zone of ``of``: touching it on exactly
+        one dimension, on the side that dimension calls upper-left, and overlapping it on
+        every other."""
+        n_lo, n_hi = self.lo[rows][:, None, :], self.hi[rows][:, None, :]
+        z_lo, z_hi = self.lo[of][None, :, :], self.hi[of][None, :, :]
+        below, above = n_hi == z_lo, n_lo == z_hi
+        touch = below | above
+        faces = ((touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=2)
+                 & (touch.sum(axis=2) == 1))
+        toward = ((below & self.start) | (above & ~self.start)).any(axis=2)
+        return (faces & toward).any(axis=1)
 
 
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
@@ -276,9 +307,11 @@ class MeghdootCore:
         self.group: set[str] = {broker}  # the peers holding this zone, this one included
         self.nbrs: dict[str, Zone] = {}  # neighbour peer -> its zone (co-replicas apart)
         self._by_zone: list[tuple[Zone, list[str]]] | None = None  # cache of nbrs by zone
-        self._sides: tuple[Any, Zone | None, list[_Side]] = (None, None, [])  # of _by_zone
-        self._boxes = _Boxes([])  # the same zones as arrays, for meets()
-        self._above: dict[tuple[Zone, Zone], bool] = {}  # can.upper_left, remembered
+        # Of _by_zone, for DeliverEvent: the table and zone they were worked out for, the
+        # zones as arrays, and which lie upper-left and bottom-right of this zone.
+        self._sides_of: tuple[Any, Zone | None] = (None, None)
+        self._boxes = _Boxes([])
+        self._ahead = self._later = np.zeros(0, dtype=bool)
         self.subs: dict[tuple[str, int], Sub] = {}
         self._index = SubscriptionIndex()
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
@@ -293,8 +326,8 @@ class MeghdootCore:
         # Metrics (the final record; analysis.meghdoot reads them).
         self.joined_s: float | None = 0.0 if self.zone is not None else None
         self.received = 0
-        self._buckets: Counter[int] = Counter()
-        self.contacts: list[str] = []
+        self._buckets = Runs()
+        self.contacts: list[str] = []  # event keys, interned: one string per event
         self.sub_hops: Counter[int] = Counter()
         self.event_hops: Counter[int] = Counter()
         self.duplicates = self.notifications = self.stuck = 0
@@ -316,27 +349,20 @@ class MeghdootCore:
             self._by_zone = sorted(by.items(), key=lambda zp: zp[1][0])
         return self._by_zone
 
-    def _zone_sides(self) -> list[_Side]:
-        """:meth:`_zones`, each with whether it lies upper-left and bottom-right of this
-        zone: what DeliverEvent asks of every neighbour for every event, worked out once
-        per neighbour table (a peer with a hundred neighbours asks it thousands of times)."""
+    def _zone_sides(self) -> list[tuple[Zone, list[str]]]:
+        """:meth:`_zones`, with which lie upper-left and bottom-right of this zone set in
+        ``_ahead`` and ``_later``: what DeliverEvent asks of every neighbour for every
+        event, worked out once per neighbour table (a peer with a hundred neighbours asks
+        it thousands of times)."""
         zones = self._zones()
-        if self._sides[0] is not zones or self._sides[1] is not self.zone:
-            assert self.zone is not None
-            self._sides = (zones, self.zone, [
-                _Side(z, peers, can.upper_left(z, self.zone), can.bottom_right(z, self.zone))
-                for z, peers in zones])
+        if self._sides_of[0] is not zones or self._sides_of[1] is not self.zone:
+            zone = self.zone
+            assert zone is not None
+            self._sides_of = (zones, zone)
             self._boxes = _Boxes([z for z, _ in zones])
-            self._above = {}
-        return self._sides[2]
-
-    def _upper_left_of(self, n: Zone, z: Zone) -> bool:
-        """:func:`can.upper_left` of two neighbour zones, remembered with the sides."""
-        key = (n, z)
-        got = self._above.get(key)
-        if got is None:
-            got = self._above[key] = can.upper_left(n, z)
-        return got
+            self._ahead = np.array([can.upper_left(z, zone) for z, _ in zones], dtype=bool)
+            self._later = np.array([can.bottom_right(z, zone) for z, _ in zones], dtype=bool)
+        return zones
 
     def _set_nbrs(self, nbrs: Mapping[str, Zone]) -> None:
         self.nbrs = dict(nbrs)
@@ -430,7 +456,7 @@ class MeghdootCore:
             if msg.payload.get("copy"):  # a co-replica's copy: neither routing nor spread
                 return self._owner(msg, now_s, replica_copy=True)
             self.received += 1
-            self._buckets[bucket_of(now_s, self.bucket_s)] += 1
+            self._buckets.count(bucket_of(now_s, self.bucket_s))
             if t is MsgType.PUBLISH:
                 self.events.count()
                 if msg.payload.get("spread"):
@@ -524,7 +550,7 @@ class MeghdootCore:
         """The event reached this peer (Meghdoot's "peers contacted", counted once)."""
         key = _msg_key(msg)
         if self._first_contact(key, now_s, _CONTACTED):
-            self.contacts.append(key)
+            self.contacts.append(sys.intern(key))
 
     def _spread_in(self, msg: Message, now_s: float) -> list[Action]:
         if not self._first_contact(_msg_key(msg), now_s, _HANDLED):
@@ -553,17 +579,16 @@ class MeghdootCore:
                                               {**publication, "clients": clients})))
         region = self.space.affected_region(attrs)
         sides = self._zone_sides()
-        inside = [sides[i] for i in self._boxes.meeting(region)]
-        later = [side.zone for side in inside if side.bottom_right]
+        boxes = self._boxes
+        inside = boxes.meeting(region)
+        ahead = np.flatnonzero(inside & self._ahead)
+        if self.dup_rule == "paper" and ahead.size:
+            later = np.flatnonzero(inside & self._later)
+            if later.size:  # skip a neighbour a bottom-right neighbour in the region reaches
+                ahead = ahead[~boxes.upper_left_of_any(ahead, later)]
         spread = msg.forwarded({**publication, "spread": True})
         key = _msg_key(msg)
-        for side in inside:
-            if not side.upper_left:
-                continue
-            if self.dup_rule == "paper" and any(self._upper_left_of(side.zone, b)
-                                                for b in later):
-                continue  # a bottom-right neighbour in the region reaches it too
-            out.append(Send(_pick(side.peers, key), spread))
+        out += [Send(_pick(sides[i][1], key), spread) for i in ahead.tolist()]
         return out
 
     # ---- loads ------------------------------------------------------------------------------
@@ -659,7 +684,8 @@ class MeghdootCore:
         for peer, load in top:
             if peer != self.broker:
                 self.loaded[str(peer)] = float(load)
-        self._trim_loaded()
+        # Trimmed to the k heaviest when this peer next reports (a sort per report heard
+        # cost a tenth of a large run's time; nothing reads the list in between).
 
     def _trim_loaded(self) -> list[tuple[str, float]]:
         """Keep the ``k`` heaviest of the loadedPeerList; them, heaviest first."""
@@ -868,13 +894,15 @@ class MeghdootCore:
                 "joins_replicate": self.joins["replicate"]}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
-        """One ``can_peer`` record: the peer's zone, replicas, load and contacts."""
+        """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
+        peers), load and contacts."""
         if self.zone is None:
             return []
         return [("can_peer", {
             "joined_s": self.joined_s, "zone": can.zone_to_json(self.zone),
             "volume": can.volume(self.zone), "group": sorted(self.group),
+            "neighbours": [len(self._zones()), len(self.nbrs)],
             "subscriptions": len(self.subs), "received": self.received,
-            "buckets": sorted(self._buckets.items()), "bucket_s": self.bucket_s,
+            "buckets": self._buckets.items(), "bucket_s": self.bucket_s,
             "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),
             "event_hops": sorted(self.event_hops.items()), "duplicates": self.duplicates})]
