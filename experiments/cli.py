@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.spec import SpecError, load_spec
+from experiments.spec import PAPERS, SpecError, load_spec
 from nodes.runfolder import RUNS_BASE as DEFAULT_RUNS
 
 
@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from experiments.plan import emulation_fits
     from experiments.runs.faults import EXIT_LOSSY, LOSSY
     from experiments.runs.summaries import summary_table
-    from experiments.runs.testbed import run_experiment
+    from experiments.runs.testbed import run_experiment, workload_phases
 
     plan = _plan(args)
     if not args.allow_large:
@@ -119,18 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                             "to try anyway, or pubsublab sim)")
     if os.geteuid() != 0:
         raise PermissionError("emulated runs need root: run with sudo")
-    phases = ()
-    if plan.workload_kind == "bulk":
-        from experiments.runs.bulk.emulated import bulk_phase
-
-        try:
-            phases = (bulk_phase(plan),)
-        except ValueError as exc:
-            raise SpecError(str(exc)) from None
-    elif plan.workload is not None:
-        from experiments.runs.emulated import broker_phase
-
-        phases = (broker_phase(plan),)
+    phases = workload_phases(plan)
     run_dir, manifest = run_experiment(plan, _out_dir(args.out), cli=args.cli, phases=phases)
     summaries = manifest.get("summaries", {})
     result = {"run_dir": str(run_dir), "status": manifest["status"],
@@ -338,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "ratio, whether the direction agrees and why they differ, "
                                     "with our figure on the paper's axes and links to the run "
                                     "folders. Papers: experiments/papers/PAPER.yaml.")
-    rp.add_argument("paper", help="octopia or lbdd")
+    rp.add_argument("paper", help=f"one of: {', '.join(PAPERS)}")
     rp.add_argument("--runtime", choices=["sim", "emulated"], default="sim",
                     help="simulator (default) or Mininet (root)")
     rp.add_argument("--quick", action="store_true",

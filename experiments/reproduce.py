@@ -30,11 +30,9 @@ import yaml
 from analysis.reproduction import Point, headline_rows, load_point, run_records, write_page
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
-from experiments.spec import SpecError, load_spec
+from experiments.spec import PAPERS, PAPERS_DIR, SpecError, load_spec
 from nodes.runfolder import REPRODUCTION_INDEX, new_run_dir, write_json
 
-PAPERS_DIR = Path(__file__).with_name("papers")
-PAPERS = tuple(sorted(p.stem for p in PAPERS_DIR.glob("*.yaml")))
 RUNTIMES = ("sim", "emulated")
 
 
@@ -56,17 +54,9 @@ def _points(exp: Mapping[str, Any], quick: bool) -> list[tuple[float | None, lis
 
 
 def _run_emulated(plan: RunPlan, out: Path) -> Path:
-    from experiments.runs.testbed import run_experiment
+    from experiments.runs.testbed import run_experiment, workload_phases
 
-    if plan.workload_kind == "bulk":
-        from experiments.runs.bulk.emulated import bulk_phase
-
-        phases = (bulk_phase(plan),)
-    else:
-        from experiments.runs.emulated import broker_phase
-
-        phases = (broker_phase(plan),)
-    run_dir, _ = run_experiment(plan, out, phases=phases)
+    run_dir, _ = run_experiment(plan, out, phases=workload_phases(plan))
     return run_dir
 
 

@@ -23,6 +23,8 @@ from topologies.links import LinkParams
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 SPECS_DIR = Path(__file__).parent / "specs"
+PAPERS_DIR = Path(__file__).parent / "papers"  # one data file per paper (reproduce)
+PAPERS = tuple(sorted(p.stem for p in PAPERS_DIR.glob("*.yaml")))
 SWITCH_KINDS = ("bridge", "ovs")
 CONTROLLERS = (None, "os-ken")
 

@@ -563,7 +563,10 @@ class _Sim:
                                for bw in nics]
         # Per NIC, the (start, end) intervals it is reserved for, in time order.
         self.nic_busy: list[list[tuple[float, float]]] = [[] for _ in brokers]
-        self.tx_starts: list[deque[float]] = [deque() for _ in range(n_links)]
+        # Per link with departures still to count in a window, their start times (a dict:
+        # an empty deque per link costs 600 bytes, gigabytes with millions of on-demand
+        # links).
+        self.tx_starts: dict[int, deque[float]] = {}
         self.count_in = [0] * n_links
         self.active: set[int] = set()  # links with figures to report at the next window
         self.out_links: list[dict[str, int]] = [{} for _ in brokers]
@@ -1023,7 +1026,10 @@ class _Sim:
             end = start + size * self.s_per_byte[lid]
         self.busy_until[lid] = end
         if self.windows:  # departures still to count in a window (none: nothing reads it)
-            self.tx_starts[lid].append(start)
+            waiting = self.tx_starts.get(lid)
+            if waiting is None:
+                waiting = self.tx_starts[lid] = deque()
+            waiting.append(start)
         rng = self.link_rng[lid]
         lost = rng is not None and rng.random() < self.loss_p[lid]
         if start > now:
@@ -1101,13 +1107,16 @@ class _Sim:
         figures: dict[int, tuple[int, int, int]] = {}
         still_active: set[int] = set()
         for lid in sorted(self.active):
-            waiting = self.tx_starts[lid]
+            waiting = self.tx_starts.get(lid)
             out = 0
             while waiting and waiting[0] < t_w:
                 waiting.popleft()
                 out += 1
+            if waiting is not None and not waiting:
+                del self.tx_starts[lid]
             held = self.held.get(lid)
-            fig = (self.count_in[lid], out, len(waiting) + (len(held) if held else 0))
+            fig = (self.count_in[lid], out, (len(waiting) if waiting else 0)
+                   + (len(held) if held else 0))
             self.count_in[lid] = 0
             figures[lid] = fig
             if fig != (0, 0, 0):
@@ -1286,7 +1295,6 @@ class _Sim:
         self.loss_p += (0.0, 0.0)
         self.link_rng += (None, None)
         self.busy_until += (0.0, 0.0)
-        self.tx_starts += (deque(), deque())
         self.count_in += (0, 0)
         self.link_rev += (ab + 1, ab)
         return ab

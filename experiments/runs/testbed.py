@@ -34,10 +34,28 @@ from experiments.plan import RunPlan, link_mechanisms
 from experiments.progress import log
 from experiments.runs.faults import LOSSY, run_faults
 from experiments.runs.manifest import base_manifest
-from experiments.spec import Spec
+from experiments.spec import Spec, SpecError
 from nodes.runfolder import CONTROLLER_DIR, MANIFEST, new_run_dir, write_manifest
 
 Phase = Callable[[Emulation, Path, dict[str, Any]], None]
+
+
+def workload_phases(plan: RunPlan) -> tuple[Phase, ...]:
+    """The phase that drives ``plan``'s workload on the live network: the bulk rounds or
+    the brokers' client operations; none for a plan without a workload (a network check).
+    A bulk plan the testbed cannot run is a SpecError."""
+    if plan.workload_kind == "bulk":
+        from experiments.runs.bulk.emulated import bulk_phase
+
+        try:
+            return (bulk_phase(plan),)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+    if plan.workload is None:
+        return ()
+    from experiments.runs.emulated import broker_phase
+
+    return (broker_phase(plan),)
 
 
 def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,

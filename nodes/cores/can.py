@@ -302,6 +302,16 @@ def zone_to_json(z: Zone) -> list[list[float]]:
     return [list(z[0]), list(z[1])]
 
 
+_ZONES: dict[Zone, Zone] = {}  # one object per distinct zone read (see zone_from_json)
+_ZONES_MAX = 1 << 20
+
+
 def zone_from_json(obj: Any) -> Zone:
-    """The zone :func:`zone_to_json` wrote."""
-    return tuple(map(float, obj[0])), tuple(map(float, obj[1]))
+    """The zone :func:`zone_to_json` wrote. Equal zones come back as one object: every
+    neighbour of a zone files it (14-dimensional zones are 360 bytes each, and 10,000
+    peers hold over a million neighbour entries); the table of them is emptied past
+    ``_ZONES_MAX`` entries, which only costs sharing."""
+    z = (tuple(map(float, obj[0])), tuple(map(float, obj[1])))
+    if len(_ZONES) >= _ZONES_MAX:
+        _ZONES.clear()
+    return _ZONES.setdefault(z, z)
