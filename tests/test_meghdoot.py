@@ -425,7 +425,7 @@ _GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 @given(st.integers(1, 3).flatmap(lambda d: st.lists(
     st.lists(st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True),
              min_size=d, max_size=d), min_size=2, max_size=10)), st.data())
-def test_the_array_test_of_upper_left_zones_agrees_with_upper_left(
+def test_the_array_tests_of_sides_agree_with_upper_left_and_bottom_right(
         raw: list[list[list[float]]], data: st.DataObject) -> None:
     # Zones as CAN makes them: boxes with a positive side on every dimension, drawn on a
     # coarse grid so that many touch.
@@ -433,8 +433,29 @@ def test_the_array_test_of_upper_left_zones_agrees_with_upper_left(
     n = len(zones)
     rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
     of = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
-    got = _Boxes(zones).upper_left_of_any(np.array(rows), np.array(of)).tolist()
+    boxes = _Boxes(zones)
+    got = boxes.upper_left_of_any(np.array(rows), np.array(of)).tolist()
     assert got == [any(can.upper_left(zones[r], zones[o]) for o in of) for r in rows]
+    for z in zones:  # and each zone's sides, as a peer works them out for its neighbours
+        ahead, later = boxes.sides_of(z)
+        assert ahead.tolist() == [can.upper_left(n, z) for n in zones]
+        assert later.tolist() == [can.bottom_right(n, z) for n in zones]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 7).flatmap(lambda d: st.tuples(
+    st.lists(st.lists(st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True),
+                      min_size=2 * d, max_size=2 * d), min_size=1, max_size=10),
+    st.lists(st.floats(0, 1), min_size=2 * d, max_size=2 * d))))
+def test_the_array_choice_of_the_next_hop_is_greedy_routings(
+        case: tuple[list[list[list[float]]], list[float]]) -> None:
+    raw, point = case
+    zones = [(tuple(min(p) for p in z), tuple(max(p) for p in z)) for z in raw]
+    ranks = [(can.distance2(z, tuple(point)), 0 if can.contains(z, tuple(point)) else 1)
+             for z in zones]
+    first = ranks.index(min(ranks))  # the first of the best, as the peer's loop took it
+    i, d2, holds = _Boxes(zones).nearest(tuple(point))
+    assert (i, (d2, 0 if holds else 1)) == (first, ranks[first])  # the same float, exactly
 
 
 def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:

@@ -233,6 +233,22 @@ class _Report(NamedTuple):
     subs: int  # subscriptions stored
 
 
+def _sides(n_lo: np.ndarray, n_hi: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Whether zones ``n`` lie upper-left and bottom-right of zones ``z``
+    (:func:`can.upper_left`, :func:`can.bottom_right`), over the broadcast shape of the
+    arrays without their last axis (the dimensions): touching on exactly one dimension,
+    overlapping on every other, on the side that dimension calls upper-left (below on a
+    start dimension, above on an end one) or bottom-right (the other)."""
+    below, above = n_hi == z_lo, n_lo == z_hi
+    touch = below | above
+    face = (touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=-1) & (touch.sum(axis=-1) == 1)
+    start = np.arange(n_lo.shape[-1]) % 2 == 0
+    upper_left = ((below & start) | (above & ~start)).any(axis=-1)
+    bottom_right = ((above & start) | (below & ~start)).any(axis=-1)
+    return face & upper_left, face & bottom_right
+
+
 class _Boxes:
     """Zones as arrays, to ask :func:`can.meets` and :func:`can.upper_left` of many at once
     (DeliverEvent asks them of every neighbour zone for every event a peer handles: with a
@@ -242,8 +258,6 @@ class _Boxes:
         self.lo = np.array([z[0] for z in zones], dtype=float)
         self.hi = np.array([z[1] for z in zones], dtype=float)
         self.top = self.hi == 1.0
-        # A start dimension (even): "left" is below; an end dimension (odd): "up" is above.
-        self.start = np.arange(self.lo.shape[1] if self.lo.ndim == 2 else 0) % 2 == 0
 
     def meeting(self, box: Zone) -> np.ndarray:
         """Whether each zone holds a point of the closed ``box`` (as can.meets)."""
@@ -252,19 +266,33 @@ class _Boxes:
         lo, hi = np.asarray(box[0]), np.asarray(box[1])
         return (self.lo <= hi).all(axis=1) & ((lo < self.hi) | self.top).all(axis=1)
 
+    def nearest(self, point: Point) -> tuple[int, float, bool]:
+        """The zone greedy routing takes toward ``point``: the first of those nearest to
+        it (:func:`can.distance2`, summed in the same order, so equal to the last bit)
+        that holds it if any; with its squared distance and whether it holds the point."""
+        p = np.asarray(point)
+        gap = np.where(p < self.lo, self.lo - p, np.where(p > self.hi, p - self.hi, 0.0))
+        d2 = np.cumsum(gap * gap, axis=1)[:, -1]
+        holds = (self.lo <= p).all(axis=1) & ((p < self.hi) | self.top).all(axis=1)
+        best = d2 == d2.min()
+        if (best & holds).any():
+            best &= holds
+        i = int(np.argmax(best))
+        return i, float(d2[i]), bool(holds[i])
+
+    def sides_of(self, zone: Zone) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each zone lies upper-left, and bottom-right, of ``zone``."""
+        if not len(self.lo):
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+        return _sides(self.lo, self.hi, np.asarray(zone[0])[None, :],
+                      np.asarray(zone[1])[None, :])
+
     def upper_left_of_any(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
-        """For each zone of ``rows`` (indices), whether it lies upper-left
-        (:func:`can.upper_left`) of at least one zone of ``of``: touching it on exactly
-        one dimension, on the side that dimension calls upper-left, and overlapping it on
-        every other."""
-        n_lo, n_hi = self.lo[rows][:, None, :], self.hi[rows][:, None, :]
-        z_lo, z_hi = self.lo[of][None, :, :], self.hi[of][None, :, :]
-        below, above = n_hi == z_lo, n_lo == z_hi
-        touch = below | above
-        faces = ((touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=2)
-                 & (touch.sum(axis=2) == 1))
-        toward = ((below & self.start) | (above & ~self.start)).any(axis=2)
-        return (faces & toward).any(axis=1)
+        """For each zone of ``rows`` (indices), whether it lies upper-left of at least one
+        zone of ``of``."""
+        upper_left, _ = _sides(self.lo[rows][:, None, :], self.hi[rows][:, None, :],
+                               self.lo[of][None, :, :], self.hi[of][None, :, :])
+        return upper_left.any(axis=1)
 
 
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
@@ -360,8 +388,7 @@ class MeghdootCore:
             assert zone is not None
             self._sides_of = (zones, zone)
             self._boxes = _Boxes([z for z, _ in zones])
-            self._ahead = np.array([can.upper_left(z, zone) for z, _ in zones], dtype=bool)
-            self._later = np.array([can.bottom_right(z, zone) for z, _ in zones], dtype=bool)
+            self._ahead, self._later = self._boxes.sides_of(zone)
         return zones
 
     def _set_nbrs(self, nbrs: Mapping[str, Zone]) -> None:
@@ -502,19 +529,15 @@ class MeghdootCore:
         assert self.zone is not None
         if can.contains(self.zone, point):
             return self._owner(msg, now_s)
-        here = (can.distance2(self.zone, point), 1)
-        best: tuple[tuple[float, int], str, list[str]] | None = None
-        for z, peers in self._zones():
-            rank = (can.distance2(z, point), 0 if can.contains(z, point) else 1)
-            if best is None or rank < best[0]:
-                best = (rank, peers[0], peers)
-        if best is None:
+        zones = self._zone_sides()
+        if not zones:
             return [Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id})]
+        i, d2, holds = self._boxes.nearest(point)
         out: list[Action] = []
-        if not best[0] < here:
+        if not (d2, 0 if holds else 1) < (can.distance2(self.zone, point), 1):
             self.stuck += 1  # greedy routing made no progress: should never happen
             out.append(Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id}))
-        out.append(Send(_pick(best[2], _msg_key(msg)), msg.forwarded()))
+        out.append(Send(_pick(zones[i][1], _msg_key(msg)), msg.forwarded()))
         return out
 
     def _owner(self, msg: Message, now_s: float, *, replica_copy: bool = False) -> list[Action]:
