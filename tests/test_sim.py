@@ -188,6 +188,38 @@ def test_two_hop_timing_is_exact(tmp_path: Path) -> None:
     assert result.end_s == pytest.approx(at_b2)
 
 
+def test_a_nic_serves_a_fast_link_between_the_frames_of_a_slow_one(tmp_path: Path) -> None:
+    # b0's NIC (10 Mbit/s) feeds a 2 Mbit/s link to b1 and a 100 Mbit/s link to b2; two
+    # publications flood both at one instant. A frame holds its link at the slower of the
+    # two rates but the NIC only at its own, so b2's frames leave in the NIC's gaps while
+    # b1's second frame waits for its link alone (NICs in nodes/sim.py).
+    _, pub = _matching_pair()
+    pubs = [Message(pub.type, i, "p0", 0, pub.payload) for i in (1, 2)]
+    g = nx.Graph()
+    g.add_edge("b0", "b1", bw_mbps=2.0, delay_ms=1.0)
+    g.add_edge("b0", "b2", bw_mbps=100.0, delay_ms=1.0)
+    g.nodes["b0"]["nic_mbps"] = 10.0
+    t = 1.0
+    simulate(g, _ops([ClientOp(t, "p0", "b0", m) for m in pubs]), "flood", seed=0,
+             out_dir=tmp_path)
+    size = {frame_size(Message(m.type, m.msg_id, "p0", 0, {**m.payload, "t_pub": SIM_EPOCH_S + t}))
+            for m in pubs}
+    assert len(size) == 1  # equal frames: the arithmetic below holds for both
+    nic_s = size.pop() * 8 / 10e6  # a frame's time on the NIC (and on the fast link)
+    slow_s = 5 * nic_s  # on the 2 Mbit/s link
+
+    def arrivals(at: str) -> list[float]:
+        return sorted(r["t_mono"] for r in _read(tmp_path / f"{at}.jsonl")
+                      if r["ev"] == "recv" and r["link"] == "b0")
+
+    # NIC: b1's first frame [0, 1), b2's first [1, 2), b2's second [2, 3) (in nic_s, from
+    # t); b1's second starts when its link is free, at 5.
+    assert arrivals("b2") == pytest.approx([t + 2 * nic_s + 0.001, t + 3 * nic_s + 0.001],
+                                           abs=2e-6)
+    assert arrivals("b1") == pytest.approx([t + slow_s + 0.001, t + 2 * slow_s + 0.001],
+                                           abs=2e-6)
+
+
 class _Probe:
     """A flood core that remembers every event it is given and sets a timer per publish."""
 
