@@ -60,6 +60,18 @@ def _run_emulated(plan: RunPlan, out: Path) -> Path:
     return run_dir
 
 
+def _estimates(mode: Mapping[str, Any], n: int) -> list[float]:
+    """Per point, the seconds it should take: ``est_s`` is one figure for every point or
+    a list with one per value (points whose times differ a hundredfold, as Meghdoot's
+    100 to 10,000 peers, would otherwise make a poor estimate of the time left)."""
+    est = mode["est_s"]
+    if isinstance(est, list):
+        if len(est) != n:
+            raise SpecError(f"est_s: {len(est)} figures for {n} points")
+        return [float(e) for e in est]
+    return [float(est)] * n
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
@@ -102,10 +114,12 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path
             for name, exp in experiments.items()}
     if runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
+    estimates = [(name, est) for name, pts in todo.items()
+                 for est in _estimates(experiments[name]["quick" if quick else "full"],
+                                       len(pts))]
     folder = new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                    f"{'-quick' if quick else ''}")
-    progress = _Progress(paper_name, [(name, experiments[name]["quick" if quick else "full"]
-                                       ["est_s"]) for name, pts in todo.items() for _ in pts])
+    progress = _Progress(paper_name, estimates)
     points: dict[str, list[Point]] = {}
     for name, plans in todo.items():
         exp = experiments[name]

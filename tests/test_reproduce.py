@@ -125,3 +125,13 @@ def test_the_page_renders_in_a_browser(reproduced: dict[str, dict], paper: str,
         assert all(link.startswith("file://") for link in run_links)
     finally:
         driver.quit()
+
+
+def test_time_estimates_are_one_per_point_or_one_for_all() -> None:
+    from experiments.reproduce import _estimates
+    from experiments.spec import SpecError
+
+    assert _estimates({"est_s": 5}, 3) == [5.0, 5.0, 5.0]
+    assert _estimates({"est_s": [40, 400, 1500]}, 3) == [40.0, 400.0, 1500.0]
+    with pytest.raises(SpecError, match="est_s: 2 figures for 3 points"):
+        _estimates({"est_s": [40, 400]}, 3)
