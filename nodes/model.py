@@ -19,6 +19,9 @@ Readings and choices
 - :func:`overlaps` is exact. Without a schema it reads numeric attributes as dense (any
   ``int`` or ``float``) and string attributes over all Python strings; with a schema,
   ``int`` attributes admit integers only, so ``x > 2 and x < 3`` does not overlap there.
+- :func:`covers` (every notification matching one filter matches another) is exact on
+  the same domains: ``x >= 3`` covers ``x > 2`` over an ``int`` attribute, not without
+  a schema.
 """
 
 from __future__ import annotations
@@ -243,6 +246,87 @@ def overlaps(adv: Filter, sub: Filter, schema: Schema | None = None) -> bool:
     return all(
         iv.witness(types.get(attr)) is not None for attr, iv in filter_bounds(adv + sub).items()
     )
+
+
+def covers(f: Filter, g: Filter, schema: Schema | None = None) -> bool:
+    """Whether every notification that matches ``g`` also matches ``f`` (``f`` covers
+    ``g``; subscription covering, as Siena uses it to stop forwarding ``g``).
+
+    Exact for conjunctions, on the domains :func:`overlaps` reads (dense numbers without
+    a schema, integers for a schema's ``int`` attributes, all strings): per attribute
+    ``f`` constrains, ``g``'s interval lies within ``f``'s. An attribute ``f`` leaves
+    free is covered; one ``f`` constrains and ``g`` leaves free is not (``g`` then
+    matches notifications without it, which ``f`` fails). A ``g`` no notification
+    matches is covered by every ``f``. See :func:`bounds_cover` to reuse bounds.
+    """
+    return bounds_cover(filter_bounds(f), filter_bounds(g), schema)
+
+
+def bounds_cover(outer: Mapping[str, Interval], inner: Mapping[str, Interval],
+                 schema: Schema | None = None) -> bool:
+    """:func:`covers` on bounds already computed with :func:`filter_bounds` (a routing
+    core keeps them per subscription, so each test is a few comparisons)."""
+    types: Mapping[str, AttrType] = schema if schema is not None else {}
+    if any(iv.witness(types.get(attr)) is None for attr, iv in inner.items()):
+        return True  # g matches nothing, so nothing it matches escapes f
+    for attr, out in outer.items():
+        inn = inner.get(attr)
+        if inn is None:
+            return False
+        if isinstance(_bound_sample(out), str) != isinstance(_bound_sample(inn), str):
+            raise ValidationError(f"{attr}: predicates mix str and numeric constants")
+        if not _within(inn, out, types.get(attr)):
+            return False
+    return True
+
+
+def _within(inn: Interval, out: Interval, attr_type: AttrType | None) -> bool:
+    """Whether the non-empty interval ``inn`` lies within ``out``, over the domain."""
+    if attr_type is None:
+        attr_type = "str" if isinstance(_bound_sample(inn), str) else "float"
+    if attr_type == "int":
+        return _int_within(inn, out)
+    if attr_type == "str":
+        return _str_within(inn, out)
+    lo_ok = out.lo is None or (inn.lo is not None and (
+        inn.lo > out.lo or (inn.lo == out.lo and (out.lo_closed or not inn.lo_closed))))
+    return lo_ok and (out.hi is None or (inn.hi is not None and (
+        inn.hi < out.hi or (inn.hi == out.hi and (out.hi_closed or not inn.hi_closed)))))
+
+
+def _int_within(inn: Interval, out: Interval) -> bool:
+    # Over the integers every bound is a closed one: x > 2.5 is x >= 3.
+    def lo(iv: Interval) -> int | None:
+        if iv.lo is None:
+            return None
+        return math.ceil(iv.lo) if iv.lo_closed else math.floor(iv.lo) + 1
+
+    def hi(iv: Interval) -> int | None:
+        if iv.hi is None:
+            return None
+        return math.floor(iv.hi) if iv.hi_closed else math.ceil(iv.hi) - 1
+
+    in_lo, out_lo, in_hi, out_hi = lo(inn), lo(out), hi(inn), hi(out)
+    return ((out_lo is None or (in_lo is not None and in_lo >= out_lo))
+            and (out_hi is None or (in_hi is not None and in_hi <= out_hi)))
+
+
+def _str_within(inn: Interval, out: Interval) -> bool:
+    # Over strings, s + '\x00' is the successor of s, so every interval is exactly
+    # [lo, hi): x > s is x >= s + '\x00', x <= s is x < s + '\x00', and '' is the least
+    # string. Then [a, b) within [c, d), for a non-empty [a, b), iff c <= a and b <= d.
+    def lo(iv: Interval) -> str:
+        if iv.lo is None:
+            return ""
+        return str(iv.lo) if iv.lo_closed else str(iv.lo) + "\x00"
+
+    def hi(iv: Interval) -> str | None:
+        if iv.hi is None:
+            return None
+        return str(iv.hi) + "\x00" if iv.hi_closed else str(iv.hi)
+
+    in_hi, out_hi = hi(inn), hi(out)
+    return lo(inn) >= lo(out) and (out_hi is None or (in_hi is not None and in_hi <= out_hi))
 
 
 class Schema(Mapping[str, AttrType]):

@@ -183,7 +183,9 @@ def _candidates(t: str, constants: set) -> list:
     if t == "int":
         return list(range(-4, 9))
     if t == "float":
-        return [x / 4 for x in range(-12, 32)]  # quarter steps between half-step constants
+        # Eighth steps past the constants (quarter steps from -2 to 7.25): a
+        # witness strictly between any two of them and outside every one.
+        return [x / 8 for x in range(-40, 72)]
     return sorted({"", *constants, *(c + "\x00" for c in constants)})
 
 

@@ -17,11 +17,13 @@ links opened on demand, :mod:`nodes.cores.gossip`), ``meghdoot`` (content-based 
 over a CAN, :mod:`nodes.cores.meghdoot`), ``snr`` (OctopiA's static notification
 routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
 dynamic routing, :mod:`nodes.cores.idr`), ``tid-static`` (PADRES's
-TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`) and
+TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`),
 ``tid-dynamic`` (its dynamic variant, which may reroute a notification over another last
-hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), and the
-bulk-data agents ``lbdd`` (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel``
-(:mod:`nodes.cores.p2p`), which need every broker's ``ip`` node attribute.
+hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), ``siena``
+(Siena-style filter-based routing on a spanning tree with optional covering, Kyra's
+baseline, :mod:`nodes.cores.siena`), and the bulk-data agents ``lbdd``
+(:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel`` (:mod:`nodes.cores.p2p`), which
+need every broker's ``ip`` node attribute.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
-from nodes.cores import flood, gossip, idr, lbdd, meghdoot, octopia, p2p, tid
+from nodes.cores import flood, gossip, idr, lbdd, meghdoot, octopia, p2p, siena, tid
 from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
@@ -62,6 +64,7 @@ CORES: dict[str, CoreInfo] = {
                          meghdoot.overlay_params),
     "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
     "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
+    "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params),
     "tid-static": CoreInfo(tid.TidCore),
     "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
     "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),
