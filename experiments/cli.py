@@ -159,7 +159,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from analysis.reproduction import format_rows
     from experiments.reproduce import reproduce
 
-    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out))
+    resume = Path(args.resume) if args.resume else None
+    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out), resume)
     _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
     return 0
 
@@ -330,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("paper", help=f"one of: {', '.join(PAPERS)}")
     rp.add_argument("--runtime", choices=["sim", "emulated"], default="sim",
                     help="simulator (default) or Mininet (root)")
+    rp.add_argument("--resume", metavar="FOLDER",
+                    help="an earlier reproduction folder of this paper (same runtime and "
+                         "scale): its finished points are read, not run again; the rest "
+                         "run into it and the page is written anew")
     rp.add_argument("--quick", action="store_true",
                     help="the smaller scale the data file states (about a minute each)")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,

@@ -18,6 +18,7 @@ sweep), which run in the simulator and say so in the page's run list.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -31,7 +32,7 @@ from analysis.reproduction import Point, headline_rows, load_point, run_records,
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.spec import PAPERS, PAPERS_DIR, SpecError, load_spec
-from nodes.runfolder import REPRODUCTION_INDEX, new_run_dir, write_json
+from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, SUMMARY, new_run_dir, write_json
 
 RUNTIMES = ("sim", "emulated")
 
@@ -99,11 +100,44 @@ class _Progress:
         self.spent_est += self.plan[self.done][1]
         self.done += 1
 
+    def skip(self) -> None:
+        """A point read from an earlier run: done, but no measure of the pace (reading it
+        took next to nothing)."""
+        self.done += 1
 
-def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path
-              ) -> tuple[Path, dict[str, Any]]:
+
+def _finished(out: Path, plan: RunPlan, runtime: str) -> Path | None:
+    """A run folder under ``out`` of an earlier run of exactly this plan's resolved spec in
+    ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
+    summaries; None if there is none."""
+    want = json.loads(json.dumps(plan.spec.to_dict()))
+    for manifest_path in sorted(out.glob(f"*/{MANIFEST}")):
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a run cut off while writing it: run the point again
+        if (manifest.get("spec") == want and manifest.get("runtime") == runtime
+                and any(manifest_path.parent.glob(f"*/{SUMMARY}"))):
+            return manifest_path.parent
+    return None
+
+
+def _resume_folder(resume: Path, paper_name: str, runtime: str, quick: bool) -> Path:
+    """The reproduction folder ``resume``, checked to be one of this paper and runtime."""
+    name = f"reproduce-{paper_name}-{runtime}{'-quick' if quick else ''}"
+    if not resume.is_dir() or not re.search(rf"-{re.escape(name)}(-\d+)?$", resume.name):
+        raise SpecError(f"--resume {resume}: not a folder of `reproduce {paper_name}` "
+                        f"({'--quick, ' if quick else ''}{runtime}), named <stamp>-{name}")
+    return resume.resolve()
+
+
+def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
+              resume: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
-    result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``)."""
+    result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
+    earlier reproduction folder of the same paper, runtime and scale: each point that has
+    a finished run there (the same resolved spec) is read instead of run again, the others
+    run into it, and the page is written anew."""
     if runtime not in RUNTIMES:
         raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
     paper = load_paper(paper_name)
@@ -117,8 +151,9 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path
     estimates = [(name, est) for name, pts in todo.items()
                  for est in _estimates(experiments[name]["quick" if quick else "full"],
                                        len(pts))]
-    folder = new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
-                                   f"{'-quick' if quick else ''}")
+    folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
+              else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
+                                         f"{'-quick' if quick else ''}"))
     progress = _Progress(paper_name, estimates)
     points: dict[str, list[Point]] = {}
     for name, plans in todo.items():
@@ -127,9 +162,18 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path
         for i, (x, plan) in enumerate(plans, 1):
             progress.start(name, i, len(plans), x)
             out = folder / name
+            emulated = runtime == "emulated" and not exp.get("simulated_only")
+            done = (_finished(out, plan, "emulated" if emulated else "simulated")
+                    if resume is not None else None)
+            if done is not None:
+                log(f"reproduce {paper_name}: {name} at {x:g}: reusing {done.name}"
+                    if x is not None else f"reproduce {paper_name}: {name}: reusing {done.name}")
+                points[name].append(load_point(done, x))
+                progress.skip()
+                continue
             label = plan.name if x is None else re.sub(
                 r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
-            if runtime == "emulated" and not exp.get("simulated_only"):
+            if emulated:
                 run_dir = _run_emulated(plan, out)
             else:
                 from experiments.runs.simulated import run_simulation

@@ -135,3 +135,25 @@ def test_time_estimates_are_one_per_point_or_one_for_all() -> None:
     assert _estimates({"est_s": [40, 400, 1500]}, 3) == [40.0, 400.0, 1500.0]
     with pytest.raises(SpecError, match="est_s: 2 figures for 3 points"):
         _estimates({"est_s": [40, 400]}, 3)
+
+
+def test_resume_reads_the_finished_points_and_writes_the_same_rows(
+        reproduced: dict[str, dict], tmp_path: Path) -> None:
+    first = reproduced["meghdoot"]
+    folder = Path(first["page"]).parent
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--resume", str(folder), "--json"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    again = json.loads(res.stdout.strip().splitlines()[-1])
+    assert again["rows"] == first["rows"] and again["runs"] == first["runs"]
+    assert res.stderr.count("reusing") == len(first["runs"])
+    assert "simulating" not in res.stderr  # nothing ran again
+    # A folder of another paper or scale is refused in one line, nothing written.
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "lbdd",
+                          "--quick", "--resume", str(folder)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        f"pubsublab: error: --resume {folder}: not a folder of `reproduce lbdd` "
+        f"(--quick, sim), named <stamp>-reproduce-lbdd-sim-quick"]
