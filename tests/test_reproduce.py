@@ -4,6 +4,7 @@ the page opened in a real headless Chromium (Debian's chromium and chromium-driv
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,10 @@ def test_the_default_reading_gives_the_papers_subscription_directions(
     assert not rows["Fig. 11(c), other reading"]["direction_agrees"]
 
 
-def _browser():
-    """A headless Chromium driven through chromedriver; fails saying what to install."""
+def _browser(tmp: Path):
+    """A headless Chromium driven through chromedriver, its profile and temporary files in
+    ``tmp`` (left to itself it leaves a profile folder in /tmp per start); fails saying
+    what to install."""
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not shutil.which(path):
             pytest.fail(f"{path} missing: run `sudo make setup` (apt-get install {package})")
@@ -93,16 +96,18 @@ def _browser():
     options.binary_location = CHROMIUM
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync"):
+                "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={tmp / 'profile'}"):
         options.add_argument(arg)
-    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    service = Service(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp)})
+    return webdriver.Chrome(service=service, options=options)
 
 
 @pytest.mark.parametrize("paper", PAPERS)
 def test_the_page_renders_in_a_browser(reproduced: dict[str, dict], paper: str,
                                        tmp_path: Path) -> None:
     d = reproduced[paper]
-    driver = _browser()
+    driver = _browser(tmp_path)
     try:
         driver.get(Path(d["page"]).as_uri())
         body_rows = driver.execute_script(
