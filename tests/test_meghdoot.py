@@ -68,6 +68,10 @@ def check_can(peers: Sequence[MeghdootCore]) -> None:
         want = {q.broker: q.zone for q in live
                 if q.zone != p.zone and can.abutment(p.zone, q.zone)}
         assert p.nbrs == want, p.broker
+        by_zone: dict[can.Zone, list[str]] = {}  # the table by zone, as the peer keeps it
+        for q in sorted(want):
+            by_zone.setdefault(want[q], []).append(q)
+        assert p._zones() == sorted(by_zone.items(), key=lambda zp: zp[1][0]), p.broker
         assert p.group == {q.broker for q in zones[p.zone]}, p.broker
         assert set(p.subs) == set(zones[p.zone][0].subs), p.broker
 
@@ -196,7 +200,7 @@ def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
     core = MeghdootCore("p0", (), {"seed_peer": "p0", **params})
     core.spread.now = spread
     core.subs = {("c", i): None for i in range(subs)}  # only their number counts
-    core.nbrs = {p: can.whole(core.space.dims) for p in nbrs}
+    core._set_nbrs({p: can.whole(core.space.dims) for p in nbrs})
     core._heard({p: [spread_p + subs_p, spread_p, subs_p]
                  for p, (spread_p, subs_p) in nbrs.items()})  # as their reports carry them
     return core
