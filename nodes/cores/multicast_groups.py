@@ -11,7 +11,8 @@ params, and builds one tree per group; an event is then multicast on its cell's 
 Why by hand: routing cores may import only the standard library and numpy
 (``tests/test_layering.py``), and no clustering library is a dependency. Lloyd's iteration
 is a dozen lines here, and writing it out pins what a library would leave open: the Forgy
-draw (from ``random.Random(seed)``, reproducible across Python versions), the tie-break
+draw (from a hash of the seed, as every random choice of a core: no random number
+generator, so the same on every Python version and platform), the tie-break
 and the empty cluster.
 
 Weights (our reading; Kyra's example has none): a cell's event probability enters the
@@ -36,7 +37,7 @@ illustrates extraneous traffic; it is not a K-means output.
 
 from __future__ import annotations
 
-import random
+import hashlib
 from collections.abc import Hashable, Mapping, Sequence, Set
 from numbers import Integral
 
@@ -85,7 +86,7 @@ def forgy_kmeans(
     """A cluster label in ``[0, k)`` per row of ``vectors``: Forgy's K-means.
 
     Forgy's start: the initial centroids are ``k`` cells drawn at random, one after another
-    without replacement, from ``random.Random(seed)``; a cell whose vector equals an
+    without replacement, by :func:`_unit` draws from ``seed``; a cell whose vector equals an
     already drawn one is skipped, so the ``k`` centroids are distinct (two equal centroids
     would leave one cluster empty for ever). Cluster ``i`` starts at the ``i``-th drawn
     cell. Then Lloyd's iteration (:func:`lloyd`) runs for at most ``iterations`` centroid
@@ -111,8 +112,7 @@ def forgy_kmeans(
                          f"got {k!r}")
     if isinstance(seed, bool) or not isinstance(seed, Integral | str):
         raise ValueError(f"seed must be an int or str, got {seed!r}")
-    rng = random.Random(seed if isinstance(seed, str) else int(seed))
-    start = x[_forgy_draw(x, int(k), rng)]
+    start = x[_forgy_draw(x, int(k), str(seed if isinstance(seed, str) else int(seed)))]
     return _lloyd(x, start, w, _iterations(iterations))
 
 
@@ -202,15 +202,21 @@ def _nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
     return dist.argmin(axis=1)
 
 
-def _forgy_draw(x: np.ndarray, k: int, rng: random.Random) -> list[int]:
+def _unit(seed: str, i: int) -> float:
+    """The ``i``-th draw from ``seed``, uniform on [0, 1): a hash, not a random number
+    generator (cores keep no global randomness: tests/test_cores.py)."""
+    digest = hashlib.sha256(f"{seed}:{i}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _forgy_draw(x: np.ndarray, k: int, seed: str) -> list[int]:
     """Rows of ``k`` distinct vectors, drawn in order (a partial Fisher-Yates shuffle)."""
     order = list(range(len(x)))
     drawn: list[int] = []
     seen: set[tuple[float, ...]] = set()
     for i in range(len(order)):
-        # Only random() is promised to repeat across Python versions for a given seed, so
-        # the shuffle is written out on it (min(): the product may round up to the top).
-        j = min(len(order) - 1, i + int(rng.random() * (len(order) - i)))
+        # min(): the product may round up to the top.
+        j = min(len(order) - 1, i + int(_unit(seed, i) * (len(order) - i)))
         order[i], order[j] = order[j], order[i]
         key = tuple(x[order[i]].tolist())
         if key not in seen:
