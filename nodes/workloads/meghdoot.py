@@ -58,9 +58,12 @@ EVENT_SETS = ("uniform", "skewed")
 ORDERS = ("interleaved", "subs_first")
 PRICE_TOP, VOLUME_TOP = 500.0, 310_000_000
 PAPER_JOIN_PROBABILITY, PAPER_STEPS = 0.1, 14_029 + 115_000
+N_SYMBOLS, N_DAYS = 100, 1154  # the paper's real set: 100 stocks over 1,154 trading days
 
 
-def _uniform_subscription(rng: random.Random, symbols: list[str]) -> tuple[str, Filter]:
+def uniform_subscription(rng: random.Random, symbols: list[str]) -> tuple[str, Filter]:
+    """One subscription of the paper's synthetic set: a template drawn by its
+    probability, its parameters uniform (module docstring); (template, filter)."""
     template = weighted_choice(rng, MEGHDOOT_TEMPLATES)
     if template == "volume_ge":
         return template, (Predicate("Volume", ">=", rng.randint(0, VOLUME_TOP)),)
@@ -76,8 +79,9 @@ def _uniform_subscription(rng: random.Random, symbols: list[str]) -> tuple[str, 
     return template, (head, Predicate("Volume", ">=", rng.randint(0, VOLUME_TOP)))
 
 
-def _uniform_event(rng: random.Random, symbols: list[str], days: list[str]
-                   ) -> dict[str, Any]:
+def uniform_event(rng: random.Random, symbols: list[str], days: list[str]
+                  ) -> dict[str, Any]:
+    """One event of the paper's synthetic set: every attribute uniform (module docstring)."""
     return {"Date": rng.choice(days), "Symbol": rng.choice(symbols),
             **{a: round(rng.uniform(0, PRICE_TOP), 2) for a in ("Open", "High", "Low", "Close")},
             "Volume": rng.randint(0, VOLUME_TOP)}
@@ -93,8 +97,8 @@ def meghdoot_workload(
     join_probability: float | str = "paper",
     order: str = "interleaved",
     step_s: float = 0.1,
-    n_symbols: int = 100,
-    n_days: int = 1154,
+    n_symbols: int = N_SYMBOLS,
+    n_days: int = N_DAYS,
 ) -> Workload:
     """The workload of the module docstring; ValueError (one line) for bad arguments."""
     if events not in EVENT_SETS or order not in ORDERS:
@@ -152,7 +156,7 @@ def meghdoot_workload(
             if events == "skewed":
                 template, f = meghdoot_subscription(rng, by_symbol, symbols, volumes)
             else:
-                template, f = _uniform_subscription(rng, symbols)
+                template, f = uniform_subscription(rng, symbols)
             templates[template] = templates.get(template, 0) + 1
             client = f"s{k:06d}"
             clients[client] = peer
@@ -160,7 +164,7 @@ def meghdoot_workload(
         else:
             k = n_events - events_left
             events_left -= 1
-            event = quotes[k] if events == "skewed" else _uniform_event(rng, symbols, days)
+            event = quotes[k] if events == "skewed" else uniform_event(rng, symbols, days)
             client = f"e-{peer}"
             clients[client] = peer
             msg = Message(MsgType.PUBLISH, k + 1, client, payload={"attrs": event})

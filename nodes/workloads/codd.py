@@ -1,0 +1,283 @@
+"""CoDD's workload (paper §5.1, §5.4): a producer streams documents down a tree that
+consumers join, and some leave, while it runs; deterministic from a seed.
+
+Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4):
+
+- **Nodes**: the root (the producer's node) is the first name, ``min(nodes)``; it never
+  consumes. The others are the ``m`` consumers, arriving in name order.
+- **Documents**: document ``i`` (``0 .. d-1``) is a PUBLISH from client ``producer`` at
+  the root at ``t = i * step_s``, ``msg_id`` ``i + 1``.
+- **Arrivals** ("node i joins before document floor(i d / n)"): consumer ``i`` (0-based)
+  arrives half a step before document ``a_i = floor(i d / m)``, at
+  ``t = max(0, a_i step_s - step_s / 2)``, with two operations in this order: a
+  SUBSCRIBE from client ``q-<x>`` at broker ``x`` (``msg_id`` 1) and a JOIN from client
+  ``j-<x>`` at ``x`` with payload ``{"seeds": [root]}`` (the paper's "typical" seed set).
+  Operations at one time keep the order arrivals, leaves, documents.
+- **Settle**: ``meta["settle_s"]`` is half a step (as Meghdoot's), so a consumer's query
+  counts from document ``a_i`` on, the boundary being inclusive
+  (:mod:`nodes.workloads.oracle`); arrival times are nudged down by at most a few ulps
+  where floating point would put the arrival plus the settle time past that document. A
+  consumer with ``a_i = 0`` arrives at 0, with document 0: no consumer must receive it.
+- **Interest classes** (``interest="classes"``, the paper's synthetic default): ``k``
+  buckets; each consumer is in ``buckets_per_node`` distinct buckets drawn uniformly;
+  each document maps to ``j = max(1, round(selectivity k))`` distinct buckets drawn
+  uniformly, and its recipients are every consumer (joined or not yet) in their union.
+  Before documents ``cf, 2 cf, ...`` a **shuffle**: pick ``c`` buckets, split each
+  member set uniformly at random into two halves (sizes ``floor(n/2)`` and the rest),
+  pair the ``2c`` halves uniformly at random and merge each pair into one new bucket,
+  so there are still ``k``. With ``buckets_per_node > 1`` a consumer can meet itself
+  in a merge; it then keeps its count: its second copy goes to a new bucket without it,
+  drawn uniformly (ours; the paper has one bucket per node in mind). A document's payload
+  is ``{"seq": i, "to": HEX}``, HEX the lowercase hexadecimal (no ``0x``) of the int
+  whose bit ``j`` is set iff ``meta["nodes"][j]`` (the sorted names) is a recipient; the
+  root's bit is never set. Consumers subscribe with ``{"addressed": True}``: the oracle
+  reads the recipients from ``to`` and ``meta["addressed"]``.
+- **Stock interest** (``interest="stock"``, ours): each consumer's query is one of
+  Meghdoot's five templates and each document a uniform stock event, both from
+  :mod:`nodes.workloads.meghdoot`'s synthetic set over its 100 symbols and 1,154 days;
+  SUBSCRIBE ``{"filter": ...}``, PUBLISH ``{"seq": i, "attrs": event}``. Selectivity
+  then follows from the templates (about 2 %, measured); ``selectivity``, ``k``, ``c``,
+  ``cf`` and ``buckets_per_node`` are recorded but unused.
+- **Leaves** (``leave_fraction``): that share (rounded) of the consumers that can leave
+  (those arriving at least 5.5 steps before the last document) is drawn at random; each
+  leaves gracefully, a LEAVE from ``j-<x>`` at ``x`` (``msg_id`` 2), half a step before a
+  document drawn uniformly from those at least 5 steps after its arrival and before the
+  last document. Arrivals and leaves fall between documents, never on one, so the
+  oracle's verdict does not hang on a race (document 0 apart, above).
+
+``meta``: the parameters, ``root``, ``nodes`` (the bit order of ``to``), ``addressed``
+(the client of each bit, ``None`` for the root), ``membership`` (the root from 0, each
+consumer from its arrival to its leave or ``None``; the oracle's convention),
+``settle_s``, ``arrivals_s`` and ``leaves_s`` (consumer -> time), the measured
+``selectivity`` (mean over documents of recipients / consumers) beside
+``selectivity_asked``; for interest classes ``buckets_per_document``, ``buckets`` (the
+initial member lists), ``document_buckets`` (each document's buckets),
+``shuffle_documents`` (the documents each shuffle precedes) and ``shuffle_buckets`` (per
+shuffle, ``[bucket, members]`` of the buckets it rebuilt); for stock ``templates``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import Filter, Schema, filter_to_json
+from nodes.workloads.meghdoot import (
+    MEGHDOOT_SCHEMA,
+    N_DAYS,
+    N_SYMBOLS,
+    uniform_event,
+    uniform_subscription,
+)
+from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.stock import stock_universe, trading_days
+
+INTERESTS = ("classes", "stock")
+PRODUCER = "producer"
+MIN_STAY_STEPS = 5  # a leaving consumer stays at least this many steps
+_ARRIVE, _LEAVE, _DOCUMENT = range(3)  # the order of operations at one time
+
+
+def codd_workload(
+    nodes: Sequence[str],
+    n_documents: int,
+    *,
+    seed: int,
+    interest: str = "classes",
+    selectivity: float = 0.2,
+    k: int = 20,
+    c: int = 4,
+    cf: int = 200,
+    buckets_per_node: int = 1,
+    step_s: float = 0.1,
+    leave_fraction: float = 0.0,
+) -> Workload:
+    """The workload of the module docstring; ValueError (one line, naming the argument and
+    what is allowed) for bad arguments."""
+    _check_args(nodes, n_documents, interest, selectivity, k, c, cf, buckets_per_node,
+                step_s, leave_fraction)
+    rng = random.Random(f"{seed}/codd")
+    names = sorted(nodes)
+    root, consumers = names[0], names[1:]
+    d, m = n_documents, len(consumers)
+    settle_s = step_s / 2
+    first_doc = {x: i * d // m for i, x in enumerate(consumers)}
+    arrivals = {x: _arrival_s(a, step_s, settle_s) for x, a in first_doc.items()}
+
+    members: list[set[str]] = [set() for _ in range(k)] if interest == "classes" else []
+    queries: dict[str, tuple[str, Filter]] = {}
+    if interest == "classes":
+        for x in consumers:
+            for b in rng.sample(range(k), buckets_per_node):
+                members[b].add(x)
+        initial = [sorted(s) for s in members]
+    else:
+        stocks = sorted(rng.sample(stock_universe(seed), N_SYMBOLS), key=lambda s: s.symbol)
+        symbols = [s.symbol for s in stocks]
+        days = trading_days(N_DAYS)
+        queries = {x: uniform_subscription(rng, symbols) for x in consumers}
+
+    leaves = _leaves(rng, first_doc, d, step_s, leave_fraction)
+
+    timed: list[tuple[float, int, ClientOp]] = []
+    clients = {PRODUCER: root}
+    for x in consumers:
+        q, j = f"q-{x}", f"j-{x}"
+        clients[q] = clients[j] = x
+        payload = ({"addressed": True} if interest == "classes"
+                   else {"filter": filter_to_json(queries[x][1])})
+        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], q, x, Message(
+            MsgType.SUBSCRIBE, 1, q, payload=payload))))
+        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
+            MsgType.JOIN, 1, j, payload={"seeds": [root]}))))
+        if x in leaves:
+            timed.append((leaves[x], _LEAVE, ClientOp(leaves[x], j, x, Message(
+                MsgType.LEAVE, 2, j, payload={}))))
+
+    bit = {x: 1 << n for n, x in enumerate(names)}
+    j_buckets = max(1, round(selectivity * k))
+    masks = [sum(bit[x] for x in s) for s in members]
+    index = SubscriptionIndex()
+    for n, (_, f) in enumerate(queries.values()):
+        index.add(n, f)
+    document_buckets: list[list[int]] = []
+    shuffle_documents: list[int] = []
+    shuffle_buckets: list[list[list[Any]]] = []
+    reached = 0
+    for i in range(d):
+        t = _document_s(i, step_s)
+        if interest == "classes":
+            if i and c and i % cf == 0:
+                rebuilt = _shuffle(rng, members, c)
+                for b in rebuilt:
+                    masks[b] = sum(bit[x] for x in members[b])
+                shuffle_documents.append(i)
+                shuffle_buckets.append([[b, sorted(members[b])] for b in rebuilt])
+            picked = rng.sample(range(k), j_buckets)
+            document_buckets.append(picked)
+            to = 0
+            for b in picked:
+                to |= masks[b]
+            reached += to.bit_count()
+            payload = {"seq": i, "to": format(to, "x")}
+        else:
+            event = uniform_event(rng, symbols, days)
+            reached += len(index.match(event))
+            payload = {"seq": i, "attrs": event}
+        timed.append((t, _DOCUMENT, ClientOp(t, PRODUCER, root, Message(
+            MsgType.PUBLISH, i + 1, PRODUCER, payload=payload))))
+
+    timed.sort(key=lambda e: (e[0], e[1]))  # stable: a SUBSCRIBE stays before its JOIN
+    membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
+    for x in consumers:
+        membership[x] = [[arrivals[x], leaves.get(x)]]
+    meta: dict[str, Any] = {
+        "system": "codd", "seed": seed, "interest": interest,
+        "selectivity_asked": selectivity, "selectivity": reached / (d * m),
+        "k": k, "c": c, "cf": cf, "buckets_per_node": buckets_per_node,
+        "n_documents": d, "step_s": step_s, "leave_fraction": leave_fraction,
+        "root": root, "nodes": names,
+        "addressed": [None if x == root else f"q-{x}" for x in names],
+        "membership": membership, "settle_s": settle_s,
+        "arrivals_s": arrivals, "leaves_s": dict(sorted(leaves.items())),
+    }
+    if interest == "classes":
+        meta.update({"buckets_per_document": j_buckets, "buckets": initial,
+                     "document_buckets": document_buckets,
+                     "shuffle_documents": shuffle_documents,
+                     "shuffle_buckets": shuffle_buckets})
+    else:
+        templates: dict[str, int] = {}
+        for template, _ in queries.values():
+            templates[template] = templates.get(template, 0) + 1
+        meta["templates"] = dict(sorted(templates.items()))
+    schema = Schema({}) if interest == "classes" else MEGHDOOT_SCHEMA
+    return Workload(schema, clients, tuple(op for _, _, op in timed), meta)
+
+
+def _document_s(i: int, step_s: float) -> float:
+    """Document ``i``'s time, rounded to the nanosecond so that the log reads 0.3, not
+    0.30000000000000004."""
+    return round(i * step_s, 9)
+
+
+def _arrival_s(first_doc: int, step_s: float, settle_s: float) -> float:
+    """Half a step before document ``first_doc`` (0 for the first), nudged down until the
+    arrival plus the settle time is no later than the document in floating point: the
+    oracle's inclusive boundary must count that document."""
+    t_doc = _document_s(first_doc, step_s)
+    t = max(0.0, round(t_doc - step_s / 2, 9))
+    while first_doc and t + settle_s > t_doc:
+        t = math.nextafter(t, -math.inf)
+    return t
+
+
+def _leaves(rng: random.Random, first_doc: dict[str, int], d: int, step_s: float,
+            leave_fraction: float) -> dict[str, float]:
+    """Leaving consumer -> its LEAVE time (module docstring). In half steps: an arrival
+    at ``max(0, 2a - 1)``, a leave before document ``L`` at ``2L - 1``, at least
+    ``2 MIN_STAY_STEPS`` half steps apart."""
+    earliest = {x: -(-(max(0, 2 * a - 1) + 2 * MIN_STAY_STEPS + 1) // 2)
+                for x, a in first_doc.items()}
+    can_leave = [x for x in first_doc if earliest[x] <= d - 1]
+    leaving = rng.sample(can_leave, round(leave_fraction * len(can_leave)))
+    return {x: round(rng.randint(earliest[x], d - 1) * step_s - step_s / 2, 9)
+            for x in sorted(leaving)}
+
+
+def _shuffle(rng: random.Random, members: list[set[str]], c: int) -> list[int]:
+    """One shuffle of the module docstring, in place; the rebuilt buckets, sorted."""
+    picked = sorted(rng.sample(range(len(members)), c))
+    halves: list[list[str]] = []
+    for b in picked:
+        group = sorted(members[b])
+        rng.shuffle(group)
+        halves += [group[: len(group) // 2], group[len(group) // 2:]]
+    rng.shuffle(halves)  # consecutive halves pair up: a uniform random pairing
+    merged = [set(halves[2 * n]) | set(halves[2 * n + 1]) for n in range(c)]
+    for n in range(c):
+        for x in sorted(set(halves[2 * n]) & set(halves[2 * n + 1])):
+            # x met itself: it keeps its count in a new bucket without it. One exists, as
+            # x was in at most c of the picked buckets.
+            merged[rng.choice([q for q in range(c) if x not in merged[q]])].add(x)
+    for b, s in zip(picked, merged, strict=True):
+        members[b] = s
+    return picked
+
+
+def _check_args(nodes: Sequence[str], n_documents: int, interest: str, selectivity: float,
+                k: int, c: int, cf: int, buckets_per_node: int, step_s: float,
+                leave_fraction: float) -> None:
+    def integer(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def number(v: object) -> bool:
+        return (isinstance(v, int | float) and not isinstance(v, bool)
+                and math.isfinite(v))
+
+    checks = (
+        ("nodes", f"{len(nodes)} names, {len(set(nodes))} distinct",
+         len(set(nodes)) == len(nodes) >= 2,
+         "at least 2 distinct names (the root and a consumer)"),
+        ("n_documents", n_documents, integer(n_documents) and n_documents >= 1,
+         "an integer >= 1"),
+        ("interest", interest, interest in INTERESTS, f"one of {', '.join(INTERESTS)}"),
+        ("selectivity", selectivity, number(selectivity) and 0 < selectivity <= 1,
+         "a number in (0, 1]"),
+        ("k", k, integer(k) and k >= 1, "an integer >= 1"),
+        ("c", c, integer(c) and integer(k) and 0 <= c <= k, f"an integer 0..k ({k})"),
+        ("cf", cf, integer(cf) and cf >= 1, "an integer >= 1"),
+        ("buckets_per_node", buckets_per_node,
+         integer(buckets_per_node) and integer(k) and 1 <= buckets_per_node <= k,
+         f"an integer 1..k ({k})"),
+        ("step_s", step_s, number(step_s) and step_s > 0, "a number > 0"),
+        ("leave_fraction", leave_fraction, number(leave_fraction) and 0 <= leave_fraction <= 1,
+         "a number in [0, 1]"),
+    )
+    for name, value, ok, allowed in checks:
+        if not ok:
+            raise ValueError(f"{name}: bad value {value!r}; allowed: {allowed}")
