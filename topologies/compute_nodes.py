@@ -14,7 +14,8 @@ first. A SCOT region is a K_m clique, so fewer than m compute nodes is impossibl
 refused up front with the clique named. Compute nodes are numbered in order of first use
 by the brokers.
 
-Under Mininet: ``sudo mn --custom topologies/custom.py --topo scot-compute-nodes``
+Under Mininet: ``sudo mn --custom topologies/custom.py --topo scot-compute-nodes
+--switch lxbr --controller none``
 """
 
 from __future__ import annotations

@@ -3,7 +3,11 @@
 From the repository root::
 
     sudo mn --custom topologies/custom.py --topo scot,tree=a-b+b-c,m=3,mode=switch \\
-        --test pingall
+        --switch lxbr --controller none --test pingall
+
+(``--switch lxbr --controller none``: mn's default switch, without a controller, is an OVS
+bridge on the kernel datapath, which forwards nothing where the kernel lacks the OVS
+module; ``pubsublab doctor`` names these options.)
 
 ``mn`` splits ``--topo NAME,ARG,KEY=VALUE`` on ',' (so tree edges are joined with '+'),
 turns numbers into numbers and calls ``topos[NAME](*args, **kwargs)``. The values are the

@@ -9,7 +9,8 @@ non-blocking gigabit fabric), with 1000 Mbit/s access links by default. Hosts ar
 Every PC can reach every other directly, so the overlay (``graph['overlay']``) is the
 complete graph on the PCs, typed 'overlay'.
 
-Under Mininet: ``sudo mn --custom topologies/custom.py --topo gigabit-cluster,paper_ips=1``
+Under Mininet: ``sudo mn --custom topologies/custom.py --topo gigabit-cluster,paper_ips=1
+--switch lxbr --controller none``
 """
 
 from __future__ import annotations

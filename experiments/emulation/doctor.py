@@ -194,6 +194,13 @@ def _tool(name: str, package: str) -> Check:
     return Check(name, bool(path), path or "not found", fix)
 
 
+# The switch for plain `mn --custom topologies/custom.py` (README, Lab 1). With no OpenFlow
+# controller installed, mn's default switch falls back to an OVS bridge on the kernel
+# datapath, which forwards nothing where the kernel has no OVS module (pingall then hangs
+# for minutes); a Linux bridge forwards with or without the module, like the runner's.
+MN_SWITCH_ARGS = "--switch lxbr --controller none"
+
+
 def probe() -> dict[str, Any]:
     """Run every check. ``mechanisms`` says what the runner will use because of them."""
     root = os.geteuid() == 0
@@ -216,6 +223,7 @@ def probe() -> dict[str, Any]:
         _tool("tcpdump", "tcpdump"),
         _tool("iperf3", "iperf3"),
         _tool("ethtool", "ethtool"),
+        _tool("brctl", "bridge-utils"),  # Mininet's LinuxBridge
         _java(),
         _cpu_limit(),
         _run_cgroup(),
@@ -235,6 +243,7 @@ def probe() -> dict[str, Any]:
         "ok": all(c.ok for c in checks if c.required),
         "checks": [asdict(c) for c in checks],
         "mechanisms": mechanisms,
+        "mn_switch_args": MN_SWITCH_ARGS if by_name["brctl"].ok else None,
     }
 
 
@@ -249,4 +258,7 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(line)
     mech = ", ".join(f"{k}={v}" for k, v in result["mechanisms"].items())
     lines.append(f"mechanisms: {mech}")
+    if result["mn_switch_args"]:
+        lines.append("plain mn:   sudo mn --custom topologies/custom.py --topo NAME,... "
+                     f"{result['mn_switch_args']}")
     return "\n".join(lines)
