@@ -47,7 +47,10 @@ runs in seconds)::
                            # see nodes.workloads.burst
 
 ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point), with its own
-keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`).
+keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`). ``kind: codd`` is
+CoDD's document stream to consumers that join (and leave) while it runs
+(:data:`CODD_DEFAULTS`, :mod:`nodes.workloads.codd`); like ``kind: meghdoot`` it needs
+``routing.links: on-demand``.
 
 Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
 fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
@@ -83,6 +86,7 @@ from nodes.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calib
 from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
+from nodes.workloads.codd import codd_workload
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
@@ -112,8 +116,14 @@ MEGHDOOT_DEFAULTS: dict[str, Any] = {
     "join_probability": "paper", "order": "interleaved", "step_s": 0.1, "n_symbols": 100,
     "n_days": 1154,
 }
+# CoDD's stream (nodes.workloads.codd): the paper's defaults (Fig. 8, §5.1): 10,000
+# documents, selectivity 0.2, k = 20 interest classes, a shuffle of c = 4 every 200.
+CODD_DEFAULTS: dict[str, Any] = {
+    "kind": "codd", "n_documents": 10000, "interest": "classes", "selectivity": 0.2,
+    "k": 20, "c": 4, "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
+}
 WORKLOAD_KINDS = {"stock": WORKLOAD_DEFAULTS, "bulk": BULK_DEFAULTS,
-                  "meghdoot": MEGHDOOT_DEFAULTS}
+                  "meghdoot": MEGHDOOT_DEFAULTS, "codd": CODD_DEFAULTS}
 BURST_DEFAULTS: dict[str, Any] = {
     "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
 }
@@ -535,6 +545,23 @@ def build_meghdoot_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -
         raise SpecError(f"workload: {exc}") from None
 
 
+def build_codd_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
+    """CoDD's stream over the graph's brokers (the first by name is the root), or a
+    SpecError naming the field."""
+    names = brokers(graph)
+    if len(names) < 2:
+        raise SpecError(f"topology: a codd workload needs at least 2 brokers (the root and "
+                        f"a consumer); {spec.topology.name!r} has {len(names)}")
+    try:
+        return codd_workload(
+            names, p["n_documents"], seed=spec.seed, interest=p["interest"],
+            selectivity=p["selectivity"], k=p["k"], c=p["c"], cf=p["cf"],
+            buckets_per_node=p["buckets_per_node"], step_s=p["step_s"],
+            leave_fraction=p["leave_fraction"])
+    except ValueError as exc:  # "field: bad value ...; allowed: ..."
+        raise SpecError(f"workload.{exc}") from None
+
+
 def stream_cap_mbps(value: Any) -> float | None:
     """``workload.stream_mbps`` checked: a per-connection rate cap in Mbit/s (a positive
     number) or None (no cap); a SpecError otherwise."""
@@ -645,6 +672,11 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                                 "it runs; allowed: on-demand")
             workload = build_meghdoot_workload(spec, graph, wparams)
             _check_buckets(algorithms, wparams["step_s"])
+        if kind == "codd":
+            if links != "on-demand":
+                raise SpecError("routing.links: a codd workload builds its trees while it "
+                                "runs; allowed: on-demand")
+            workload = build_codd_workload(spec, graph, wparams)
         if kind == "stock":
             workload = build_workload(spec, graph, wparams)
             last = max((op.t_s for op in workload.ops), default=0.0)

@@ -49,6 +49,15 @@ def format_plan(plan: RunPlan) -> str:
                      f"{m['n_events']} {m['events']} events ({m['order']}), {m['n_peers']} of "
                      f"{m['n_peers_bound']} peers joined, {w['ops']} operations, phase "
                      f"{d['phase_s']:g} s")
+    elif w["kind"] == "codd":
+        m = w["meta"]
+        interest = (f"interest classes k {m['k']}, c {m['c']} every {m['cf']}, selectivity "
+                    f"{m['selectivity_asked']:g} asked" if m["interest"] == "classes"
+                    else "Meghdoot-template stock queries")
+        lines.append(f"workload codd: {m['n_documents']} documents from root {m['root']} to "
+                     f"{len(m['nodes']) - 1} consumers ({len(m['leaves_s'])} leave), "
+                     f"{interest}, {m['selectivity']:.4f} measured; {w['ops']} operations, "
+                     f"phase {d['phase_s']:g} s")
     else:
         lines.append(f"workload bulk: {w.get('bulk') or 'depth sweep'}")
     for c in d["link_schedule"]:
