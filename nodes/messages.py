@@ -38,6 +38,7 @@ class MsgType(enum.IntEnum):
     NOTIFY = 20  # Meghdoot: a zone hands a matched event to its subscribers' peer
     ZONE = 21  # Meghdoot: a zone granted to a joining peer, split, or announced to neighbours
     LOAD = 22  # Meghdoot: a peer's load and the heaviest peers it has heard of
+    TREE = 23  # CoDD: tree maintenance (join, leave, reorganization); payload "op" names the step
 
 
 # Frames that keep a connection rather than carry routing: never an inter-broker message.

@@ -86,7 +86,7 @@ def forgy_kmeans(
     """A cluster label in ``[0, k)`` per row of ``vectors``: Forgy's K-means.
 
     Forgy's start: the initial centroids are ``k`` cells drawn at random, one after another
-    without replacement, by :func:`_unit` draws from ``seed``; a cell whose vector equals an
+    without replacement, by :func:`unit_draw` draws from ``seed``; a cell whose vector equals an
     already drawn one is skipped, so the ``k`` centroids are distinct (two equal centroids
     would leave one cluster empty for ever). Cluster ``i`` starts at the ``i``-th drawn
     cell. Then Lloyd's iteration (:func:`lloyd`) runs for at most ``iterations`` centroid
@@ -202,7 +202,7 @@ def _nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
     return dist.argmin(axis=1)
 
 
-def _unit(seed: str, i: int) -> float:
+def unit_draw(seed: str, i: int) -> float:
     """The ``i``-th draw from ``seed``, uniform on [0, 1): a hash, not a random number
     generator (cores keep no global randomness: tests/test_cores.py)."""
     digest = hashlib.sha256(f"{seed}:{i}".encode()).digest()
@@ -216,7 +216,7 @@ def _forgy_draw(x: np.ndarray, k: int, seed: str) -> list[int]:
     seen: set[tuple[float, ...]] = set()
     for i in range(len(order)):
         # min(): the product may round up to the top.
-        j = min(len(order) - 1, i + int(_unit(seed, i) * (len(order) - i)))
+        j = min(len(order) - 1, i + int(unit_draw(seed, i) * (len(order) - i)))
         order[i], order[j] = order[j], order[i]
         key = tuple(x[order[i]].tolist())
         if key not in seen:

@@ -1,0 +1,827 @@
+"""``codd``: cooperative, data-aware dissemination trees (CoDD: Chand and Felber's
+companion work on dissemination trees; our reading is ``../shared/READINGS-WAVE2.md``,
+section 2), one consumer node per broker, links opened on demand.
+
+One producer, at the root broker (the derived param ``root``: the first broker by name),
+streams documents down a tree. A node keeps, per child, the aggregate filter of the
+child's subtree: the multiset of its members' queries, kept as ``members`` (name ->
+query: one query per node, so the multiset is the dict's values), and sends a document
+to a child only if some member's query accepts it. Queries are either *addressed* (the
+paper's abstract workload, :mod:`nodes.workloads.codd`: a document names the nodes it
+matches as bits of a hex integer in ``to``, bit ``j`` for the ``j``-th broker by name)
+or content filters over ``attrs`` (:func:`nodes.model.matches`; per node one
+:class:`~nodes.matching.SubscriptionIndex` over its descendants' filters).
+
+Documents are PUBLISH messages with payload ``seq`` (0, 1, ...), ``t_s`` (the
+workload's publication time) and ``to`` or ``attrs``. A node delivers a document to its
+client iff its query accepts it and ``from_s <= t_s < left_s`` (the JOIN op's
+``from_s``, the LEAVE op's ``at_s``: the oracle's membership and settle rules, so both
+runtimes deliver exactly what it expects). A document received again (during a move) is
+counted as a duplicate, never delivered or forwarded twice.
+
+Statistics (A3): per node, bitmaps (Python ints) over document sequence numbers of the
+documents received, of those its own query accepted, and of those sent to each child,
+over the last ``window_docs`` documents.
+
+Protocols (all CoDD control messages are TREE messages; payload ``op`` names the step):
+
+- **Join** (Figs. 3-4): the JOIN op's node sends ``add`` to its seed (the root; one seed:
+  the paper's "typically {ROOT}"). The root evaluates the newcomer's query on the
+  documents of its window (the extensional statistics: the newcomer's *want* bitmap) and
+  the ``add`` descends: a node with spare capacity (fewer than ``fanout`` children)
+  answers ``addresult``; a full one passes it to the child that would incur the least
+  overhead (readings B: fewest documents the node saw that the newcomer wants and the
+  child does not get; ties: more wanted documents the child gets, then the smaller
+  subtree, then the name). The newcomer sends ``addchild`` (its query) to the node that
+  answered, which tells its ancestors (``add_query``) up to the root.
+- **Leave** (Figs. 5-6, typo 4's reading): the child with most overlap with the leaving
+  node's query takes the leaving node's place under its parent (fanout exceeded until
+  the leave ends); the other children re-join one after another by the join descent
+  with seed set {that child}; the leaving node, now a leaf, is removed.
+- **Reorganization** (Fig. 7): every ``timeout_docs`` documents it receives, a node
+  whose spurious share over those documents is at least ``threshold_pct`` % asks the
+  root to move its child of least overlap with its own query (``reorganize``). The root
+  collects the requests of each round of ``timeout_docs`` published documents, keeps
+  the ``cutoff`` heaviest (by the requester's spurious share; 0: all), and handles
+  them one by one: a fresh view from the requester (``check``: the child's received
+  bitmap, its subtree, its current cost: documents the requester receives only for it,
+  readings 2.5 item 6), then the pruned breadth-first search with ``getoverhead``
+  request/reply pairs, level by level in queue order (the same choices as the
+  sequential search; typo 3's reading: loop while the queue is non-empty); the
+  overhead of parent p for moving node n is ``|R(n) minus R(p)|``. The move is granted
+  iff the best overhead is below the current cost and at most ``(1 - delta_pct/100)``
+  of it. The moving node attaches under its new parent first and leaves the old one
+  after (make-before-break, item 10).
+- **Flooding reference** (``forward: all``): every document goes to every child.
+- **Siena emulation** (``tree: siena``; readings 2.6 item 1): the root, as the system
+  agent, makes each newcomer a server with probability ``1/(fanout+1)`` (a hash of its
+  name); servers fill a balanced ``fanout``-ary tree under the root breadth-first in
+  arrival order, and a client attaches to a server with a free client slot (of
+  ``fanout``; the server drawn by a hash) or becomes a server if none has one. With
+  one producer at the root, Siena's per-neighbour routing tables without covering are
+  exactly the per-child aggregate filters, so forwarding is the same code; the tree
+  differs. No reorganization.
+
+Ours, where the paper is silent (stated):
+
+- **Tree changes are serialised by the root**: a join, a reorganization move or a leave
+  starts when the previous one has ended (the paper's simulator changes the tree
+  between two documents). This keeps every aggregate filter exact while documents flow.
+- **No loss, no duplicate delivery.** Additions travel bottom-up (``add_query``): a
+  document routed before an ancestor knows the newcomer may miss it, so the root, when
+  a join reaches it, replays to the newcomer the documents of its window it wants that
+  were published from its ``from_s`` on (``catchup``; the newcomer drops those it
+  already has). Removals travel top-down, behind the documents on FIFO links: a move
+  switches the subtree at the common ancestor of its old and new places, which sends
+  ``moved`` down the old path; a leave is removed by ``remove`` sent down from the
+  root. So every document sent before a removal still reaches the node.
+- Failures (heartbeats, orphans re-joining) are not built yet.
+
+Records: ``codd_node`` (per consumer, at the end) and ``codd_root`` (rounds and
+reorganization decisions); see :meth:`CoddCore.final_records`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodes.core import Action, Arrived, Deliver, Event, FromClient, Send
+from nodes.cores.actions import unhandled
+from nodes.cores.multicast_groups import unit_draw
+from nodes.cores.params import Param
+from nodes.matching import SubscriptionIndex
+from nodes.messages import Message, MsgType
+from nodes.model import Filter, filter_from_json, matches
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+PARAMS = (
+    Param("fanout", "int", 6, "", "f: the most children a node (the root too) accepts",
+          minimum=1),
+    Param("tree", "str", "codd", "", "'codd' (join, leave, reorganization) or 'siena' "
+          "(the paper's Siena emulation: servers in a balanced tree, f clients each)",
+          choices=("codd", "siena")),
+    Param("reorganize", "bool", True, "", "CoDD-R (true) or CoDD-NR (false)"),
+    Param("timeout_docs", "int", 200, "", "r: documents a node receives between two checks "
+          "for a reorganization request, and documents per round at the root", minimum=1),
+    Param("threshold_pct", "float", 10.0, "%", "rthresh: the spurious share over the last "
+          "r documents at which a node asks for a reorganization", minimum=0),
+    Param("cutoff", "int", 0, "", "top-c: requests the root handles per round, heaviest "
+          "first (0: all)", minimum=0),
+    Param("delta_pct", "float", 0.0, "%", "the least improvement, as a share of the "
+          "current cost, for which a move is granted (0: any strict improvement)",
+          minimum=0),
+    Param("window_docs", "int", 10000, "", "W: documents kept in a node's statistics",
+          minimum=1),
+    Param("forward", "str", "filter", "", "'filter' (aggregate filters) or 'all' "
+          "(flooding down the tree, the reference)", choices=("filter", "all")),
+    Param("series_docs", "int", 100, "", "documents per bucket of a node's received and "
+              "spurious counts over time", minimum=1),
+)
+
+
+def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
+    """Every node learns the root (the first broker by name) and the brokers' order (the
+    bit order of an addressed document's ``to``)."""
+    names = sorted(graph.nodes)
+    return {b: {"root": names[0], "nodes": names} for b in names}
+
+
+def popcount(bits: int) -> int:
+    """Number of set bits."""
+    return bits.bit_count()
+
+
+@dataclass
+class Child:
+    """What a node keeps of one child: its subtree's queries by member, the members'
+    bits (addressed documents) and the documents sent to it (a bitmap over seq)."""
+
+    members: dict[str, Any]
+    mask: int = 0
+    sent: int = 0
+
+
+@dataclass
+class _Bfs:
+    """The root's search for a new parent of ``node`` (one at a time)."""
+
+    node: str
+    requester: str
+    overhead: float
+    recv: int = 0
+    current: int = 0
+    exclude: frozenset[str] = frozenset()
+    frontier: list[str] = field(default_factory=list)
+    replies: dict[str, tuple[int, bool, list[str]]] = field(default_factory=dict)
+    best: str | None = None
+    best_ov: float = math.inf
+    queried: int = 0
+
+
+class CoddCore:
+    """One CoDD node (see the module docstring)."""
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        self.broker = broker
+        self.neighbours = tuple(neighbours)
+        self.root: str = params["root"]
+        self._bit_of = {n: i for i, n in enumerate(params["nodes"])}
+        self._bit = self._bit_of[broker]
+        self.fanout: int = params["fanout"]
+        self.tree: str = params["tree"]
+        self.reorganize = bool(params["reorganize"]) and self.tree == "codd"
+        self.timeout_docs: int = params["timeout_docs"]
+        self.threshold = params["threshold_pct"] / 100
+        self.cutoff: int = params["cutoff"]
+        self.delta = params["delta_pct"] / 100
+        self.window_docs: int = params["window_docs"]
+        self.forward_all = params["forward"] == "all"
+        self.series_docs: int = params["series_docs"]
+        self._seq = 0  # msg_id of this node's TREE messages
+        # membership and query
+        self.client: str | None = None
+        self.query: Filter | None = None  # None: addressed
+        self.query_json: Any = None
+        self.from_s = math.inf
+        self._join_at: float | None = None  # the JOIN op's from_s, once it has come
+        self.left_s = math.inf
+        self.attached = broker == self.root
+        self.parent: str | None = None
+        self.children: dict[str, Child] = {}
+        self.where: dict[str, str] = {}  # member -> the child whose subtree holds it
+        self._index = SubscriptionIndex()  # descendants' filters (content queries)
+        # statistics
+        self.received_bits = 0
+        self.own_bits = 0
+        self.last_seq = -1
+        self.received = self.spurious = self.duplicates = self.delivered = 0
+        self.hops_sum = self.catchup = self.requests = self.moves = 0
+        self.series: dict[int, list[int]] = {}
+        self._since = self._spur_since = 0
+        self._request_share: float | None = None  # share when asked; a move pending
+        self.ratios: list[list[float]] = []  # [share before, share after] per move
+        # leaving
+        self._leaving = False
+        self._leave_rest: list[str] = []
+        self._heir: str | None = None  # the child that takes a leaving node's place
+        # the root
+        self._window: deque[tuple[int, float, Any, Message]] = deque()
+        self._ops: deque[tuple[str, dict[str, Any]]] = deque()
+        self._busy: tuple[str, dict[str, Any]] | None = None
+        self._batch: dict[str, dict[str, Any]] = {}
+        self._bfs: _Bfs | None = None
+        self._pumping = False  # the root is starting queued changes (no re-entry)
+        self.published = 0
+        self.rounds: list[list[int]] = []  # [round, requests, handled]
+        self.decisions: list[dict[str, Any]] = []
+        self._servers: list[str] = []
+        self._clients_of: dict[str, int] = {}
+
+    # ---- plumbing ---------------------------------------------------------------------
+
+    def _tree_msg(self, op: str, **payload: Any) -> Message:
+        self._seq += 1
+        return Message(MsgType.TREE, self._seq, self.broker, payload={"op": op, **payload})
+
+    def _win(self, bits: int) -> int:
+        """``bits`` limited to the statistics window."""
+        low = self.last_seq - self.window_docs + 1
+        return bits >> low << low if low > 0 else bits
+
+    def _accepts(self, query: Filter | None, bit: int, doc: Any) -> bool:
+        """Whether a query (None: addressed to bit ``bit``) accepts ``doc`` (an int of
+        ``to`` bits, or attrs)."""
+        if query is None:
+            return isinstance(doc, int) and bool(doc >> bit & 1)
+        return not isinstance(doc, int) and matches(query, doc)
+
+    @staticmethod
+    def _query_of(query_json: Any) -> Filter | None:
+        return None if query_json is None else filter_from_json(query_json)
+
+    @staticmethod
+    def _doc_of(payload: Mapping[str, Any]) -> Any:
+        to = payload.get("to")
+        return int(to, 16) if to is not None else payload["attrs"]
+
+    def subtree(self) -> dict[str, Any]:
+        """This node's subtree: its members' queries by name, itself included."""
+        out = {self.broker: self.query_json}
+        for ch in self.children.values():
+            out.update(ch.members)
+        return out
+
+    def _put(self, child: str, members: Mapping[str, Any]) -> None:
+        ch = self.children.setdefault(child, Child({}))
+        for name, q in members.items():
+            ch.members[name] = q
+            self.where[name] = child
+            if q is None:
+                ch.mask |= 1 << self._bit_of[name]
+            else:
+                self._index.add((name, 0), filter_from_json(q))
+
+    # ---- events -----------------------------------------------------------------------
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        if isinstance(event, Arrived):
+            msg = event.msg
+            if msg.type is MsgType.PUBLISH:
+                return self._document(msg)
+            if msg.type is MsgType.TREE:
+                return self._tree_op(event.link, msg)
+            return [unhandled(msg)]
+        if isinstance(event, FromClient):
+            return self._from_client(event.client, event.msg)
+        return []  # timers, statistics windows, links coming and going
+
+    def _from_client(self, client: str, msg: Message) -> list[Action]:
+        t, p = msg.type, msg.payload
+        if t is MsgType.SUBSCRIBE and self.broker != self.root and self.client is None:
+            self.client = client
+            self.query_json = p.get("filter")
+            self.query = self._query_of(self.query_json)
+            return self._join()
+        if t is MsgType.JOIN and not self.attached and self._join_at is None:
+            self._join_at = float(p.get("from_s", 0.0))
+            return self._join()
+        if t is MsgType.LEAVE and self.attached and not self._leaving:
+            self.left_s = float(p.get("at_s", math.inf))
+            self._leaving = True
+            return [Send(self.root, self._tree_msg("leave_req", node=self.broker))]
+        if t is MsgType.PUBLISH and self.broker == self.root:
+            return self._produce(msg)
+        return [unhandled(msg, "not a CoDD client operation here")]
+
+    def _join(self) -> list[Action]:
+        """Ask the root for a place once both the JOIN and the query have come (a
+        runtime hands a node its clients' operations once it has joined)."""
+        if self._join_at is None or self.client is None or self.attached:
+            return []
+        self.from_s = self._join_at
+        return [Send(self.root, self._tree_msg("add", node=self.broker, query=self.query_json,
+                                               from_s=self.from_s))]
+
+    # ---- documents --------------------------------------------------------------------
+
+    def _produce(self, msg: Message) -> list[Action]:
+        p = msg.payload
+        seq = int(p["seq"])
+        doc = self._doc_of(p)
+        self.last_seq = seq
+        self.received_bits |= 1 << seq
+        self._window.append((seq, float(p["t_s"]), doc, msg))
+        while self._window[0][0] <= seq - self.window_docs:
+            self._window.popleft()
+        out = self._forward(msg, seq, doc)
+        self.published += 1
+        if self.published % self.timeout_docs == 0:
+            out += self._close_round()
+        return out
+
+    def _document(self, msg: Message) -> list[Action]:
+        p = msg.payload
+        seq = int(p["seq"])
+        bit = 1 << seq
+        if self.received_bits & bit:
+            self.duplicates += 1
+            return []
+        self.received_bits |= bit
+        self.last_seq = max(self.last_seq, seq)
+        self.received += 1
+        self.hops_sum += msg.hops
+        doc = self._doc_of(p)
+        counts = self.series.setdefault(seq // self.series_docs, [0, 0])
+        counts[0] += 1
+        out: list[Action] = []
+        if self._accepts(self.query, self._bit, doc):
+            self.own_bits |= bit
+            if self.from_s <= float(p["t_s"]) < self.left_s and self.client is not None:
+                self.delivered += 1
+                out.append(Deliver(self.client, msg))
+        else:
+            self.spurious += 1
+            self._spur_since += 1
+            counts[1] += 1
+        if p.get("catchup"):
+            self.catchup += 1
+            return out
+        out += self._forward(msg, seq, doc)
+        self._since += 1
+        if self._since >= self.timeout_docs:
+            out += self._check()
+        return out
+
+    def _forward(self, msg: Message, seq: int, doc: Any) -> list[Action]:
+        if not self.children:
+            return []
+        if self.forward_all:
+            targets = list(self.children)
+        elif isinstance(doc, int):
+            targets = [c for c, ch in self.children.items() if ch.mask & doc]
+        else:
+            targets = list({self.where[name] for name, _ in self._index.match(doc)})
+        if not targets:
+            return []
+        bit = 1 << seq
+        copy = msg.forwarded()
+        out: list[Action] = []
+        for c in sorted(targets):
+            self.children[c].sent |= bit
+            out.append(Send(c, copy))
+        return out
+
+    # ---- reorganization requests (at any node) ------------------------------------------
+
+    def _check(self) -> list[Action]:
+        """Every ``timeout_docs`` documents: note a pending move's effect, and ask for a
+        move when the spurious share reached the threshold."""
+        share = self._spur_since / self._since
+        self._since = self._spur_since = 0
+        if self._request_share is not None and self._request_share < 0:
+            self.ratios.append([-self._request_share, share])  # the move happened
+        self._request_share = None
+        if (not self.reorganize or not self.children or self._leaving or share <= 0
+                or share < self.threshold):
+            return []
+        child = self._least_overlap()
+        if child is None:
+            return []
+        self.requests += 1
+        self._request_share = share
+        return [Send(self.root, self._tree_msg("reorganize", node=child,
+                                               requester=self.broker, overhead=share))]
+
+    def _least_overlap(self) -> str | None:
+        own = self._win(self.own_bits)
+        best: tuple[float, int, str] | None = None
+        for c, ch in self.children.items():
+            sent = self._win(ch.sent)
+            n = popcount(sent)
+            if n == 0:
+                continue
+            key = (popcount(sent & own) / n, -popcount(sent & ~own), c)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[2]
+
+    def _current_cost(self, child: str) -> int:
+        """Documents this node receives only because of ``child`` (its spurious data
+        that moving the child would save)."""
+        others = self.own_bits
+        for c, ch in self.children.items():
+            if c != child:
+                others |= ch.sent
+        return popcount(self._win(self.children[child].sent & ~others))
+
+    # ---- control messages -------------------------------------------------------------
+
+    def _tree_op(self, link: str, msg: Message) -> list[Action]:
+        p = msg.payload
+        op = p["op"]
+        handler = getattr(self, f"_on_{op}", None)
+        if handler is None:
+            return [unhandled(msg, f"unknown tree op {op!r}")]
+        return handler(link, p)
+
+    def _on_add(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        if self.broker == self.root and "want" not in p:  # a join starts here
+            return self._enqueue("join", dict(p))
+        return self._descend(p)
+
+    def _descend(self, p: Mapping[str, Any]) -> list[Action]:
+        node = p["node"]
+        if len(self.children) < self.fanout and not self._leaving:
+            return [Send(node, self._tree_msg("addresult", parent=self.broker,
+                                              purpose=p.get("purpose", "join")))]
+        want = int(p["want"], 16)
+        seen = self._win(want & self.received_bits)
+        best: tuple[int, int, int, str] | None = None
+        for c, ch in self.children.items():
+            sent = ch.sent
+            key = (popcount(seen & ~sent), -popcount(seen & sent), len(ch.members), c)
+            if best is None or key < best:
+                best = key
+        assert best is not None  # fanout >= 1 and full
+        onward = {k: v for k, v in p.items() if k != "op"}
+        return [Send(best[3], self._tree_msg("add", **onward))]
+
+    def _on_addresult(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        parent = p["parent"]
+        move = self.attached
+        self.parent = parent
+        self.attached = True
+        if move:
+            self.moves += 1
+        return [Send(parent, self._tree_msg("addchild", members=self.subtree(),
+                                            purpose=p.get("purpose", "join")))]
+
+    def _on_addchild(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        return self._added(link, p["members"], p["purpose"])
+
+    def _on_add_query(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        return self._added(link, p["members"], p["purpose"])
+
+
+    def _added(self, child: str, members: Mapping[str, Any], purpose: str) -> list[Action]:
+        """``members`` now live under ``child``. Where some lived under another child,
+        this node is the common ancestor of a move's old and new places: the switch
+        point, which drops them from the old path (``moved``, top-down behind the
+        documents already sent there); otherwise the parent is told."""
+        old: dict[str, list[str]] = {}
+        for name in members:
+            o = self.where.get(name)
+            if o is not None and o != child:
+                old.setdefault(o, []).append(name)
+        out: list[Action] = []
+        for o, names in sorted(old.items()):
+            out += self._drop(o, names, purpose)
+        self._put(child, members)
+        if old:
+            return out + (self._done_remote() if purpose == "reorganize" else [])
+        if self.parent is not None:
+            return [Send(self.parent, self._tree_msg("add_query", members=dict(members),
+                                                     purpose=purpose))]
+        if purpose == "join" and self._busy is not None:  # the root: the join is complete
+            return self._catch_up(self._busy[1]) + self._done()
+        return []
+
+    def _drop(self, child: str, names: Sequence[str], purpose: str) -> list[Action]:
+        """Drop ``names`` from ``child``'s subtree: the child itself when it is one of
+        them (it moved or left), else pass the news down to it."""
+        gone = child in names
+        self._take(child, names)
+        if not gone:
+            return [Send(child, self._tree_msg("moved", names=list(names), purpose=purpose))]
+        if purpose == "reorganize" and self._request_share is not None:
+            self._request_share = -abs(self._request_share)  # our request was granted
+        if purpose == "leave" and self._leaving:
+            return self._leave_next()
+        return []
+
+    def _take(self, child: str, names: Sequence[str]) -> None:
+        ch = self.children[child]
+        if child in names:  # a child that moves or leaves takes its whole subtree
+            names = list(ch.members)
+        for name in names:
+            q = ch.members.pop(name)
+            del self.where[name]
+            if q is None:
+                ch.mask &= ~(1 << self._bit_of[name])
+            else:
+                self._index.remove((name, 0))
+        if not ch.members:
+            del self.children[child]
+
+    def _on_moved(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        names = p["names"]
+        by_child: dict[str, list[str]] = {}
+        for name in names:
+            by_child.setdefault(self.where[name], []).append(name)
+        out: list[Action] = []
+        for o, sub in sorted(by_child.items()):
+            out += self._drop(o, sub, p["purpose"])
+        return out
+
+    def _on_remove(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        node = p["node"]
+        o = self.where[node]
+        self._take(o, [node])
+        if o == node:
+            return self._done_remote()
+        return [Send(o, self._tree_msg("remove", node=node))]
+
+    def _done_remote(self) -> list[Action]:
+        if self.broker == self.root:
+            return self._done()
+        return [Send(self.root, self._tree_msg("done"))]
+
+    def _on_done(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        return self._done()
+
+    # ---- the root's queue of tree changes ----------------------------------------------
+
+    def _enqueue(self, kind: str, p: dict[str, Any]) -> list[Action]:
+        self._ops.append((kind, p))
+        return self._next()
+
+    def _next(self) -> list[Action]:
+        out: list[Action] = []
+        if self._pumping:
+            return out
+        self._pumping = True
+        try:
+            while self._busy is None and self._ops:
+                self._busy = self._ops.popleft()
+                kind, p = self._busy
+                out += getattr(self, f"_start_{kind}")(p)
+        finally:
+            self._pumping = False
+        return out
+
+    def _done(self) -> list[Action]:
+        self._busy = None
+        return self._next()
+
+
+    def _start_join(self, p: dict[str, Any]) -> list[Action]:
+        node = p["node"]
+        if self.tree == "siena":
+            return [Send(node, self._tree_msg("addresult", parent=self._siena_parent(node)))]
+        want = 0
+        query, bit = self._query_of(p["query"]), self._bit_of[node]
+        for seq, _t, doc, _msg in self._window:
+            if self._accepts(query, bit, doc):
+                want |= 1 << seq
+        return self._descend({**p, "want": format(want, "x")})
+
+    def _siena_parent(self, node: str) -> str:
+        """The Siena emulation's place for a newcomer (module docstring)."""
+        f = self.fanout
+        free = [s for s in self._servers if self._clients_of[s] < f]
+        if free and unit_draw(f"siena-server/{node}", 0) >= 1 / (f + 1):
+            server = free[int(unit_draw(f"siena-client/{node}", 0) * len(free))]
+            self._clients_of[server] += 1
+            return server
+        k = len(self._servers)
+        self._servers.append(node)
+        self._clients_of[node] = 0
+        return self.root if k < f else self._servers[(k - f) // f]
+
+    def _catch_up(self, join: Mapping[str, Any]) -> list[Action]:
+        """The documents a newcomer wants that were published from its ``from_s`` on,
+        sent straight to it (it keeps the first copy of each)."""
+        node, from_s = join["node"], float(join["from_s"])
+        query, bit = self._query_of(join["query"]), self._bit_of[node]
+        out: list[Action] = []
+        for _seq, t_s, doc, msg in self._window:
+            if t_s >= from_s and self._accepts(query, bit, doc):
+                out.append(Send(node, Message(msg.type, msg.msg_id, msg.origin, 1,
+                                              {**msg.payload, "catchup": True})))
+        return out
+
+    def _on_reorganize(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        self._batch.setdefault(p["node"], dict(p))
+        return []
+
+    def _close_round(self) -> list[Action]:
+        """The end of a round of ``timeout_docs`` documents: the round's requests,
+        heaviest first, ``cutoff`` of them, join the queue of tree changes."""
+        requests = sorted(self._batch.values(), key=lambda r: (-r["overhead"], r["node"]))
+        admitted = requests[: self.cutoff] if self.cutoff else requests
+        self.rounds.append([len(self.rounds), len(requests), len(admitted)])
+        self._batch = {}
+        out: list[Action] = []
+        for r in admitted:
+            out += self._enqueue("reorganize", r)
+        return out
+
+    def _start_reorganize(self, p: dict[str, Any]) -> list[Action]:
+        self._bfs = _Bfs(p["node"], p["requester"], p["overhead"])
+        return [Send(p["requester"], self._tree_msg("check", node=p["node"]))]
+
+    def _on_check(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        node = p["node"]
+        if node not in self.children or self._leaving:
+            return [Send(link, self._tree_msg("checked", ok=False))]
+        return [Send(link, self._tree_msg(
+            "checked", ok=True, recv=format(self._win(self.children[node].sent), "x"),
+            current=self._current_cost(node), members=sorted(self.children[node].members)))]
+
+    def _on_checked(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        b = self._bfs
+        assert b is not None
+        if not p["ok"]:
+            self._decided(b, "stale")
+            return self._done()
+        b.recv, b.current = int(p["recv"], 16), p["current"]
+        b.exclude = frozenset(p["members"])
+        b.frontier = [self.broker]
+        return self._bfs_level()
+
+    def _bfs_level(self) -> list[Action]:
+        b = self._bfs
+        assert b is not None
+        b.replies = {}
+        b.queried += len(b.frontier)
+        out: list[Action] = []
+        recv = format(b.recv, "x")
+        for x in b.frontier:
+            if x == self.broker:
+                b.replies[x] = self._overhead_for(b.recv)
+            else:
+                out.append(Send(x, self._tree_msg("getoverhead", recv=recv)))
+        if len(b.replies) == len(b.frontier):
+            out += self._bfs_decide_level()
+        return out
+
+    def _overhead_for(self, recv: int) -> tuple[int, bool, list[str]]:
+        """compute_overhead(this node, n) for a node n that received ``recv``: the
+        documents n would newly bring here; whether there is room; the children."""
+        ov = popcount(recv & ~self._win(self.received_bits))
+        return ov, len(self.children) < self.fanout and not self._leaving, sorted(self.children)
+
+    def _on_getoverhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        ov, spare, kids = self._overhead_for(int(p["recv"], 16))
+        return [Send(link, self._tree_msg("overhead", ov=ov, spare=spare, kids=kids))]
+
+    def _on_overhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        b = self._bfs
+        assert b is not None
+        b.replies[link] = (p["ov"], p["spare"], p["kids"])
+        if len(b.replies) < len(b.frontier):
+            return []
+        return self._bfs_decide_level()
+
+    def _bfs_decide_level(self) -> list[Action]:
+        """Fig. 7 over one level, in queue order: a node with room is a candidate (not
+        the current parent); a full one's children are searched when ``2 ov`` is below
+        the best overhead so far."""
+        b = self._bfs
+        assert b is not None
+        nxt: list[str] = []
+        for x in b.frontier:
+            ov, spare, kids = b.replies[x]
+            if spare:
+                if x != b.requester and ov < b.best_ov:
+                    b.best, b.best_ov = x, ov
+            elif 2 * ov < b.best_ov:
+                nxt += [k for k in kids if k not in b.exclude]
+        b.frontier = nxt
+        if nxt:
+            return self._bfs_level()
+        granted = b.best is not None and b.best_ov < b.current and (
+            b.best_ov <= (1 - self.delta) * b.current)
+        self._decided(b, "granted" if granted else "refused")
+        if not granted:
+            return self._done()
+        return [Send(b.node, self._tree_msg("addresult", parent=b.best,
+                                            purpose="reorganize"))]
+
+    def _decided(self, b: _Bfs, outcome: str) -> None:
+        self.decisions.append({
+            "node": b.node, "requester": b.requester, "overhead": b.overhead,
+            "current": b.current, "new": None if b.best is None else b.best_ov,
+            "parent": b.best, "outcome": outcome, "queried": b.queried,
+            "round": len(self.rounds) - 1})
+        self._bfs = None
+
+    # ---- leaving ----------------------------------------------------------------------
+
+    def _on_leave_req(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        return self._enqueue("leave", dict(p))
+
+    def _start_leave(self, p: dict[str, Any]) -> list[Action]:
+        return [Send(p["node"], self._tree_msg("leave_go"))]
+
+    def _on_leave_go(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        if not self.children:
+            return self._leave_ready()
+        own = self._win(self.own_bits)
+        heir = max(self.children, key=lambda c: (popcount(self._win(self.children[c].sent)
+                                                          & own),
+                                                 len(self.children[c].members), c))
+        self._leave_rest = sorted(c for c in self.children if c != heir)
+        self._heir = heir
+        return [Send(heir, self._tree_msg("addresult", parent=self.parent, purpose="leave"))]
+
+
+    def _leave_next(self) -> list[Action]:
+        """The next child re-joins with seed set {the heir}; when none is left, this
+        node, now a leaf, is removed."""
+        if self._leave_rest:
+            c = self._leave_rest.pop(0)
+            want = format(self._win(self.children[c].sent), "x")
+            return [Send(self._heir, self._tree_msg("add", node=c, want=want,
+                                                    purpose="leave"))]
+        return self._leave_ready()
+
+    def _leave_ready(self) -> list[Action]:
+        return [Send(self.root, self._tree_msg("leave_ready", node=self.broker))]
+
+    def _on_leave_ready(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        return self._on_remove(link, p)
+
+    # ---- results ----------------------------------------------------------------------
+
+    def counters(self) -> Mapping[str, int]:
+        """Plain counts (summed over nodes by the summary)."""
+        return {"received": self.received, "spurious": self.spurious,
+                "duplicates": self.duplicates, "requests": self.requests,
+                "moves": self.moves, "catchup": self.catchup}
+
+    def final_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """``codd_node`` for a consumer (its place in the tree, the documents it received
+        and found spurious, in all and per ``series_docs`` bucket, the hops they took,
+        its requests and moves, and per granted request the spurious share before and
+        after); ``codd_root`` for the root (rounds, decisions, documents published)."""
+        if self.broker == self.root:
+            return [("codd_root", {"published": self.published, "rounds": self.rounds,
+                                   "decisions": self.decisions, "children": len(self.children),
+                                   "servers": len(self._servers)})]
+        if self.client is None:
+            return []
+        return [("codd_node", {
+            "parent": self.parent, "children": len(self.children),
+            "subtree": 1 + sum(len(ch.members) for ch in self.children.values()),
+            "received": self.received, "spurious": self.spurious,
+            "delivered": self.delivered, "duplicates": self.duplicates,
+            "catchup": self.catchup, "hops_sum": self.hops_sum,
+            "series": [[k, *v] for k, v in sorted(self.series.items())],
+            "series_docs": self.series_docs, "requests": self.requests, "moves": self.moves,
+            "ratios": self.ratios, "from_s": self.from_s if self.from_s < math.inf else None,
+            "left_s": self.left_s if self.left_s < math.inf else None})]
+
+
+def tree_problems(cores: Mapping[str, CoddCore]) -> list[str]:
+    """Where the tree the cores hold breaks CoDD's invariants (empty: none): one parent
+    each, agreeing with the parent's children; the fanout respected; no cycle; every
+    child's members exactly its subtree's nodes with their queries; ``where`` and the
+    bit masks agreeing with the members. For quiescent moments (no change under way)."""
+    problems: list[str] = []
+    root = next(iter(cores.values())).root
+    attached = {n for n, c in cores.items() if n == root or (c.attached and c.parent)}
+    for n in attached - {root}:
+        parent = cores[n].parent
+        if parent not in cores or n not in cores[parent].children:
+            problems.append(f"{n}: its parent {parent} does not list it")
+    for n, c in cores.items():
+        if len(c.children) > c.fanout and c.tree == "codd":
+            problems.append(f"{n}: {len(c.children)} children > fanout {c.fanout}")
+        for child in c.children:
+            if cores[child].parent != n:
+                problems.append(f"{n}: child {child} names {cores[child].parent} as parent")
+    for n in attached:  # walk up: reaches the root within len(cores) steps
+        seen, x = set(), n
+        while x != root and x not in seen and x in cores:
+            seen.add(x)
+            x = cores[x].parent
+        if x != root:
+            problems.append(f"{n}: no path to the root (cycle or dangling parent)")
+    if problems:
+        return problems
+
+    def subtree(n: str) -> dict[str, Any]:
+        out = {n: cores[n].query_json}
+        for child in cores[n].children:
+            out.update(subtree(child))
+        return out
+
+    for n, c in cores.items():
+        for child, ch in c.children.items():
+            want = subtree(child)
+            if ch.members != want:
+                problems.append(f"{n}: child {child}'s filter holds {sorted(ch.members)}, "
+                                f"its subtree is {sorted(want)}")
+            mask = sum(1 << c._bit_of[m] for m, q in want.items() if q is None)
+            if ch.mask != mask or any(c.where.get(m) != child for m in want):
+                problems.append(f"{n}: child {child}'s bits or member index disagree")
+        if set(c.where) != {m for ch in c.children.values() for m in ch.members}:
+            problems.append(f"{n}: member index has entries of no child")
+    return problems
