@@ -21,7 +21,9 @@ TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`),
 ``tid-dynamic`` (its dynamic variant, which may reroute a notification over another last
 hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), ``siena``
 (Siena-style filter-based routing on a spanning tree with optional covering, Kyra's
-baseline, :mod:`nodes.cores.siena`), and the bulk-data agents ``lbdd``
+baseline, :mod:`nodes.cores.siena`), ``multicast`` (Kyra's multicast-based baseline,
+:mod:`nodes.cores.multicast`; its groups are derived from the subscriptions with
+:func:`~nodes.cores.multicast.derive_layout`), and the bulk-data agents ``lbdd``
 (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel`` (:mod:`nodes.cores.p2p`), which
 need every broker's ``ip`` node attribute.
 """
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
-from nodes.cores import flood, gossip, idr, lbdd, meghdoot, octopia, p2p, siena, tid
+from nodes.cores import flood, gossip, idr, lbdd, meghdoot, multicast, octopia, p2p, siena, tid
 from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
@@ -65,6 +67,8 @@ CORES: dict[str, CoreInfo] = {
     "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
     "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
     "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params),
+    # Derived from the workload's subscriptions, not the overlay: derive_layout.
+    "multicast": CoreInfo(multicast.MulticastCore, multicast.PARAMS),
     "tid-static": CoreInfo(tid.TidCore),
     "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
     "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),
