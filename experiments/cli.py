@@ -213,6 +213,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from analysis.watch import watch
+
+    try:
+        watch(args.run_dir, args.runs, speed=args.speed, algorithm=args.algorithm)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return 0
+
+
 def _ipv4(text: str, where: str) -> str:
     """A dotted-quad IPv4 address exactly as LBDD hashes it (no leading zeros, no blanks)."""
     import ipaddress
@@ -375,6 +385,25 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--no-report", action="store_true", help="metrics only, no report.html")
     _json_flag(an)
     an.set_defaults(func=cmd_analyze)
+
+    w = sub.add_parser("watch", help="a live view of a running experiment, or a replay of "
+                                     "a finished one",
+                       description="Refreshed about twice a second: per overlay link its "
+                                   "output-queue length and whether it is overloaded, IDR's "
+                                   "decisions by case, deliveries against the oracle, "
+                                   "notification delay p50/p95 over the last 5 s, the "
+                                   "CPU-idle fidelity figure. Reads the run's logs as they "
+                                   "are written; a finished run (emulated or simulated) is "
+                                   "replayed.")
+    w.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
+                   help="a run folder (default: the newest run in progress under --runs)")
+    w.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
+                   help="where to look for the run in progress (default ./runs)")
+    w.add_argument("--speed", type=float, default=1.0, metavar="X",
+                   help="replay at X times the pace of the run (default 1)")
+    w.add_argument("--algorithm", metavar="NAME",
+                   help="replay only this algorithm's part of the run")
+    w.set_defaults(func=cmd_watch)
 
     lt = sub.add_parser("lbdd-tree", help="print the LBDD tree of a source and members",
                         description="The MD5 dissemination tree LBDD's agents build "

@@ -7,6 +7,7 @@ analysis and the figures read it; none of them spells a file name of its own::
         manifest.json                   resolved plan, seed, git revision, probe, status
         workload.jsonl                  the exact client workload (nodes.workloads.ops)
         throttles.jsonl                 rates changed by hand during the workload
+        cpu_idle.jsonl                  the machine's idle CPU share, one line a second
         controller/port_stats.jsonl     the SDN controller's port statistics, if any
         metrics/  report.html           written by `pubsublab analyze`
         <algorithm>/                    one folder per algorithm
@@ -34,6 +35,7 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 WORKLOAD = "workload.jsonl"
 THROTTLES = "throttles.jsonl"
+CPU_IDLE = "cpu_idle.jsonl"
 SWEEP = "sweep.json"
 RATES = "rates.json"
 NIC = "nic.json"

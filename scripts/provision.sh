@@ -9,10 +9,11 @@ VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
 # tshark is the reference of `pubsublab bench analysis`; under DEBIAN_FRONTEND=noninteractive
 # wireshark-common's question about capture by non-root users takes its default (no).
 # chromium and chromium-driver: the test that opens `pubsublab reproduce`'s page headless.
+# tmux: the tests of `pubsublab watch` read its screen from a tmux pane.
 APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
               python3-venv python3-pip python3-networkx python3-yaml
-              chromium chromium-driver)
+              chromium chromium-driver tmux)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 

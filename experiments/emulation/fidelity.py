@@ -33,10 +33,13 @@ def _cpu_times() -> tuple[int, int]:
 
 
 class IdleSampler:
-    """Samples the machine-wide idle CPU share once per ``period_s`` in a thread."""
+    """Samples the machine-wide idle CPU share once per ``period_s`` in a thread; with
+    ``path``, appends each sample to it as it comes (a JSON line: ``t_wall``,
+    ``idle_pct``), for `pubsublab watch` to read during the run."""
 
-    def __init__(self, period_s: float = 1.0) -> None:
+    def __init__(self, period_s: float = 1.0, path: Path | None = None) -> None:
         self.period_s = period_s
+        self.path = path
         self.samples_pct: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="idle-sampler")
@@ -46,7 +49,11 @@ class IdleSampler:
         while not self._stop.wait(self.period_s):
             idle1, total1 = _cpu_times()
             if total1 > total0:
-                self.samples_pct.append(round(100.0 * (idle1 - idle0) / (total1 - total0), 1))
+                pct = round(100.0 * (idle1 - idle0) / (total1 - total0), 1)
+                self.samples_pct.append(pct)
+                if self.path is not None:
+                    with open(self.path, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps({"idle_pct": pct, "t_wall": time.time()}) + "\n")
             idle0, total0 = idle1, total1
 
     def __enter__(self) -> IdleSampler:

@@ -35,7 +35,7 @@ from experiments.progress import log
 from experiments.runs.faults import LOSSY, run_faults
 from experiments.runs.manifest import base_manifest
 from experiments.spec import Spec, SpecError
-from nodes.runfolder import CONTROLLER_DIR, MANIFEST, new_run_dir, write_manifest
+from nodes.runfolder import CONTROLLER_DIR, CPU_IDLE, MANIFEST, new_run_dir, write_manifest
 
 Phase = Callable[[Emulation, Path, dict[str, Any]], None]
 
@@ -108,7 +108,7 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             manifest["timing"]["controller_start_s"] = manifest["controller"]["startup_s"]
         log(f"network up in {emu.build_s:.1f} s")
         # Idle CPU is sampled while the network carries traffic, not while it is built.
-        with IdleSampler() as idle:
+        with IdleSampler(path=run_dir / CPU_IDLE) as idle:
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()

@@ -1,0 +1,170 @@
+"""The screen of `pubsublab watch`: one frame from a :class:`~analysis.live_state.Snapshot`.
+
+Left, one row per overlay link (one direction: a broker's output queue towards a
+neighbour): its queue length as a bar and a number, the longest queue of the last
+second, the congestion element CE of the last window, and OVERLOADED when a window of
+the last second was (with how many). Right: deliveries against the oracle, notification
+delay over the last seconds, IDR's decisions by case, and the CPU-idle fidelity figure.
+Rendering only: the figures come from :mod:`analysis.live_state`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from analysis.live_state import IDR_CASES, CpuIdle, LinkRow, Snapshot
+
+BAR_WIDTH = 30
+RIGHT_WIDTH = 62  # the panels beside the link table, in columns
+# Rows the frame needs beside the link table (header, table head and borders, caption).
+_FRAME_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the view shows besides the snapshot: the run, the algorithm being shown (and
+    its place in the run's list), the mode (``live`` or ``replay xN``), whether the
+    runtime measured CPU idle (the simulator does not), the LST's theta, a message for a
+    run with no workload under way yet, and lines of the log that could not be read."""
+
+    run: str
+    algorithm: str | None
+    position: str
+    mode: str
+    runtime: str
+    theta: int
+    waiting: str = ""
+    bad_lines: int = 0
+    cpu_note: str = ""
+
+
+def _bar(row: LinkRow, scale: int, ascii_only: bool) -> Text:
+    n = 0 if scale <= 0 else math.ceil(BAR_WIDTH * min(row.queue_len, scale) / scale)
+    style = "bold red" if row.overloaded else ("yellow" if row.queue_len else "green")
+    return Text(("#" if ascii_only else "█") * n, style=style)
+
+
+def _link_table(rows: list[LinkRow], theta: int, hold_s: float, max_rows: int,
+                ascii_only: bool) -> Table:
+    """The links, all of them if they fit in ``max_rows``; else the overloaded ones and
+    the longest queues, in name order, with a caption saying how many were left out."""
+    shown = rows
+    if len(rows) > max_rows:
+        busiest = sorted(rows, key=lambda r: (not r.overloaded, -r.peak_len, r.broker,
+                                              r.neighbour))[:max_rows]
+        shown = sorted(busiest, key=lambda r: (r.broker, r.neighbour))
+    # The bar's full width is four times theta, or the longest queue shown if longer.
+    scale = max([4 * max(theta, 1), *(r.peak_len for r in shown)])
+    table = Table(title=f"output queues: overloaded when queue > {theta} msgs and CE >= "
+                        f"ce_min, in a window of the last {hold_s:g} s",
+                  title_justify="left", pad_edge=False)
+    table.add_column("link", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column(f"queue (bar 0..{scale} msgs)", width=BAR_WIDTH, no_wrap=True)
+    table.add_column("msgs", justify="right", no_wrap=True)
+    table.add_column(f"peak {hold_s:g}s", justify="right", no_wrap=True)
+    table.add_column("CE", justify="right", no_wrap=True)
+    table.add_column("status (windows)", no_wrap=True, min_width=16)
+    for r in shown:
+        ce = "inf" if math.isinf(r.ce) else f"{r.ce:.2f}"
+        status = (Text(f"OVERLOADED x{r.overloaded_windows}", style="bold red")
+                  if r.overloaded else Text("ok", style="green"))
+        table.add_row(f"{r.broker} -> {r.neighbour}", r.kind, _bar(r, scale, ascii_only),
+                      str(r.queue_len), str(r.peak_len), ce, status)
+    if len(shown) < len(rows):
+        table.caption = f"{len(rows) - len(shown)} quieter links not shown"
+    return table
+
+
+def _deliveries(s: Snapshot) -> Panel:
+    lines = []
+    if s.expected_total is None:
+        lines.append(f"delivered {s.delivered:,} (the oracle waits for the workload file)")
+    else:
+        share = f" ({100 * s.delivered / s.expected_total:.0f} %)" if s.expected_total else ""
+        lines.append(f"delivered {s.delivered:,} of {s.expected_total:,} expected{share}")
+        lines.append(f"expected from the {s.published:,} publications so far: "
+                     f"{s.expected_so_far:,}")
+    lines.append(f"duplicates {s.duplicates:,}, unexpected {s.unexpected:,}")
+    return Panel("\n".join(lines), title="deliveries", title_align="left")
+
+
+def _delay(s: Snapshot, window_s: float) -> Panel:
+    if s.delay_ms is None:
+        body = Text(f"no delivery in the last {window_s:g} s")
+    else:
+        d = s.delay_ms
+        body = Text(f"p50 {d['p50']:,.1f} ms   p95 {d['p95']:,.1f} ms   max {d['max']:,.1f} ms"
+                    f"   ({s.delay_samples:,} deliveries)")
+    return Panel(body, title=f"notification delay, last {window_s:g} s",
+                 subtitle="publication to the subscriber's broker handing it over",
+                 title_align="left", subtitle_align="left")
+
+
+def _idr(s: Snapshot, algorithm: str | None, window_s: float) -> Panel:
+    if algorithm != "idr" and not s.idr_total:
+        return Panel(f"none: {algorithm} does not route around overloaded links",
+                     title="IDR decisions", title_align="left")
+    table = Table(show_header=True, box=None, pad_edge=False)
+    table.add_column("case")
+    table.add_column("what IDR did")
+    table.add_column("total", justify="right")
+    table.add_column(f"last {window_s:g} s", justify="right")
+    for case, what in IDR_CASES.items():
+        table.add_row(f"({case})", what, f"{s.idr_total.get(case, 0):,}",
+                      f"{s.idr_recent.get(case, 0):,}")
+    parts: list[RenderableType] = [table]
+    last = s.idr_last
+    if last is not None:
+        parts.append(Text(f"last: {last['node']} avoided {', '.join(last['avoided'])}, "
+                          f"CIV-N on {last['carrier']} for clusters {last['civ']} "
+                          f"(case {last['case']})"))
+    return Panel(Group(*parts), title="IDR decisions", title_align="left")
+
+
+def _cpu(cpu: CpuIdle | None, note: str) -> Panel:
+    title = "fidelity: CPU idle (Mininet-HiFi asks for at least "
+    if cpu is None or not cpu.samples_pct:
+        return Panel(note or "no sample yet", title="fidelity: CPU idle", title_align="left")
+    title += f"{cpu.min_idle_pct:g} %)"
+    now = cpu.samples_pct[-1]
+    below = cpu.seconds_below
+    text = Text()
+    text.append(f"now {now:.1f} %", style="bold red" if now < cpu.min_idle_pct else "green")
+    text.append(f"   below the criterion in {below} of {len(cpu.samples_pct)} s so far, "
+                f"min {min(cpu.samples_pct):.1f} %",
+                style="red" if below else "")
+    if below:
+        text.append("\nemulated timing is not trustworthy while the CPU is this busy",
+                    style="red")
+    return Panel(text, title=title, title_align="left")
+
+
+def render(frame: Frame, snap: Snapshot | None, cpu: CpuIdle | None, *, height: int,
+           window_s: float, hold_s: float, ascii_only: bool = False) -> RenderableType:
+    """One frame of the view for a terminal ``height`` rows high."""
+    head = Text()
+    head.append("pubsublab watch  ", style="bold")
+    head.append(f"{frame.run}  ")
+    head.append(f"{frame.algorithm or '-'}", style="bold cyan")
+    head.append(f" {frame.position}  {frame.mode}  {frame.runtime}")
+    if snap is not None:
+        head.append(f"  t = {snap.elapsed_s:.1f} s")
+    if frame.bad_lines:
+        head.append(f"  ({frame.bad_lines} unreadable log lines skipped)", style="yellow")
+    if snap is None:
+        return Group(head, Text(frame.waiting), _cpu(cpu, frame.cpu_note))
+    right = Group(_deliveries(snap), _delay(snap, window_s),
+                  _idr(snap, frame.algorithm, window_s), _cpu(cpu, frame.cpu_note))
+    body = Table.grid(padding=(0, 2))
+    body.add_column(no_wrap=True)
+    body.add_column(width=RIGHT_WIDTH)
+    body.add_row(_link_table(snap.links, frame.theta, hold_s, max(height - _FRAME_ROWS, 4),
+                             ascii_only), right)
+    return Group(head, body)

@@ -1,0 +1,263 @@
+"""`pubsublab watch [RUN_DIR]`: a live view of a run, or a replay of a finished one.
+
+A run in progress is one whose ``manifest.json`` says ``status: running`` (the
+emulated runner writes that at the start and its final status at the end; a killed
+run is set to ``killed`` by the next one). Without RUN_DIR the newest such run folder
+under the runs folder is watched. The view follows the algorithm whose folder the
+runner created last, tails its brokers' logs and the runner's CPU samples
+(:mod:`analysis.live`) about twice a second, and ends when the manifest no longer says
+``running``.
+
+A finished run (emulated or simulated) is replayed: per algorithm in the run's order
+(or the one asked for), its records are merged in time order and fed to the view at
+``speed`` times the pace they were written at, on their own clock (``t_wall``; the
+simulator's is its simulated time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from analysis.live import FolderTail, LogTail, replay_records
+from analysis.live_state import CpuIdle, LiveState
+from analysis.live_view import Frame, render
+from nodes.cores.congestion import DEFAULT_CE_MIN, DEFAULT_THETA
+from nodes.logs import iter_jsonl
+from nodes.runfolder import CPU_IDLE, WORKLOAD, log_path, read_manifest
+from nodes.summary import MsgKey
+from nodes.workloads.membership import oracle_workload
+from nodes.workloads.ops import workload_from_jsonl
+from nodes.workloads.oracle import expected_deliveries
+
+RUNNING = "running"  # the manifest status of a run in progress (experiments.runs.testbed)
+
+
+def _any_line(line: bytes) -> bool:
+    return bool(line.strip())
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the view needs from a run's manifest."""
+
+    run_dir: Path
+    runtime: str
+    algorithms: tuple[str, ...]
+    brokers: tuple[str, ...]
+    edges: tuple[tuple[str, str, str], ...]
+    lst: Mapping[str, tuple[int, float]]
+    min_idle_pct: float
+    live: bool
+    cpu_summary: Mapping[str, Any] | None
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunInfo:
+        """From ``run_dir``'s manifest; ValueError, in one line, if it cannot be watched."""
+        manifest = read_manifest(run_dir)
+        if not isinstance(manifest, dict) or "plan" not in manifest:
+            raise ValueError(f"{run_dir}: no run manifest there (a run folder has "
+                             "manifest.json)")
+        plan = manifest["plan"]
+        if (plan.get("workload") or {}).get("kind") == "bulk":
+            raise ValueError(f"{run_dir}: a bulk-data run; watch shows brokers' queues and "
+                             "notifications, which bulk rounds do not have")
+        edges = tuple((e["a"], e["b"], e.get("type") or "link")
+                      for e in plan["overlay"]["edges"])
+        lst = {}
+        for name, alg in plan["algorithms"].items():
+            params = alg.get("params", {})
+            lst[name] = (int(params.get("theta", DEFAULT_THETA)),
+                         float(params.get("ce_min", DEFAULT_CE_MIN)))
+        fidelity = manifest.get("spec", {}).get("fidelity") or {}
+        # The plan's algorithms are keyed (and written) in name order; the spec keeps the
+        # order they run in.
+        order = manifest["spec"]["routing"]["algorithms"]
+        return cls(run_dir=run_dir, runtime=manifest.get("runtime", "?"),
+                   algorithms=tuple(order),
+                   brokers=tuple(sorted({n for a, b, _ in edges for n in (a, b)})),
+                   edges=edges, lst=lst,
+                   min_idle_pct=float(fidelity.get("min_idle_pct", 35.0)),
+                   live=manifest.get("status") == RUNNING,
+                   cpu_summary=(manifest.get("fidelity") or {}).get("cpu_idle"))
+
+    def started(self) -> list[str]:
+        """The algorithms whose folder exists, in the run's order."""
+        return [a for a in self.algorithms if (self.run_dir / a).is_dir()]
+
+    def cpu_note(self) -> str:
+        """What the CPU panel says when there are no samples to show."""
+        if self.runtime == "simulated":
+            return "not measured in a simulated run"
+        s = self.cpu_summary
+        if s and s.get("per_second_pct"):
+            return (f"no per-second file in this run; its manifest: mean {s['mean_pct']} %, "
+                    f"min {s['min_pct']} %, below {s['criterion_min_idle_pct']:g} % in "
+                    f"{s['seconds_below']} of {len(s['per_second_pct'])} s")
+        return "no sample yet (the runner samples once a second from the fidelity check on)"
+
+
+def find_live_run(base: Path) -> Path | None:
+    """The newest run folder under ``base`` whose manifest says the run is in progress
+    (folder names start with their start time, so the newest sorts last)."""
+    if not base.is_dir():
+        return None
+    for d in sorted((d for d in base.iterdir() if d.is_dir()), reverse=True):
+        manifest = read_manifest(d)
+        if isinstance(manifest, dict) and manifest.get("status") == RUNNING:
+            return d
+    return None
+
+
+def expected_of(run_dir: Path) -> dict[MsgKey, frozenset[str]] | None:
+    """The oracle's deliveries of the run's workload (None until the runner has written
+    ``workload.jsonl``)."""
+    path = run_dir / WORKLOAD
+    if not path.is_file():
+        return None
+    return expected_deliveries(oracle_workload(workload_from_jsonl(path)))
+
+
+class _View:
+    """The rich Live display and the frame around the figures."""
+
+    def __init__(self, info: RunInfo, console: Console, mode: str, window_s: float) -> None:
+        self.info = info
+        self.console = console
+        self.mode = mode
+        self.window_s = window_s
+
+    def show(self, live: Live, algorithm: str | None, state: LiveState | None,
+             cpu: CpuIdle, now: float, bad_lines: int = 0) -> None:
+        info = self.info
+        position = (f"({info.algorithms.index(algorithm) + 1} of {len(info.algorithms)})"
+                    if algorithm in info.algorithms else "")
+        theta = info.lst.get(algorithm or "", (DEFAULT_THETA, DEFAULT_CE_MIN))[0]
+        frame = Frame(run=info.run_dir.name, algorithm=algorithm, position=position,
+                      mode=self.mode, runtime=info.runtime, theta=theta,
+                      waiting="waiting for the workload to start (the runner builds the "
+                              "network and checks link fidelity first)",
+                      bad_lines=bad_lines, cpu_note=info.cpu_note())
+        snap = state.snapshot(now) if state is not None else None
+        live.update(render(frame, snap, cpu, height=self.console.size.height,
+                           window_s=self.window_s, hold_s=state.hold_s if state else 1.0,
+                           ascii_only=self.console.options.ascii_only), refresh=True)
+
+
+def _state(info: RunInfo, algorithm: str, expected: Mapping[MsgKey, frozenset[str]] | None,
+           window_s: float) -> LiveState:
+    theta, ce_min = info.lst[algorithm]
+    return LiveState(info.edges, theta=theta, ce_min=ce_min, expected=expected,
+                     window_s=window_s)
+
+
+def watch_live(info: RunInfo, console: Console, *, refresh_s: float = 0.5,
+               window_s: float = 5.0) -> None:
+    """Follow a run in progress until its manifest says it ended."""
+    view = _View(info, console, "live", window_s)
+    cpu = CpuIdle(info.min_idle_pct)
+    cpu_tail = LogTail(info.run_dir / CPU_IDLE, keep=_any_line)
+    expected = None
+    algorithm: str | None = None
+    state: LiveState | None = None
+    tail: FolderTail | None = None
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+        while True:
+            running = RunInfo.read(info.run_dir).live
+            started = info.started()
+            if started and started[-1] != algorithm:
+                algorithm = started[-1]
+                state = _state(info, algorithm, expected, window_s)
+                tail = FolderTail(info.run_dir / algorithm, info.brokers)
+            if expected is None and state is not None:
+                expected = expected_of(info.run_dir)
+                if expected is not None:
+                    state.set_expected(expected)
+            for rec in cpu_tail.read():
+                cpu.take(rec)
+            if state is not None and tail is not None:
+                for rec in tail.read():
+                    state.take(rec)
+            view.show(live, algorithm, state, cpu, time.time(),
+                      tail.bad_lines if tail is not None else 0)
+            if not running:
+                return
+            time.sleep(refresh_s)
+
+
+def _paced(records: Iterator[dict[str, Any]], t0: float, speed: float,
+           refresh_s: float) -> Iterator[tuple[float, list[dict[str, Any]]]]:
+    """``records`` in batches, each when the replay clock (``t0`` at the start, running
+    ``speed`` times the wall clock) has passed them: (replay clock, batch)."""
+    start = time.monotonic()
+    pending = next(records, None)
+    while pending is not None:
+        now = t0 + (time.monotonic() - start) * speed
+        batch = []
+        while pending is not None and pending["t_wall"] <= now:
+            batch.append(pending)
+            pending = next(records, None)
+        yield now, batch
+        if pending is not None:
+            time.sleep(refresh_s)
+
+
+def replay(info: RunInfo, console: Console, *, speed: float, algorithm: str | None = None,
+           refresh_s: float = 0.5, window_s: float = 5.0) -> None:
+    """Replay a finished run's algorithms (or ``algorithm``) at ``speed``."""
+    names = info.started() if algorithm is None else [algorithm]
+    if algorithm is not None and algorithm not in info.started():
+        raise ValueError(f"--algorithm {algorithm!r}: this run has "
+                         f"{', '.join(info.started()) or 'no algorithm folder'}")
+    view = _View(info, console, f"replay x{speed:g}", window_s)
+    expected = expected_of(info.run_dir)
+    cpu_samples = list(iter_jsonl(info.run_dir / CPU_IDLE))
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+        for name in names:
+            state = _state(info, name, expected, window_s)
+            records = replay_records([log_path(info.run_dir / name, b) for b in info.brokers])
+            first = next(records, None)
+            if first is None:
+                continue
+            t0 = first["t_wall"]
+            cpu = CpuIdle(info.min_idle_pct)
+            samples = iter(cpu_samples)
+            sample = next(samples, None)
+            for now, batch in _paced(itertools.chain([first], records), t0, speed,
+                                     refresh_s):
+                for rec in batch:
+                    state.take(rec)
+                while sample is not None and sample["t_wall"] <= now:
+                    cpu.take(sample)
+                    sample = next(samples, None)
+                view.show(live, name, state, cpu, now)
+
+
+def watch(run_dir: Path | None, runs_base: Path, *, speed: float = 1.0,
+          algorithm: str | None = None, console: Console | None = None) -> None:
+    """`pubsublab watch`: ``run_dir`` (default: the run in progress under ``runs_base``)
+    live if it is in progress, else replayed. ValueError, in one line, for a folder that
+    cannot be watched or no run in progress."""
+    if not speed > 0:
+        raise ValueError(f"--speed {speed:g}: must be above 0")
+    if run_dir is None:
+        run_dir = find_live_run(runs_base)
+        if run_dir is None:
+            raise ValueError(f"no run in progress under {runs_base}/ (its manifest would "
+                             "say running); give a RUN_DIR to replay a finished run")
+    info = RunInfo.read(run_dir)
+    console = console or Console()
+    if info.live:
+        if algorithm is not None:
+            raise ValueError("--algorithm: only for a replay (a live view follows the "
+                             "algorithm that runs)")
+        watch_live(info, console)
+    else:
+        replay(info, console, speed=speed, algorithm=algorithm)
