@@ -23,7 +23,9 @@ hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), ``siena
 (Siena-style filter-based routing on a spanning tree with optional covering, Kyra's
 baseline, :mod:`nodes.cores.siena`), ``multicast`` (Kyra's multicast-based baseline,
 :mod:`nodes.cores.multicast`; its groups are derived from the subscriptions with
-:func:`~nodes.cores.multicast.derive_layout`), and the bulk-data agents ``lbdd``
+:func:`~nodes.cores.multicast.derive_layout`), ``kyra`` (server cliques and per-zone
+routing trees, :mod:`nodes.cores.kyra`; derived with
+:func:`~nodes.cores.kyra.derive_layout`), and the bulk-data agents ``lbdd``
 (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel`` (:mod:`nodes.cores.p2p`), which
 need every broker's ``ip`` node attribute.
 """
@@ -35,7 +37,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
-from nodes.cores import flood, gossip, idr, lbdd, meghdoot, multicast, octopia, p2p, siena, tid
+from nodes.cores import (
+    flood,
+    gossip,
+    idr,
+    kyra,
+    lbdd,
+    meghdoot,
+    multicast,
+    octopia,
+    p2p,
+    siena,
+    tid,
+)
 from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
@@ -69,6 +83,8 @@ CORES: dict[str, CoreInfo] = {
     "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params),
     # Derived from the workload's subscriptions, not the overlay: derive_layout.
     "multicast": CoreInfo(multicast.MulticastCore, multicast.PARAMS),
+    # Derived from server latencies and a calibration sample: kyra.derive_layout.
+    "kyra": CoreInfo(kyra.KyraCore, kyra.PARAMS),
     "tid-static": CoreInfo(tid.TidCore),
     "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
     "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),
