@@ -6,12 +6,16 @@ Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4)
 - **Nodes**: the root (the producer's node) is the first name, ``min(nodes)``; it never
   consumes. The others are the ``m`` consumers, arriving in name order.
 - **Documents**: document ``i`` (``0 .. d-1``) is a PUBLISH from client ``producer`` at
-  the root at ``t = i * step_s``, ``msg_id`` ``i + 1``.
+  the root at ``t = i * step_s``, ``msg_id`` ``i + 1``; its payload carries ``seq``
+  (``i``) and ``t_s`` (``t``), and ``to`` or ``attrs`` (below).
 - **Arrivals** ("node i joins before document floor(i d / n)"): consumer ``i`` (0-based)
   arrives half a step before document ``a_i = floor(i d / m)``, at
-  ``t = max(0, a_i step_s - step_s / 2)``, with two operations in this order: a
-  SUBSCRIBE from client ``q-<x>`` at broker ``x`` (``msg_id`` 1) and a JOIN from client
-  ``j-<x>`` at ``x`` with payload ``{"seeds": [root]}`` (the paper's "typical" seed set).
+  ``t = max(0, a_i step_s - step_s / 2)``, with two operations in this order: a JOIN
+  from client ``j-<x>`` at ``x`` with payload ``{"seeds": [root], "from_s": F}`` (the
+  paper's "typical" seed set; ``F`` is the arrival plus the settle time, from which the
+  oracle counts the consumer's query, so that a core can deliver exactly what it
+  expects) and a SUBSCRIBE from client ``q-<x>`` at broker ``x`` (``msg_id`` 1): a
+  runtime attaches a node's clients once it has joined.
   Operations at one time keep the order arrivals, leaves, documents.
 - **Settle**: ``meta["settle_s"]`` is half a step (as Meghdoot's), so a consumer's query
   counts from document ``a_i`` on, the boundary being inclusive
@@ -28,19 +32,20 @@ Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4)
   so there are still ``k``. With ``buckets_per_node > 1`` a consumer can meet itself
   in a merge; it then keeps its count: its second copy goes to a new bucket without it,
   drawn uniformly (ours; the paper has one bucket per node in mind). A document's payload
-  is ``{"seq": i, "to": HEX}``, HEX the lowercase hexadecimal (no ``0x``) of the int
+  is ``{"seq": i, "t_s": t, "to": HEX}``, HEX the lowercase hexadecimal (no ``0x``) of the int
   whose bit ``j`` is set iff ``meta["nodes"][j]`` (the sorted names) is a recipient; the
   root's bit is never set. Consumers subscribe with ``{"addressed": True}``: the oracle
   reads the recipients from ``to`` and ``meta["addressed"]``.
 - **Stock interest** (``interest="stock"``, ours): each consumer's query is one of
   Meghdoot's five templates and each document a uniform stock event, both from
   :mod:`nodes.workloads.meghdoot`'s synthetic set over its 100 symbols and 1,154 days;
-  SUBSCRIBE ``{"filter": ...}``, PUBLISH ``{"seq": i, "attrs": event}``. Selectivity
+  SUBSCRIBE ``{"filter": ...}``, PUBLISH ``{"seq": i, "t_s": t, "attrs": event}``. Selectivity
   then follows from the templates (about 2 %, measured); ``selectivity``, ``k``, ``c``,
   ``cf`` and ``buckets_per_node`` are recorded but unused.
 - **Leaves** (``leave_fraction``): that share (rounded) of the consumers that can leave
   (those arriving at least 5.5 steps before the last document) is drawn at random; each
-  leaves gracefully, a LEAVE from ``j-<x>`` at ``x`` (``msg_id`` 2), half a step before a
+  leaves gracefully, a LEAVE from ``j-<x>`` at ``x`` (``msg_id`` 2, payload ``{"at_s":
+  t}``, its own time, from which the oracle counts it out), half a step before a
   document drawn uniformly from those at least 5 steps after its arrival and before the
   last document. Arrivals and leaves fall between documents, never on one, so the
   oracle's verdict does not hang on a race (document 0 apart, above).
@@ -130,13 +135,14 @@ def codd_workload(
         clients[q] = clients[j] = x
         payload = ({"addressed": True} if interest == "classes"
                    else {"filter": filter_to_json(queries[x][1])})
+        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
+            MsgType.JOIN, 1, j, payload={"seeds": [root],
+                                         "from_s": arrivals[x] + settle_s}))))
         timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], q, x, Message(
             MsgType.SUBSCRIBE, 1, q, payload=payload))))
-        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
-            MsgType.JOIN, 1, j, payload={"seeds": [root]}))))
         if x in leaves:
             timed.append((leaves[x], _LEAVE, ClientOp(leaves[x], j, x, Message(
-                MsgType.LEAVE, 2, j, payload={}))))
+                MsgType.LEAVE, 2, j, payload={"at_s": leaves[x]}))))
 
     bit = {x: 1 << n for n, x in enumerate(names)}
     j_buckets = max(1, round(selectivity * k))
@@ -163,15 +169,15 @@ def codd_workload(
             for b in picked:
                 to |= masks[b]
             reached += to.bit_count()
-            payload = {"seq": i, "to": format(to, "x")}
+            payload = {"seq": i, "t_s": t, "to": format(to, "x")}
         else:
             event = uniform_event(rng, symbols, days)
             reached += len(index.match(event))
-            payload = {"seq": i, "attrs": event}
+            payload = {"seq": i, "t_s": t, "attrs": event}
         timed.append((t, _DOCUMENT, ClientOp(t, PRODUCER, root, Message(
             MsgType.PUBLISH, i + 1, PRODUCER, payload=payload))))
 
-    timed.sort(key=lambda e: (e[0], e[1]))  # stable: a SUBSCRIBE stays before its JOIN
+    timed.sort(key=lambda e: (e[0], e[1]))  # stable: a JOIN stays before its SUBSCRIBE
     membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
     for x in consumers:
         membership[x] = [[arrivals[x], leaves.get(x)]]
