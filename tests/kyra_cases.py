@@ -1,0 +1,204 @@
+"""Shared cases for the Kyra paper's routing tests (siena, multicast, kyra): the worked
+example of its Figs. 1-4, random server latencies, what the host derives before a run
+(from the workload's subscriptions and a calibration sample), and a simulator run that
+keeps the cores and every Send to inspect."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+
+from nodes.core import Action, Event, RoutingCore, Send
+from nodes.cores import CORES, make_core, overlay_params, resolve_params
+from nodes.cores.kyra import derive_layout as kyra_layout
+from nodes.cores.multicast import Cell
+from nodes.cores.multicast import derive_layout as multicast_layout
+from nodes.cores.overlay import latency_mst
+from nodes.messages import Message, MsgType
+from nodes.model import Filter, Schema, Value, filter_from_json, matches
+from nodes.sim import SimResult, simulate
+from nodes.workloads.ops import ClientOp, Workload
+
+Sent = list[tuple[str, str, Message]]
+
+# ---- the worked example (Kyra Figs. 1-4; ../shared/READINGS-WAVE2.md 3.3) ------------------
+
+# Fig. 1: events are the integers 0-9 (attribute v); each server's subscriptions.
+FIG_SUBS: dict[str, tuple[int, ...]] = {
+    "A": (1, 5), "B": (7, 8), "C": (1, 2), "D": (0, 6), "E": (3, 5), "F": (5, 7),
+    "G": (4, 6), "H": (2, 9)}
+EXAMPLE_SCHEMA = Schema({"v": "int"})
+# Fig. 2: Siena's tree, and per server, per neighbour, the events its table entries match.
+FIG2_TREE = [("A", "C"), ("B", "C"), ("D", "C"), ("C", "E"), ("E", "F"), ("F", "G"),
+             ("G", "H")]
+FIG2_TABLES = {
+    "A": {"C": "0-9"}, "B": {"C": "0-7,9"},
+    "C": {"A": "1,5", "B": "7,8", "D": "0,6", "E": "2-7,9"}, "D": {"C": "1-9"},
+    "E": {"C": "0-2,5-8", "F": "2,4-7,9"}, "F": {"E": "0-3,5-8", "G": "2,4,6,9"},
+    "G": {"F": "0-3,5-8", "H": "2,9"}, "H": {"G": "0-8"},
+}
+# Fig. 4's cliques, and the inter-clique pairs that are its routing trees' edges.
+FIG4_CLIQUES = [["A", "B", "C"], ["D", "E"], ["F", "G", "H"]]
+FIG4_TREE_PAIRS = {("A", "D"), ("D", "F"), ("B", "E"), ("B", "G"), ("C", "E"), ("C", "H")}
+# The example's calibration sample: every event once (Fig. 1 gives no distribution).
+EXAMPLE_EVENTS: list[dict[str, Value]] = [{"v": v} for v in range(10)]
+# Kyra's clique bounds for the example: the 1 ms pairs are close, 10 ms ones are not.
+EXAMPLE_KYRA = {"max_distance_ms": 5.0, "max_clique_size": 3, "zone_attr": "v"}
+# Multicast cells for the example: one per event.
+EXAMPLE_MULTICAST = {"cell_attrs": "v", "cells_per_attr": 10, "groups": 3}
+# Fig. 3's groups, as cells (one zone of v each): g0 {5, 8}, g1 {0, 1, 4, 6}, g2 {2, 3, 7, 9}.
+FIG3_GROUPING: list[list[Cell]] = [[(5,), (8,)], [(0,), (1,), (4,), (6,)],
+                                   [(2,), (3,), (7,), (9,)]]
+
+
+def values(text: str) -> set[int]:
+    """The events a figure's text names: ``"0-2,5"`` is {0, 1, 2, 5}; ``"-"`` none."""
+    out: set[int] = set()
+    for part in text.split(","):
+        if part != "-":
+            lo, _, hi = part.partition("-")
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def matched_values(filters: Iterable[Filter]) -> set[int]:
+    """The example's events (0-9) that any of ``filters`` matches."""
+    fs = list(filters)
+    return {v for v in range(10) if any(matches(f, {"v": v}) for f in fs)}
+
+
+def example_latency() -> dict[str, dict[str, float]]:
+    """Latencies (ms) the paper does not give, chosen so that Fig. 5's clustering finds
+    Fig. 4's cliques and the MSTs are Fig. 4's trees: 1 ms inside a clique, 10 ms on the
+    inter-clique pairs that are tree edges, 20 ms on every other pair."""
+    clique = {s: i for i, c in enumerate(FIG4_CLIQUES) for s in c}
+    names = sorted(FIG_SUBS)
+
+    def ms(a: str, b: str) -> float:
+        if clique[a] == clique[b]:
+            return 1.0
+        return 10.0 if (min(a, b), max(a, b)) in FIG4_TREE_PAIRS else 20.0
+
+    return {a: {b: 0.0 if a == b else ms(a, b) for b in names} for a in names}
+
+
+def op(t_s: float, client: str, broker: str, kind: MsgType, msg_id: int,
+       payload: dict[str, Any]) -> ClientOp:
+    return ClientOp(t_s, client, broker, Message(kind, msg_id, client, 0, payload))
+
+
+def workload(ops: Sequence[ClientOp], schema: Schema) -> Workload:
+    ops = sorted(ops, key=lambda o: o.t_s)
+    return Workload(schema, {o.client: o.broker for o in ops}, tuple(ops), {})
+
+
+def example_workload(publisher: str = "A", event: int = 9) -> Workload:
+    """One subscriber ``s<server><value>`` per subscription of Fig. 1 (``v = value``) at
+    0 s; at 1 s client ``p`` of ``publisher`` publishes ``v = event``."""
+    ops = [op(0.0, f"s{b}{v}", b, MsgType.SUBSCRIBE, 1, {"filter": [["v", "=", v]]})
+           for b, vs in FIG_SUBS.items() for v in vs]
+    ops.append(op(1.0, "p", publisher, MsgType.PUBLISH, 1, {"attrs": {"v": event}}))
+    return workload(ops, EXAMPLE_SCHEMA)
+
+
+# ---- what the host derives before a run -----------------------------------------------------
+
+def full_mesh(latency_ms: Mapping[str, Mapping[str, float]]) -> nx.Graph:
+    """Every pair of servers linked, each link's delay its latency: any core may send to
+    any server (the layouts' edges are a subset)."""
+    g = nx.Graph()
+    names = sorted(latency_ms)
+    g.add_nodes_from(names)
+    g.add_edges_from((a, b, {"delay_ms": latency_ms[a][b]})
+                     for i, a in enumerate(names) for b in names[i + 1:])
+    return g
+
+
+def subscriptions(w: Workload) -> dict[str, list[Filter]]:
+    """Every filter each server's clients subscribe to during the workload."""
+    out: dict[str, list[Filter]] = {}
+    for o in w.ops:
+        if o.msg.type is MsgType.SUBSCRIBE:
+            out.setdefault(o.broker, []).append(filter_from_json(o.msg.payload["filter"]))
+    return out
+
+
+def events(w: Workload) -> list[Mapping[str, Value]]:
+    """The workload's publications' attributes (a calibration sample)."""
+    return [o.msg.payload["attrs"] for o in w.ops if o.msg.type is MsgType.PUBLISH]
+
+
+def derived_params(algorithm: str, latency_ms: Mapping[str, Mapping[str, float]],
+                   w: Workload, calibration: Sequence[Mapping[str, Value]],
+                   params: Mapping[str, Any], grouping: Sequence[Sequence[Cell]] | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """Per-broker derived params of ``algorithm`` for a full-mesh run."""
+    resolved = resolve_params(algorithm, CORES[algorithm].params, params)
+    servers = sorted(latency_ms)
+    if algorithm == "kyra":
+        return kyra_layout(latency_ms, calibration, resolved).broker_params()
+    if algorithm == "multicast":
+        return multicast_layout(latency_ms, subscriptions(w), calibration, resolved,
+                                grouping).broker_params(servers)
+    # Siena's tree: the MST by latency, as Kyra's trees (the reading's choice).
+    return overlay_params("siena", nx.Graph(latency_mst(servers, latency_ms)))
+
+
+class Tap:
+    """A core that records every Send of the core it wraps (broker, link, message)."""
+
+    ignores_link_stats = True
+
+    def __init__(self, core: RoutingCore, sent: Sent) -> None:
+        self.core, self.broker, self.neighbours = core, core.broker, core.neighbours
+        self._sent = sent
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        actions = self.core.handle(event, now_s)
+        self._sent += [(self.broker, a.link, a.msg) for a in actions if isinstance(a, Send)]
+        return actions
+
+
+def run(algorithm: str, latency_ms: Mapping[str, Mapping[str, float]], w: Workload,
+        params: Mapping[str, Any], calibration: Sequence[Mapping[str, Value]] | None = None,
+        grouping: Sequence[Sequence[Cell]] | None = None,
+        ) -> tuple[SimResult, dict[str, Any], Sent]:
+    """Simulate ``w`` with ``algorithm`` on the full mesh of ``latency_ms``: the result,
+    the cores by broker and every Send. The calibration sample defaults to the
+    workload's own publications."""
+    derived = derived_params(algorithm, latency_ms, w,
+                             events(w) if calibration is None else calibration, params,
+                             grouping)
+    return run_on(full_mesh(latency_ms), algorithm, w, derived, params)
+
+
+def run_on(overlay: nx.Graph, algorithm: str, w: Workload,
+           derived: Mapping[str, Mapping[str, Any]], params: Mapping[str, Any],
+           ) -> tuple[SimResult, dict[str, Any], Sent]:
+    """Simulate ``w`` on ``overlay`` with ``algorithm``, its ``derived`` params and the
+    declared ``params`` (checked, defaults filled in): the result, the cores by broker
+    and every Send."""
+    resolved = resolve_params(algorithm, CORES[algorithm].params, params)
+    cores: dict[str, Any] = {}
+    sent: Sent = []
+
+    def factory(broker: str, neighbours: Sequence[str], p: Mapping[str, Any]) -> RoutingCore:
+        core = cores[broker] = make_core(algorithm, broker, neighbours,
+                                         {**derived.get(broker, {}), **p, **resolved})
+        return Tap(core, sent)
+
+    return simulate(overlay, w, factory, seed=0), cores, sent
+
+
+def publication_hops(sent: Sent) -> list[tuple[str, str]]:
+    """The (from, to) of every PUBLISH sent, in order."""
+    return [(b, link) for b, link, msg in sent if msg.type is MsgType.PUBLISH]
+
+
+def euclidean_latency(points: Mapping[str, tuple[float, float]]
+                      ) -> dict[str, dict[str, float]]:
+    """Latencies (ms) between servers placed on a plane: their distances."""
+    return {a: {b: math.dist(pa, pb) for b, pb in points.items()} for a, pa in points.items()}
