@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from nodes.model import filter_from_json, matches
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.meghdoot import MEGHDOOT_SCHEMA
 from nodes.workloads.membership import membership_intervals
-from nodes.workloads.ops import Workload
+from nodes.workloads.ops import Workload, workload_from_jsonl, workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import MEGHDOOT_TEMPLATES
 
@@ -235,6 +236,16 @@ def test_membership_matches_the_join_and_leave_ops() -> None:
     assert membership.pop(root) == [[0.0, None]]
     assert membership == membership_intervals(w.ops)
     assert any(spans[0][1] is not None for spans in membership.values())
+
+
+def test_a_run_folders_workload_file_gives_the_same_expectations(tmp_path: Path) -> None:
+    """workload.jsonl keeps the nudged arrival times exactly, so a re-read workload gives
+    the oracle the same settle boundaries."""
+    w = codd_workload(NODES, 300, seed=13, leave_fraction=0.5)
+    workload_to_jsonl(w, tmp_path / "workload.jsonl")
+    again = workload_from_jsonl(tmp_path / "workload.jsonl")
+    assert again.ops == w.ops
+    assert expected_deliveries(again) == expected_deliveries(w)
 
 
 # ---- the run plan's codd kind -------------------------------------------------------------
