@@ -4,13 +4,14 @@ VENV ?= $(if $(PUBSUBLAB_VENV),$(PUBSUBLAB_VENV),.venv)
 BIN  := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench clean-runs help
+.PHONY: setup demo test lint bench check-provision clean-runs help
 
 help:
 	@echo "sudo make demo   install what is missing, run the demo experiment"
 	@echo "sudo make test   install what is missing, run the whole test suite"
 	@echo "sudo make setup  only install (idempotent: apt packages, Open vSwitch, venv)"
 	@echo "make lint        ruff over the code"
+	@echo "sudo make check-provision   provisioning and a smoke test on a bare Debian 12 (debootstrap)"
 
 setup:
 	@PUBSUBLAB_VENV=$(VENV) ./scripts/provision.sh
@@ -30,6 +31,9 @@ bench: setup
 	$(BIN)/pubsublab bench sim
 	$(BIN)/pubsublab bench broker
 	$(BIN)/pubsublab bench analysis
+
+check-provision:
+	./scripts/check-provision.sh
 
 clean-runs:
 	rm -rf runs

@@ -10,10 +10,11 @@ VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
 # wireshark-common's question about capture by non-root users takes its default (no).
 # chromium and chromium-driver: the test that opens `pubsublab reproduce`'s page headless.
 # tmux: the tests of `pubsublab watch` read its screen from a tmux pane.
+# git: every run's manifest records the revision (a bare Debian 12 has no git).
 APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
               python3-venv python3-pip python3-networkx python3-yaml
-              chromium chromium-driver tmux)
+              chromium chromium-driver tmux git)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 
@@ -52,6 +53,13 @@ if ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
     ovs-vsctl --timeout=5 show >/dev/null
 else
     log "Open vSwitch running"
+fi
+
+# Runs record the revision as root; git reads a checkout another user owns (the VM's
+# rsync'ed /vagrant) only from a folder marked safe.
+if [[ -e $REPO/.git ]] && ! git config --system --get-all safe.directory 2>/dev/null \
+        | grep -qxF "$REPO"; then
+    git config --system --add safe.directory "$REPO"
 fi
 
 # The venv sees Debian's Mininet through --system-site-packages.

@@ -214,7 +214,7 @@ def probe() -> dict[str, Any]:
         ok, detail = _qdisc_supported(kind)
         fix = {
             "netem": "link delay/loss fall back to in-broker emulation; for kernel netem use "
-                     "a kernel with sch_netem (e.g. the Vagrant VM's stock Ubuntu kernel)",
+                     "a kernel with sch_netem (e.g. the Vagrant VM's stock Debian kernel)",
             "htb": "link bandwidth cannot be shaped: load sch_htb",
             "tbf": "load sch_tbf",
         }[kind]
