@@ -20,8 +20,8 @@ from rich.text import Text
 
 from analysis.live_state import IDR_CASES, CpuIdle, LinkRow, Snapshot
 
-BAR_WIDTH = 30
-RIGHT_WIDTH = 62  # the panels beside the link table, in columns
+BAR_WIDTH = 28
+RIGHT_WIDTH = 64  # the panels beside the link table, in columns
 # Rows the frame needs beside the link table (header, table head and borders, caption).
 _FRAME_ROWS = 8
 
@@ -100,8 +100,8 @@ def _delay(s: Snapshot, window_s: float) -> Panel:
         body = Text(f"no delivery in the last {window_s:g} s")
     else:
         d = s.delay_ms
-        body = Text(f"p50 {d['p50']:,.1f} ms   p95 {d['p95']:,.1f} ms   max {d['max']:,.1f} ms"
-                    f"   ({s.delay_samples:,} deliveries)")
+        body = Text(f"p50 {d['p50']:,.1f} ms  p95 {d['p95']:,.1f} ms  max {d['max']:,.1f} ms"
+                    f"  ({s.delay_samples:,} deliveries)")
     return Panel(body, title=f"notification delay, last {window_s:g} s",
                  subtitle="publication to the subscriber's broker handing it over",
                  title_align="left", subtitle_align="left")
@@ -112,10 +112,10 @@ def _idr(s: Snapshot, algorithm: str | None, window_s: float) -> Panel:
         return Panel(f"none: {algorithm} does not route around overloaded links",
                      title="IDR decisions", title_align="left")
     table = Table(show_header=True, box=None, pad_edge=False)
-    table.add_column("case")
-    table.add_column("what IDR did")
-    table.add_column("total", justify="right")
-    table.add_column(f"last {window_s:g} s", justify="right")
+    table.add_column("case", no_wrap=True)
+    table.add_column("what IDR did", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column(f"last {window_s:g}s", justify="right", no_wrap=True)
     for case, what in IDR_CASES.items():
         table.add_row(f"({case})", what, f"{s.idr_total.get(case, 0):,}",
                       f"{s.idr_recent.get(case, 0):,}")
