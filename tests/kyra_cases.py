@@ -1,15 +1,17 @@
 """Shared cases for the Kyra paper's routing tests (siena, multicast, kyra): the worked
-example of its Figs. 1-4, random server latencies, what the host derives before a run
-(from the workload's subscriptions and a calibration sample), and a simulator run that
-keeps the cores and every Send to inspect."""
+example of its Figs. 1-4, what the host derives before a run (from server latencies, the
+workload's subscriptions and a calibration sample), a simulator run that keeps the cores
+and every Send to inspect, and random servers with churned stock workloads."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
+from hypothesis import strategies as st
 
 from nodes.core import Action, Event, RoutingCore, Send
 from nodes.cores import CORES, make_core, overlay_params, resolve_params
@@ -17,10 +19,12 @@ from nodes.cores.kyra import derive_layout as kyra_layout
 from nodes.cores.multicast import Cell
 from nodes.cores.multicast import derive_layout as multicast_layout
 from nodes.cores.overlay import latency_mst
+from nodes.hosting import merge_params
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Schema, Value, filter_from_json, matches
 from nodes.sim import SimResult, simulate
 from nodes.workloads.ops import ClientOp, Workload
+from nodes.workloads.stock import stock_workload
 
 Sent = list[tuple[str, str, Message]]
 
@@ -186,8 +190,10 @@ def run_on(overlay: nx.Graph, algorithm: str, w: Workload,
     sent: Sent = []
 
     def factory(broker: str, neighbours: Sequence[str], p: Mapping[str, Any]) -> RoutingCore:
+        # As a run plan merges them: a derived key the spec could set is an error.
         core = cores[broker] = make_core(algorithm, broker, neighbours,
-                                         {**derived.get(broker, {}), **p, **resolved})
+                                         merge_params(derived.get(broker, {}),
+                                                      {**p, **resolved}))
         return Tap(core, sent)
 
     return simulate(overlay, w, factory, seed=0), cores, sent
@@ -202,3 +208,75 @@ def euclidean_latency(points: Mapping[str, tuple[float, float]]
                       ) -> dict[str, dict[str, float]]:
     """Latencies (ms) between servers placed on a plane: their distances."""
     return {a: {b: math.dist(pa, pb) for b, pb in points.items()} for a, pa in points.items()}
+
+
+# ---- random servers and stock workloads -----------------------------------------------------
+
+POINTS = st.dictionaries(st.sampled_from([f"s{i:02d}" for i in range(14)]),
+                         st.tuples(st.integers(0, 20), st.integers(0, 20)),
+                         min_size=1, max_size=14)
+
+
+def churned(w: Workload, draw: st.DrawFn) -> Workload:
+    """``w`` (subscriptions, then publications) followed, a second apart each, by some
+    unsubscriptions (now and then twice), some new subscriptions reusing filters, the
+    publications again, and everything left unsubscribed."""
+    subs = [o for o in w.ops if o.msg.type is MsgType.SUBSCRIBE]
+    pubs = [o for o in w.ops if o.msg.type is MsgType.PUBLISH]
+    next_id: Counter[str] = Counter()
+    for o in w.ops:
+        next_id[o.client] = max(next_id[o.client], o.msg.msg_id)
+    t = max(o.t_s for o in w.ops) + 1.0
+    ops = list(w.ops)
+    live = [(o.client, o.broker, o.msg.msg_id) for o in subs]
+
+    def unsubscribe(t_s: float, client: str, broker: str, n: int) -> None:
+        next_id[client] += 1
+        ops.append(op(t_s, client, broker, MsgType.UNSUBSCRIBE, next_id[client], {"sub_id": n}))
+
+    for sub in draw(st.lists(st.sampled_from(live), unique=True)) if live else []:
+        live.remove(sub)
+        unsubscribe(t, *sub)
+        if draw(st.booleans()):
+            unsubscribe(t + 0.1, *sub)
+    for o in draw(st.lists(st.sampled_from(subs), max_size=4)) if subs else []:
+        next_id[o.client] += 1
+        ops.append(op(t + 0.2, o.client, o.broker, MsgType.SUBSCRIBE, next_id[o.client],
+                      o.msg.payload))
+        live.append((o.client, o.broker, next_id[o.client]))
+    for i, o in enumerate(pubs):
+        next_id[o.client] += 1
+        ops.append(op(t + 1.0 + 0.01 * i, o.client, o.broker, MsgType.PUBLISH,
+                      next_id[o.client], {"attrs": o.msg.payload["attrs"]}))
+    for sub in live:
+        unsubscribe(t + 2.5 + 0.01 * len(pubs), *sub)
+    return Workload(w.schema, w.clients, tuple(sorted(ops, key=lambda o: o.t_s)), w.meta)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[dict[str, dict[str, float]], Workload, list, dict]:
+    """Servers on a 20 x 20 ms plane (a tree path of 13 hops stays well inside the
+    workload's one-second phase gap), a stock workload churned, a calibration sample
+    (the run's own publications or an independent draw) and each algorithm's params."""
+    points = draw(POINTS.filter(lambda p: len(p) >= 2))
+    servers = sorted(points)
+    seed = draw(st.integers(0, 10_000))
+    mode = draw(st.sampled_from(["meghdoot", "octopia"]))
+    kw = {"n_publishers": draw(st.integers(1, 3)), "n_subscribers": draw(st.integers(1, 10)),
+          "pubs_per_publisher": draw(st.integers(1, 6)), "publish_rate_hz": 50.0,
+          "mode": mode, "selectivity": 0.2}
+    w = churned(stock_workload(servers, seed=seed, **kw), draw)
+    calibration = events(w) if draw(st.booleans()) else events(
+        stock_workload(servers, seed=seed + 1, **kw))
+    params = {
+        "siena": {"covering": draw(st.booleans())},
+        "multicast": {"groups": draw(st.integers(1, 5)),
+                      "cells_per_attr": draw(st.integers(1, 8)),
+                      "cell_attrs": draw(st.sampled_from(["Symbol", "Symbol,Low", "Volume"])),
+                      "kmeans_seed": draw(st.integers(0, 3))},
+        "kyra": {"max_distance_ms": draw(st.sampled_from([3.0, 8.0, 15.0, 30.0])),
+                 "max_clique_size": draw(st.integers(1, 5)), "trees": draw(st.integers(0, 4)),
+                 "zone_attr": draw(st.sampled_from(["Symbol", "Close"])),
+                 "covering": draw(st.booleans())},
+    }
+    return euclidean_latency(points), w, calibration, params

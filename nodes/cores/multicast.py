@@ -50,7 +50,8 @@ Forwarding and filtering
     subscriptions and delivers it to each matching client once. Subscriptions stay at
     their server (the groups already know who wants what); unsubscriptions remove them.
 
-Derived params per broker: ``cell_attrs`` and ``cell_cuts`` (same everywhere),
+Derived params per broker: ``cell_axes`` (the cell attributes) and ``cell_cuts`` (same
+everywhere),
 ``group_of`` (cell key ``"i,j,..."`` -> group, only cells some server wants),
 ``trees`` (group -> tree neighbours, for the groups it is a member of) and ``entry``
 (group -> entry member, for the others). Counters (:meth:`MulticastCore.counters`):
@@ -106,14 +107,15 @@ def cell_of(attrs: Mapping[str, Value], cell_attrs: Sequence[str],
     return tuple(zone_index(c, attrs[a]) for a, c in zip(cell_attrs, cuts, strict=True))
 
 
-def _zones_meeting(iv: Interval | None, cuts: Sequence[Value]) -> range:
-    """The zones of ``cuts`` an attribute interval overlaps (all when unconstrained).
+def _zones_meeting(iv: Interval | None, cuts: Sequence[Value]) -> list[int]:
+    """The non-empty zones of ``cuts`` an attribute interval overlaps (``None``: no
+    constraint).
 
-    They are contiguous: only the first and last can miss (the interval may end on a
-    cut), and the zones in between lie inside it (module docstring of zones)."""
+    Between the zones of its two ends, a zone lies inside the interval, and is empty
+    only when its two cuts are equal; the end zones may miss it (an interval that ends
+    on a cut, or an empty zone below the least string), so they are tested."""
     n = len(cuts) + 1
-    if iv is None:
-        return range(n)
+    iv = Interval() if iv is None else iv
     first = 0 if iv.lo is None else zone_index(cuts, iv.lo)
     last = n - 1 if iv.hi is None else zone_index(cuts, iv.hi)
 
@@ -126,7 +128,7 @@ def _zones_meeting(iv: Interval | None, cuts: Sequence[Value]) -> range:
         first += 1
     while last >= first and not meets(last):
         last -= 1
-    return range(first, last + 1)
+    return [i for i in range(first, last + 1) if i in (first, last) or cuts[i - 1] != cuts[i]]
 
 
 def wanted_cells(f: Filter, cell_attrs: Sequence[str],
@@ -155,7 +157,7 @@ class MulticastLayout:
     entry: Mapping[str, Mapping[int, str]]
 
     def broker_params(self, servers: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Per broker: ``cell_attrs``, ``cell_cuts``, ``group_of``, ``trees``, ``entry``."""
+        """Per broker: ``cell_axes``, ``cell_cuts``, ``group_of``, ``trees``, ``entry``."""
         group_of = {cell_key(c): g for g, (cells, members) in enumerate(self.groups)
                     if members for c in cells}
         nbs = [tree_neighbours(edges) for edges in self.trees]
@@ -164,7 +166,7 @@ class MulticastLayout:
             trees = {str(g): list(nbs[g].get(s, ())) for g, (_, members)
                      in enumerate(self.groups) if s in members}
             entry = {str(g): m for g, m in self.entry.get(s, {}).items()}
-            out[s] = {"cell_attrs": list(self.cell_attrs),
+            out[s] = {"cell_axes": list(self.cell_attrs),
                       "cell_cuts": [list(c) for c in self.cuts], "group_of": group_of,
                       "trees": trees, "entry": entry}
         return out
@@ -229,12 +231,12 @@ class MulticastCore:
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
-        missing = [k for k in ("cell_attrs", "cell_cuts", "group_of", "trees", "entry")
+        missing = [k for k in ("cell_axes", "cell_cuts", "group_of", "trees", "entry")
                    if k not in params]
         if missing:
             raise ValueError(f"multicast core at {broker}: params need {missing} (derived "
                              "before the run: nodes.cores.multicast.derive_layout)")
-        self.cell_attrs = tuple(params["cell_attrs"])
+        self.cell_attrs = tuple(params["cell_axes"])
         self.cuts = tuple(tuple(c) for c in params["cell_cuts"])
         self.group_of: Mapping[str, int] = params["group_of"]
         self.trees = {int(g): tuple(nbs) for g, nbs in params["trees"].items()}
