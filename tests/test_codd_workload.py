@@ -19,7 +19,7 @@ from experiments.plan import CODD_DEFAULTS, compile_plan
 from experiments.spec import SpecError, parse_spec
 from nodes.messages import MsgType
 from nodes.model import filter_from_json, matches
-from nodes.workloads.codd import codd_workload
+from nodes.workloads.codd import LEAVE_GRACE_S, codd_workload
 from nodes.workloads.meghdoot import MEGHDOOT_SCHEMA
 from nodes.workloads.membership import membership_intervals
 from nodes.workloads.ops import Workload, workload_from_jsonl, workload_to_jsonl
@@ -225,8 +225,11 @@ def test_leaves_fall_after_five_steps_and_before_the_last_document(
     for x, t in leaves.items():
         assert arrivals[x] + 5 * step_s - 1e-9 <= t < last_doc_s
         assert (t / step_s) % 1 == pytest.approx(0.5)  # between two documents
+        (un,) = [op for op in w.ops if op.msg.type is MsgType.UNSUBSCRIBE and op.broker == x]
+        assert (un.t_s, un.client, un.msg.msg_id, un.msg.payload) == (
+            t, f"q-{x}", 2, {"sub_id": 1, "at_s": t})
         (op,) = [op for op in w.ops if op.msg.type is MsgType.LEAVE and op.broker == x]
-        assert (op.t_s, op.client, op.msg.msg_id) == (t, f"j-{x}", 2)
+        assert (op.t_s, op.client, op.msg.msg_id) == (t + LEAVE_GRACE_S, f"j-{x}", 2)
 
 
 def test_membership_matches_the_join_and_leave_ops() -> None:

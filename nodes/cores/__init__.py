@@ -12,7 +12,9 @@ overlay is an ``nx.Graph`` over broker names carrying the topology contract's at
 (``aLink`` | ``iLink`` | ``overlay``). Derived params must be JSON-able: the emulated
 runtime hands them to each broker process in its config file.
 
-Registered cores: ``flood`` (the reference), ``gossip`` (peers learnt from messages,
+Registered cores: ``codd`` (cooperative data-aware dissemination trees, with the Siena
+emulation and flooding down the tree as options, :mod:`nodes.cores.codd`), ``flood`` (the
+reference), ``gossip`` (peers learnt from messages,
 links opened on demand, :mod:`nodes.cores.gossip`), ``meghdoot`` (content-based pub/sub
 over a CAN, :mod:`nodes.cores.meghdoot`), ``snr`` (OctopiA's static notification
 routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from nodes.core import RoutingCore
 from nodes.cores import (
+    codd,
     flood,
     gossip,
     idr,
@@ -60,7 +63,7 @@ if TYPE_CHECKING:  # annotations only: cores read the graph, they never build on
 
 CoreFactory = Callable[[str, Sequence[str], Mapping[str, Any]], RoutingCore]
 OverlayParams = Callable[["nx.Graph"], dict[str, dict[str, Any]]]
-WorkloadKind = Literal["stock", "bulk", "meghdoot"]
+WorkloadKind = Literal["stock", "bulk", "meghdoot", "codd"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class CoreInfo:
 
 
 CORES: dict[str, CoreInfo] = {
+    "codd": CoreInfo(codd.CoddCore, codd.PARAMS, "codd", codd.overlay_params),
     "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
     "gossip": CoreInfo(gossip.GossipCore, gossip.PARAMS),
     "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS, "meghdoot",

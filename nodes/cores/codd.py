@@ -74,7 +74,10 @@ Ours, where the paper is silent (stated):
   already has). Removals travel top-down, behind the documents on FIFO links: a move
   switches the subtree at the common ancestor of its old and new places, which sends
   ``moved`` down the old path; a leave is removed by ``remove`` sent down from the
-  root. So every document sent before a removal still reaches the node.
+  root. So every document sent before a removal still reaches the node. A change ends
+  (``done`` to the root) where its last message lands: a join's ``add_query`` at the
+  root, a move's ``moved`` at the old parent, a leave's ``remove`` at the parent; so
+  when the root starts the next one, no filter is being changed.
 - Failures (heartbeats, orphans re-joining) are not built yet.
 
 Records: ``codd_node`` (per consumer, at the end) and ``codd_root`` (rounds and
@@ -89,7 +92,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Deliver, Event, FromClient, Send
+from nodes.core import Action, Arrived, Deliver, Event, FromClient, Record, Send
 from nodes.cores.actions import unhandled
 from nodes.cores.multicast_groups import unit_draw
 from nodes.cores.params import Param
@@ -210,9 +213,11 @@ class CoddCore:
         self._leaving = False
         self._leave_rest: list[str] = []
         self._heir: str | None = None  # the child that takes a leaving node's place
+        self._left = False  # the leave protocol has ended (a leaf, removed)
         # the root
         self._window: deque[tuple[int, float, Any, Message]] = deque()
-        self._ops: deque[tuple[str, dict[str, Any]]] = deque()
+        self._ops: deque[tuple[str, dict[str, Any]]] = deque()  # joins and leaves
+        self._reorgs: deque[tuple[str, dict[str, Any]]] = deque()  # after them
         self._busy: tuple[str, dict[str, Any]] | None = None
         self._batch: dict[str, dict[str, Any]] = {}
         self._bfs: _Bfs | None = None
@@ -221,6 +226,7 @@ class CoddCore:
         self.rounds: list[list[int]] = []  # [round, requests, handled]
         self.decisions: list[dict[str, Any]] = []
         self._servers: list[str] = []
+        self._gone: set[str] = set()  # nodes that asked to leave (no requests from them)
         self._clients_of: dict[str, int] = {}
 
     # ---- plumbing ---------------------------------------------------------------------
@@ -291,10 +297,13 @@ class CoddCore:
         if t is MsgType.JOIN and not self.attached and self._join_at is None:
             self._join_at = float(p.get("from_s", 0.0))
             return self._join()
-        if t is MsgType.LEAVE and self.attached and not self._leaving:
+        if (t is MsgType.UNSUBSCRIBE and client == self.client and self.attached
+                and not self._leaving):  # the consumer leaves: the leave protocol starts
             self.left_s = float(p.get("at_s", math.inf))
             self._leaving = True
             return [Send(self.root, self._tree_msg("leave_req", node=self.broker))]
+        if t is MsgType.LEAVE:  # the broker leaves the overlay, once the tree let it go
+            return [] if self._left else [Record("codd_left_early", {})]
         if t is MsgType.PUBLISH and self.broker == self.root:
             return self._produce(msg)
         return [unhandled(msg, "not a CoDD client operation here")]
@@ -437,7 +446,8 @@ class CoddCore:
 
     def _descend(self, p: Mapping[str, Any]) -> list[Action]:
         node = p["node"]
-        if len(self.children) < self.fanout and not self._leaving:
+        # A node whose own leave is queued still takes a child: its leave hands it on.
+        if len(self.children) < self.fanout:
             return [Send(node, self._tree_msg("addresult", parent=self.broker,
                                               purpose=p.get("purpose", "join")))]
         want = int(p["want"], 16)
@@ -484,7 +494,7 @@ class CoddCore:
             out += self._drop(o, names, purpose)
         self._put(child, members)
         if old:
-            return out + (self._done_remote() if purpose == "reorganize" else [])
+            return out
         if self.parent is not None:
             return [Send(self.parent, self._tree_msg("add_query", members=dict(members),
                                                      purpose=purpose))]
@@ -499,8 +509,10 @@ class CoddCore:
         self._take(child, names)
         if not gone:
             return [Send(child, self._tree_msg("moved", names=list(names), purpose=purpose))]
-        if purpose == "reorganize" and self._request_share is not None:
-            self._request_share = -abs(self._request_share)  # our request was granted
+        if purpose == "reorganize":  # the old parent: the move is complete
+            if self._request_share is not None:
+                self._request_share = -abs(self._request_share)  # our request was granted
+            return self._done_remote()
         if purpose == "leave" and self._leaving:
             return self._leave_next()
         return []
@@ -548,7 +560,7 @@ class CoddCore:
     # ---- the root's queue of tree changes ----------------------------------------------
 
     def _enqueue(self, kind: str, p: dict[str, Any]) -> list[Action]:
-        self._ops.append((kind, p))
+        (self._reorgs if kind == "reorganize" else self._ops).append((kind, p))
         return self._next()
 
     def _next(self) -> list[Action]:
@@ -557,8 +569,8 @@ class CoddCore:
             return out
         self._pumping = True
         try:
-            while self._busy is None and self._ops:
-                self._busy = self._ops.popleft()
+            while self._busy is None and (self._ops or self._reorgs):
+                self._busy = (self._ops or self._reorgs).popleft()
                 kind, p = self._busy
                 out += getattr(self, f"_start_{kind}")(p)
         finally:
@@ -607,7 +619,8 @@ class CoddCore:
         return out
 
     def _on_reorganize(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        self._batch.setdefault(p["node"], dict(p))
+        if not self._gone.intersection((p["node"], p["requester"])):
+            self._batch.setdefault(p["node"], dict(p))
         return []
 
     def _close_round(self) -> list[Action]:
@@ -623,6 +636,8 @@ class CoddCore:
         return out
 
     def _start_reorganize(self, p: dict[str, Any]) -> list[Action]:
+        if self._gone.intersection((p["node"], p["requester"])):  # asked before leaving
+            return self._done()
         self._bfs = _Bfs(p["node"], p["requester"], p["overhead"])
         return [Send(p["requester"], self._tree_msg("check", node=p["node"]))]
 
@@ -715,6 +730,7 @@ class CoddCore:
     # ---- leaving ----------------------------------------------------------------------
 
     def _on_leave_req(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        self._gone.add(p["node"])
         return self._enqueue("leave", dict(p))
 
     def _start_leave(self, p: dict[str, Any]) -> list[Action]:
@@ -743,6 +759,7 @@ class CoddCore:
         return self._leave_ready()
 
     def _leave_ready(self) -> list[Action]:
+        self._left = True
         return [Send(self.root, self._tree_msg("leave_ready", node=self.broker))]
 
     def _on_leave_ready(self, link: str, p: Mapping[str, Any]) -> list[Action]:
@@ -786,7 +803,8 @@ def tree_problems(cores: Mapping[str, CoddCore]) -> list[str]:
     bit masks agreeing with the members. For quiescent moments (no change under way)."""
     problems: list[str] = []
     root = next(iter(cores.values())).root
-    attached = {n for n, c in cores.items() if n == root or (c.attached and c.parent)}
+    attached = {n for n, c in cores.items()
+                if n == root or (c.attached and c.parent and not c._left)}
     for n in attached - {root}:
         parent = cores[n].parent
         if parent not in cores or n not in cores[parent].children:

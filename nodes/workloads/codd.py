@@ -44,15 +44,19 @@ Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4)
   ``cf`` and ``buckets_per_node`` are recorded but unused.
 - **Leaves** (``leave_fraction``): that share (rounded) of the consumers that can leave
   (those arriving at least 5.5 steps before the last document) is drawn at random; each
-  leaves gracefully, a LEAVE from ``j-<x>`` at ``x`` (``msg_id`` 2, payload ``{"at_s":
-  t}``, its own time, from which the oracle counts it out), half a step before a
-  document drawn uniformly from those at least 5 steps after its arrival and before the
-  last document. Arrivals and leaves fall between documents, never on one, so the
+  leaves gracefully, in two steps: at ``t``, half a step before a document drawn
+  uniformly from those at least 5 steps after its arrival and before the last document,
+  its client withdraws the query (an UNSUBSCRIBE from ``q-<x>``, ``msg_id`` 2, payload
+  ``{"sub_id": 1, "at_s": t}``: the oracle counts it out from ``t``, and the node starts
+  the paper's leave protocol, which needs it to relay documents to its children until
+  they have moved); :data:`LEAVE_GRACE_S` later, when the tree has let it go, its broker
+  leaves the overlay (a LEAVE from ``j-<x>``, ``msg_id`` 2; both runtimes stop a node
+  at its LEAVE). Arrivals and leaves fall between documents, never on one, so the
   oracle's verdict does not hang on a race (document 0 apart, above).
 
 ``meta``: the parameters, ``root``, ``nodes`` (the bit order of ``to``), ``addressed``
 (the client of each bit, ``None`` for the root), ``membership`` (the root from 0, each
-consumer from its arrival to its leave or ``None``; the oracle's convention),
+consumer from its arrival to its LEAVE or ``None``; the oracle's convention),
 ``settle_s``, ``arrivals_s`` and ``leaves_s`` (consumer -> time), the measured
 ``selectivity`` (mean over documents of recipients / consumers) beside
 ``selectivity_asked``; for interest classes ``buckets_per_document``, ``buckets`` (the
@@ -84,6 +88,8 @@ from nodes.workloads.stock import stock_universe, trading_days
 INTERESTS = ("classes", "stock")
 PRODUCER = "producer"
 MIN_STAY_STEPS = 5  # a leaving consumer stays at least this many steps
+LEAVE_GRACE_S = 5.0  # from a consumer's UNSUBSCRIBE to its broker's LEAVE (ample for the
+# leave protocol: the root puts joins and leaves before reorganizations)
 _ARRIVE, _LEAVE, _DOCUMENT = range(3)  # the order of operations at one time
 
 
@@ -141,8 +147,11 @@ def codd_workload(
         timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], q, x, Message(
             MsgType.SUBSCRIBE, 1, q, payload=payload))))
         if x in leaves:
-            timed.append((leaves[x], _LEAVE, ClientOp(leaves[x], j, x, Message(
-                MsgType.LEAVE, 2, j, payload={"at_s": leaves[x]}))))
+            t = leaves[x]
+            timed.append((t, _LEAVE, ClientOp(t, q, x, Message(
+                MsgType.UNSUBSCRIBE, 2, q, payload={"sub_id": 1, "at_s": t}))))
+            timed.append((t + LEAVE_GRACE_S, _LEAVE, ClientOp(t + LEAVE_GRACE_S, j, x, Message(
+                MsgType.LEAVE, 2, j, payload={}))))
 
     bit = {x: 1 << n for n, x in enumerate(names)}
     j_buckets = max(1, round(selectivity * k))
@@ -180,7 +189,8 @@ def codd_workload(
     timed.sort(key=lambda e: (e[0], e[1]))  # stable: a JOIN stays before its SUBSCRIBE
     membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
     for x in consumers:
-        membership[x] = [[arrivals[x], leaves.get(x)]]
+        left = leaves.get(x)
+        membership[x] = [[arrivals[x], None if left is None else left + LEAVE_GRACE_S]]
     meta: dict[str, Any] = {
         "system": "codd", "seed": seed, "interest": interest,
         "selectivity_asked": selectivity, "selectivity": reached / (d * m),
