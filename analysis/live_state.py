@@ -67,10 +67,9 @@ class LinkRow:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything the view shows at time ``now`` (``t_wall`` scale); ``elapsed_s``: since
-    the first record of this algorithm; delays in ms (None: no delivery in the window)."""
+    """Everything the view shows at one moment; ``elapsed_s``: since the first record of
+    this algorithm; delays in ms (None: no delivery in the window)."""
 
-    now: float
     elapsed_s: float
     links: list[LinkRow]
     idr_total: dict[str, int]
@@ -140,6 +139,7 @@ class LiveState:
         self._delays: deque[tuple[float, float]] = deque()
         self.expected: Mapping[MsgKey, frozenset[str]] | None = None
         self._delivered = self._unexpected = self._expected_so_far = 0
+        self._expected_total = 0
         if expected is not None:
             self.set_expected(expected)
 
@@ -147,6 +147,7 @@ class LiveState:
         """The oracle's deliveries, once known: what was seen so far is counted against
         them."""
         self.expected = expected
+        self._expected_total = sum(len(s) for s in expected.values())
         self._delivered = sum(1 for c, o, m in self._received if c in expected.get((o, m), ()))
         self._unexpected = len(self._received) - self._delivered
         self._expected_so_far = sum(len(expected.get(k, ())) for k in self._published)
@@ -220,13 +221,13 @@ class LiveState:
         delays = [d for t, d in self._delays if t >= cutoff]
         known = self.expected is not None
         return Snapshot(
-            now=now, elapsed_s=0.0 if self.t_first is None else max(0.0, now - self.t_first),
+            elapsed_s=0.0 if self.t_first is None else max(0.0, now - self.t_first),
             links=rows, idr_total=dict(self._idr_total),
             idr_recent=dict(Counter(c for t, c in self._idr_recent if t >= cutoff)),
             idr_last=self._idr_last,
             delivered=self._delivered if known else len(self._received),
             duplicates=self._duplicates, unexpected=self._unexpected,
-            expected_total=sum(len(s) for s in self.expected.values()) if known else None,
+            expected_total=self._expected_total if known else None,
             expected_so_far=self._expected_so_far if known else None,
             published=len(self._published),
             delay_ms=delay_stats_ms(delays), delay_samples=len(delays))

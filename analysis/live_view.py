@@ -137,8 +137,8 @@ def _cpu(cpu: CpuIdle | None, note: str) -> Panel:
     below = cpu.seconds_below
     text = Text()
     text.append(f"now {now:.1f} %", style="bold red" if now < cpu.min_idle_pct else "green")
-    text.append(f"   below the criterion in {below} of {len(cpu.samples_pct)} s so far, "
-                f"min {min(cpu.samples_pct):.1f} %",
+    text.append(f"   min {min(cpu.samples_pct):.1f} %\n")
+    text.append(f"below the criterion in {below} of {len(cpu.samples_pct)} s so far",
                 style="red" if below else "")
     if below:
         text.append("\nemulated timing is not trustworthy while the CPU is this busy",
