@@ -10,6 +10,7 @@ verdict against the LST rule written out by hand.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -162,3 +163,45 @@ def test_the_run_in_progress_is_the_newest_running_one(tmp_path: Path) -> None:
     (tmp_path / "20260101-120000-demo-sim").mkdir()  # a simulation under way: no manifest
     assert find_live_run(tmp_path) == tmp_path / "20260101-100000-demo"
     assert find_live_run(tmp_path / "missing") is None
+
+
+def test_watch_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.cli import main
+
+    assert main(["watch", "--runs", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"pubsublab: error: no run in progress under {tmp_path}/ "
+                                       "(its manifest would say running); give a RUN_DIR to "
+                                       "replay a finished run\n")
+    assert main(["watch", str(tmp_path), "--speed", "0"]) == 2
+    assert capsys.readouterr().err == "pubsublab: error: --speed 0: must be above 0\n"
+    assert main(["watch", str(tmp_path)]) == 2
+    assert "no run manifest there" in capsys.readouterr().err
+
+
+def test_a_tall_overlay_shows_the_overloaded_and_busiest_links(sim_run: Path) -> None:
+    """In a terminal too short for every link, the overloaded link and the longest queues
+    stay on the screen, in name order, and the rest are counted."""
+    from rich.console import Console
+
+    from analysis.live_view import Frame, render
+
+    info = RunInfo.read(sim_run)
+    now = _replayed(sim_run, "snr").t_first + 3.0  # the burst: b0 -> b1 overloaded under SNR
+    state = LiveState(info.edges, theta=10, ce_min=1.0)
+    for rec in replay_records([log_path(sim_run / "snr", b) for b in info.brokers]):
+        if rec["t_wall"] > now:
+            break
+        state.take(rec)
+    snap = state.snapshot(now)
+    (throttled,) = [r for r in snap.links if r.overloaded]
+    assert (throttled.broker, throttled.neighbour) == ("b0", "b1")
+    console = Console(width=160, height=20, record=True, file=io.StringIO())
+    frame = Frame(run=sim_run.name, algorithm="snr", position="(1 of 2)", mode="replay x1",
+                  runtime="simulated", theta=10)
+    console.print(render(frame, snap, None, height=20, window_s=5.0, hold_s=1.0))
+    text = console.export_text()
+    rows = [line.split("│")[1].strip() for line in text.splitlines()
+            if line.startswith("│") and " -> " in line.split("│")[1]]
+    assert len(rows) == 20 - 8 and rows == sorted(rows)
+    assert "b0 -> b1" in rows
+    assert f"{len(snap.links) - len(rows)} quieter links not shown" in text
