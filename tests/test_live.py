@@ -195,13 +195,13 @@ def test_a_tall_overlay_shows_the_overloaded_and_busiest_links(sim_run: Path) ->
     snap = state.snapshot(now)
     (throttled,) = [r for r in snap.links if r.overloaded]
     assert (throttled.broker, throttled.neighbour) == ("b0", "b1")
-    console = Console(width=160, height=20, record=True, file=io.StringIO())
+    console = Console(width=160, height=14, record=True, file=io.StringIO())
     frame = Frame(run=sim_run.name, algorithm="snr", position="(1 of 2)", mode="replay x1",
                   runtime="simulated", theta=10)
-    console.print(render(frame, snap, None, height=20, window_s=5.0, hold_s=1.0))
+    console.print(render(frame, snap, None, height=14, window_s=5.0, hold_s=1.0))
     text = console.export_text()
     rows = [line.split("│")[1].strip() for line in text.splitlines()
             if line.startswith("│") and " -> " in line.split("│")[1]]
-    assert len(rows) == 20 - 8 and rows == sorted(rows)
+    assert len(rows) == 14 - 8 and rows == sorted(rows)
     assert "b0 -> b1" in rows
     assert f"{len(snap.links) - len(rows)} quieter links not shown" in text
