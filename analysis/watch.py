@@ -2,8 +2,9 @@
 
 A run in progress is one whose ``manifest.json`` says ``status: running`` (the
 emulated runner writes that at the start and its final status at the end; a killed
-run is set to ``killed`` by the next one). Without RUN_DIR the newest such run folder
-under the runs folder is watched. The view follows the algorithm whose folder the
+run is set to ``killed`` by the next one; a simulation writes its manifest only when
+it is over, and is replayed). Without RUN_DIR the newest such run folder under the runs
+folder is watched. The view follows the algorithm whose folder the
 runner created last, tails its brokers' logs and the runner's CPU samples
 (:mod:`analysis.live`) about twice a second, and ends when the manifest no longer says
 ``running``.
