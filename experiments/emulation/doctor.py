@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from topologies.mn_switch import MN_SWITCH_ARGS, OVS_MODULE
+
 
 @dataclass(frozen=True)
 class Check:
@@ -63,7 +65,7 @@ def _ovs() -> Check:
     if res.returncode != 0:
         return Check("openvswitch", False, "installed but ovsdb-server is not running",
                      "/usr/share/openvswitch/scripts/ovs-ctl start (sudo make setup does it)")
-    kernel = Path("/sys/module/openvswitch").exists()
+    kernel = OVS_MODULE.exists()
     return Check("openvswitch", True,
                  "kernel datapath" if kernel else "userspace datapath (no kernel module)")
 
@@ -192,13 +194,6 @@ def _tool(name: str, package: str) -> Check:
     path = shutil.which(name)
     fix = "" if path else f"apt-get install {package}"
     return Check(name, bool(path), path or "not found", fix)
-
-
-# The switch for plain `mn --custom topologies/custom.py` (README, Lab 1). With no OpenFlow
-# controller installed, mn's default switch falls back to an OVS bridge on the kernel
-# datapath, which forwards nothing where the kernel has no OVS module (pingall then hangs
-# for minutes); a Linux bridge forwards with or without the module, like the runner's.
-MN_SWITCH_ARGS = "--switch lxbr --controller none"
 
 
 def probe() -> dict[str, Any]:
