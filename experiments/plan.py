@@ -50,7 +50,10 @@ runs in seconds)::
 keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`). ``kind: codd`` is
 CoDD's document stream to consumers that join (and leave) while it runs
 (:data:`CODD_DEFAULTS`, :mod:`nodes.workloads.codd`); like ``kind: meghdoot`` it needs
-``routing.links: on-demand``.
+``routing.links: on-demand``. ``kind: kyra-example`` is the Kyra paper's worked example
+(:data:`KYRA_EXAMPLE_DEFAULTS`, :mod:`nodes.workloads.kyra_example`) over brokers ``a`` ..
+``h``; cores that derive their routing from the run (``kyra``, ``multicast``) get it from
+:func:`run_derived` once the workload is built.
 
 Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
 fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
@@ -87,6 +90,8 @@ from nodes.runtime import BROKER_PORT
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
 from nodes.workloads.codd import codd_workload
+from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
+from nodes.workloads.kyra_example import FIG1_SUBSCRIPTIONS, kyra_example_workload
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
@@ -122,8 +127,13 @@ CODD_DEFAULTS: dict[str, Any] = {
     "kind": "codd", "n_documents": 10000, "interest": "classes", "selectivity": 0.2,
     "k": 20, "c": 4, "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
 }
+# The Kyra paper's worked example (nodes.workloads.kyra_example): Fig. 1's subscriptions,
+# then these events (0-9) published at this server (a figure letter).
+KYRA_EXAMPLE_DEFAULTS: dict[str, Any] = {"kind": "kyra-example", "publisher": "A",
+                                         "events": [9]}
 WORKLOAD_KINDS = {"stock": WORKLOAD_DEFAULTS, "bulk": BULK_DEFAULTS,
-                  "meghdoot": MEGHDOOT_DEFAULTS, "codd": CODD_DEFAULTS}
+                  "meghdoot": MEGHDOOT_DEFAULTS, "codd": CODD_DEFAULTS,
+                  "kyra-example": KYRA_EXAMPLE_DEFAULTS}
 BURST_DEFAULTS: dict[str, Any] = {
     "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
 }
@@ -545,6 +555,57 @@ def build_meghdoot_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -
         raise SpecError(f"workload: {exc}") from None
 
 
+def build_kyra_example_workload(graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
+    """The Kyra paper's example over brokers ``a`` .. ``h`` (Fig. 1's servers), or a
+    SpecError naming the field."""
+    letters = sorted(FIG1_SUBSCRIPTIONS)
+    if sorted(brokers(graph)) != [s.lower() for s in letters]:
+        raise SpecError("topology: a kyra-example workload needs the brokers "
+                        f"{', '.join(s.lower() for s in letters)} (topology kyra-example, or "
+                        "an overlay over them)")
+    try:
+        return kyra_example_workload(p["publisher"], p["events"],
+                                     {s: s.lower() for s in letters})
+    except ValueError as exc:  # "field: bad value ...; allowed: ..."
+        raise SpecError(f"workload.{exc}") from None
+
+
+def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
+                workload: Workload | None) -> tuple[AlgorithmPlan, ...]:
+    """The algorithms with the params their cores derive from the run (``derive_run``:
+    Kyra's cliques, zones and trees, the multicast groups), or a SpecError.
+
+    Their inputs, stated: the latency between two servers is the shortest path over the
+    overlay by ``delay_ms`` (on a full mesh with metric delays, the direct link); the
+    subscriptions are every SUBSCRIBE of the workload (the multicast baseline's global
+    view); the calibration sample is the workload's ``meta["calibration"]`` (a list of
+    events' attributes) when it has one, else its own publications (the best case for
+    balanced zones and weighted groups: the sample is the stream itself)."""
+    if not any(CORES[a.name].derive_run for a in algorithms):
+        return tuple(algorithms)
+    if workload is None:
+        raise SpecError(f"routing.algorithms: {', '.join(a.name for a in algorithms)} derive "
+                        "their routing from the workload, and this spec has none")
+    names = sorted(overlay)
+    latency: dict[str, dict[str, float]] = {a: dict.fromkeys(names, math.inf) for a in names}
+    for a, dist in nx.all_pairs_dijkstra_path_length(overlay, weight="delay_ms"):
+        latency[a].update(dist)
+    subscriptions = subscriptions_by_broker(workload)
+    calibration = workload.meta.get("calibration") or publication_attrs(workload)
+    out = []
+    for alg in algorithms:
+        derive = CORES[alg.name].derive_run
+        if derive is not None:
+            try:
+                alg = replace(alg, derived=derive(latency, subscriptions, calibration,
+                                                  alg.params))
+            except ValueError as exc:
+                raise SpecError(f"routing.algorithms: {alg.name} cannot derive its routing "
+                                f"from this run: {exc}") from None
+        out.append(alg)
+    return tuple(out)
+
+
 def build_codd_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
     """CoDD's stream over the graph's brokers (the first by name is the root), or a
     SpecError naming the field."""
@@ -643,7 +704,9 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
     overlay, edges = overlay_edges(graph, netem)
     kind = (spec.workload.get("kind", "stock") if spec.workload else None)
     wparams = workload_params(spec) if spec.workload else {}
-    algorithms = _algorithms(spec, overlay, kind)
+    # The Kyra example's filters and publications are what the stock-notification cores
+    # serve.
+    algorithms = _algorithms(spec, overlay, "stock" if kind == "kyra-example" else kind)
     notes = list(graph.graph.get("notes", []))
     workload, bulk = None, None
     capture = spec.capture
@@ -677,12 +740,15 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                 raise SpecError("routing.links: a codd workload builds its trees while it "
                                 "runs; allowed: on-demand")
             workload = build_codd_workload(spec, graph, wparams)
+        if kind == "kyra-example":
+            workload = build_kyra_example_workload(graph, wparams)
         if kind == "stock":
             workload = build_workload(spec, graph, wparams)
             last = max((op.t_s for op in workload.ops), default=0.0)
             if spec.duration_s is not None and last > spec.duration_s:
                 raise SpecError(f"duration_s: bad value {spec.duration_s!r}; allowed: at "
                                 f"least {last:g} (the workload's last operation, in s)")
+        algorithms = run_derived(algorithms, overlay, workload)
         capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
         if capture.enabled and kind == "stock":
             plan_capture(capture, brokers(graph), BROKER_PORT)  # SpecError if too small

@@ -15,14 +15,15 @@ from hypothesis import strategies as st
 
 from nodes.core import Action, Event, RoutingCore, Send
 from nodes.cores import CORES, make_core, overlay_params, resolve_params
-from nodes.cores.kyra import derive_layout as kyra_layout
 from nodes.cores.multicast import Cell
 from nodes.cores.multicast import derive_layout as multicast_layout
 from nodes.cores.overlay import latency_mst
 from nodes.hosting import merge_params
 from nodes.messages import Message, MsgType
-from nodes.model import Filter, Schema, Value, filter_from_json, matches
+from nodes.model import Filter, Value, matches
 from nodes.sim import SimResult, simulate
+from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
+from nodes.workloads.kyra_example import kyra_example_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import stock_workload
 
@@ -30,23 +31,13 @@ Sent = list[tuple[str, str, Message]]
 
 # ---- the worked example (Kyra Figs. 1-4; ../shared/READINGS-WAVE2.md 3.3) ------------------
 
-# Fig. 1: events are the integers 0-9 (attribute v); each server's subscriptions.
-FIG_SUBS: dict[str, tuple[int, ...]] = {
-    "A": (1, 5), "B": (7, 8), "C": (1, 2), "D": (0, 6), "E": (3, 5), "F": (5, 7),
-    "G": (4, 6), "H": (2, 9)}
-EXAMPLE_SCHEMA = Schema({"v": "int"})
-# Fig. 2: Siena's tree, and per server, per neighbour, the events its table entries match.
-FIG2_TREE = [("A", "C"), ("B", "C"), ("D", "C"), ("C", "E"), ("E", "F"), ("F", "G"),
-             ("G", "H")]
+# Fig. 2: per server, per neighbour, the events its table entries match.
 FIG2_TABLES = {
     "A": {"C": "0-9"}, "B": {"C": "0-7,9"},
     "C": {"A": "1,5", "B": "7,8", "D": "0,6", "E": "2-7,9"}, "D": {"C": "1-9"},
     "E": {"C": "0-2,5-8", "F": "2,4-7,9"}, "F": {"E": "0-3,5-8", "G": "2,4,6,9"},
     "G": {"F": "0-3,5-8", "H": "2,9"}, "H": {"G": "0-8"},
 }
-# Fig. 4's cliques, and the inter-clique pairs that are its routing trees' edges.
-FIG4_CLIQUES = [["A", "B", "C"], ["D", "E"], ["F", "G", "H"]]
-FIG4_TREE_PAIRS = {("A", "D"), ("D", "F"), ("B", "E"), ("B", "G"), ("C", "E"), ("C", "H")}
 # The example's calibration sample: every event once (Fig. 1 gives no distribution).
 EXAMPLE_EVENTS: list[dict[str, Value]] = [{"v": v} for v in range(10)]
 # Kyra's clique bounds for the example: the 1 ms pairs are close, 10 ms ones are not.
@@ -74,38 +65,15 @@ def matched_values(filters: Iterable[Filter]) -> set[int]:
     return {v for v in range(10) if any(matches(f, {"v": v}) for f in fs)}
 
 
-def example_latency() -> dict[str, dict[str, float]]:
-    """Latencies (ms) the paper does not give, chosen so that Fig. 5's clustering finds
-    Fig. 4's cliques and the MSTs are Fig. 4's trees: 1 ms inside a clique, 10 ms on the
-    inter-clique pairs that are tree edges, 20 ms on every other pair."""
-    clique = {s: i for i, c in enumerate(FIG4_CLIQUES) for s in c}
-    names = sorted(FIG_SUBS)
-
-    def ms(a: str, b: str) -> float:
-        if clique[a] == clique[b]:
-            return 1.0
-        return 10.0 if (min(a, b), max(a, b)) in FIG4_TREE_PAIRS else 20.0
-
-    return {a: {b: 0.0 if a == b else ms(a, b) for b in names} for a in names}
-
-
 def op(t_s: float, client: str, broker: str, kind: MsgType, msg_id: int,
        payload: dict[str, Any]) -> ClientOp:
     return ClientOp(t_s, client, broker, Message(kind, msg_id, client, 0, payload))
 
 
-def workload(ops: Sequence[ClientOp], schema: Schema) -> Workload:
-    ops = sorted(ops, key=lambda o: o.t_s)
-    return Workload(schema, {o.client: o.broker for o in ops}, tuple(ops), {})
-
-
 def example_workload(publisher: str = "A", event: int = 9) -> Workload:
-    """One subscriber ``s<server><value>`` per subscription of Fig. 1 (``v = value``) at
-    0 s; at 1 s client ``p`` of ``publisher`` publishes ``v = event``."""
-    ops = [op(0.0, f"s{b}{v}", b, MsgType.SUBSCRIBE, 1, {"filter": [["v", "=", v]]})
-           for b, vs in FIG_SUBS.items() for v in vs]
-    ops.append(op(1.0, "p", publisher, MsgType.PUBLISH, 1, {"attrs": {"v": event}}))
-    return workload(ops, EXAMPLE_SCHEMA)
+    """Fig. 1's subscriptions (subscriber ``s<server><value>``, lowercase), then event
+    ``event`` published at ``publisher`` by client ``p`` at 1 s."""
+    return kyra_example_workload(publisher, (event,))
 
 
 # ---- what the host derives before a run -----------------------------------------------------
@@ -121,32 +89,21 @@ def full_mesh(latency_ms: Mapping[str, Mapping[str, float]]) -> nx.Graph:
     return g
 
 
-def subscriptions(w: Workload) -> dict[str, list[Filter]]:
-    """Every filter each server's clients subscribe to during the workload."""
-    out: dict[str, list[Filter]] = {}
-    for o in w.ops:
-        if o.msg.type is MsgType.SUBSCRIBE:
-            out.setdefault(o.broker, []).append(filter_from_json(o.msg.payload["filter"]))
-    return out
-
-
-def events(w: Workload) -> list[Mapping[str, Value]]:
-    """The workload's publications' attributes (a calibration sample)."""
-    return [o.msg.payload["attrs"] for o in w.ops if o.msg.type is MsgType.PUBLISH]
-
-
 def derived_params(algorithm: str, latency_ms: Mapping[str, Mapping[str, float]],
                    w: Workload, calibration: Sequence[Mapping[str, Value]],
                    params: Mapping[str, Any], grouping: Sequence[Sequence[Cell]] | None = None
                    ) -> dict[str, dict[str, Any]]:
-    """Per-broker derived params of ``algorithm`` for a full-mesh run."""
+    """Per-broker derived params of ``algorithm`` for a full-mesh run: the registry's
+    ``derive_run``, as a run plan calls it (``grouping``: multicast groups given instead
+    of K-means ones)."""
     resolved = resolve_params(algorithm, CORES[algorithm].params, params)
     servers = sorted(latency_ms)
-    if algorithm == "kyra":
-        return kyra_layout(latency_ms, calibration, resolved).broker_params()
-    if algorithm == "multicast":
-        return multicast_layout(latency_ms, subscriptions(w), calibration, resolved,
+    if grouping is not None:
+        return multicast_layout(latency_ms, subscriptions_by_broker(w), calibration, resolved,
                                 grouping).broker_params(servers)
+    derive = CORES[algorithm].derive_run
+    if derive is not None:
+        return derive(latency_ms, subscriptions_by_broker(w), calibration, resolved)
     # Siena's tree: the MST by latency, as Kyra's trees (the reading's choice).
     return overlay_params("siena", nx.Graph(latency_mst(servers, latency_ms)))
 
@@ -174,7 +131,7 @@ def run(algorithm: str, latency_ms: Mapping[str, Mapping[str, float]], w: Worklo
     the cores by broker and every Send. The calibration sample defaults to the
     workload's own publications."""
     derived = derived_params(algorithm, latency_ms, w,
-                             events(w) if calibration is None else calibration, params,
+                             publication_attrs(w) if calibration is None else calibration, params,
                              grouping)
     return run_on(full_mesh(latency_ms), algorithm, w, derived, params)
 
@@ -266,7 +223,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, dict[str, float]], Workload, list,
           "pubs_per_publisher": draw(st.integers(1, 6)), "publish_rate_hz": 50.0,
           "mode": mode, "selectivity": 0.2}
     w = churned(stock_workload(servers, seed=seed, **kw), draw)
-    calibration = events(w) if draw(st.booleans()) else events(
+    calibration = publication_attrs(w) if draw(st.booleans()) else publication_attrs(
         stock_workload(servers, seed=seed + 1, **kw))
     params = {
         "siena": {"covering": draw(st.booleans())},

@@ -1,11 +1,16 @@
 """The Kyra paper's worked example (Figs. 1-4), exactly as our reading decodes it
 (``../shared/READINGS-WAVE2.md`` 3.3): one subscriber per subscription of Fig. 1, event 9
 published at server A, routed by filter-based routing (Siena, Fig. 2), by multicast
-groups (Fig. 3) and by Kyra (Fig. 4); then every event from every server."""
+groups (Fig. 3) and by Kyra (Fig. 4); then every event from every server; and the shipped
+specs ``kyra-example`` and ``kyra-example-siena`` run through ``pubsublab sim``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -14,27 +19,27 @@ from kyra_cases import (
     EXAMPLE_KYRA,
     EXAMPLE_MULTICAST,
     FIG2_TABLES,
-    FIG2_TREE,
     FIG3_GROUPING,
-    FIG4_CLIQUES,
-    FIG_SUBS,
-    example_latency,
     example_workload,
     matched_values,
     publication_hops,
     run,
     run_on,
-    subscriptions,
     values,
 )
 
+from experiments.plan import compile_plan
+from experiments.spec import load_spec
 from nodes.cores import CORES, overlay_params, resolve_params
 from nodes.cores.kyra import derive_layout as kyra_layout
 from nodes.cores.multicast import derive_layout as multicast_layout
 from nodes.cores.zones import zone_filter
 from nodes.messages import MsgType
 from nodes.model import filter_from_json
+from nodes.workloads.interests import subscriptions_by_broker
+from nodes.workloads.kyra_example import FIG1_SUBSCRIPTIONS
 from nodes.workloads.oracle import expected_deliveries
+from topologies.kyra_example import FIG2_TREE, FIG4_CLIQUES, example_latency
 
 # ---- Fig. 2: filter-based routing (Siena) --------------------------------------------------
 
@@ -53,10 +58,10 @@ def test_fig2_tables_and_event_9_matched_at_c_e_f_g_before_h(covering: bool) -> 
                                       ("G", "H")]
     matched = {b: c.counters()["events_matched"] for b, c in cores.items()}
     assert matched == {"A": 1, "B": 0, "C": 1, "D": 0, "E": 1, "F": 1, "G": 1, "H": 1}
-    assert result.deliveries == {("p", 1): ["sH9"]}
+    assert result.deliveries == {("p", 1): ["sh9"]}
     if not covering:  # every subscription reached every server: 16 entries each
         assert {b: c.table_sizes()["prt"] for b, c in cores.items()} \
-            == dict.fromkeys(FIG_SUBS, 16)
+            == dict.fromkeys(FIG1_SUBSCRIPTIONS, 16)
 
 
 # ---- Fig. 3: multicast groups --------------------------------------------------------------
@@ -71,7 +76,7 @@ def _resolved(algorithm: str, params: dict) -> dict:
 
 
 def test_fig3_groups_have_the_papers_members() -> None:
-    layout = multicast_layout(example_latency(), subscriptions(example_workload()),
+    layout = multicast_layout(example_latency(), subscriptions_by_broker(example_workload()),
                               EXAMPLE_EVENTS, _resolved("multicast", EXAMPLE_MULTICAST),
                               FIG3_GROUPING)
     assert layout.cuts == (tuple(range(1, 10)),)  # one cell per event
@@ -91,8 +96,8 @@ def test_fig3_event_9_reaches_b_needlessly_and_not_g() -> None:
     assert hops[0] == ("A", "B")  # 1 ms away, as C is: ties go to the name
     unwanted = {b for b, c in cores.items() if c.counters()["events_unwanted"]}
     assert unwanted == {"B", "C", "E", "F"}
-    assert 9 not in FIG_SUBS["B"]
-    assert result.deliveries == {("p", 1): ["sH9"]}
+    assert 9 not in FIG1_SUBSCRIPTIONS["B"]
+    assert result.deliveries == {("p", 1): ["sh9"]}
 
 
 # ---- Fig. 4: Kyra ----------------------------------------------------------------------------
@@ -115,8 +120,8 @@ FIG4_TABLES = {("A", 0): {"D": "0,2,3"}, ("B", 1): {"E": "5,6", "G": "4-6"},
 
 def test_fig4_cliques_zones_and_trees() -> None:
     layout = kyra_layout(example_latency(), EXAMPLE_EVENTS, _resolved("kyra", EXAMPLE_KYRA))
-    assert [list(c) for c in layout.cliques] == FIG4_CLIQUES
-    assert {s: matched_values([layout.zone_of(s)]) for s in FIG_SUBS} \
+    assert layout.cliques == FIG4_CLIQUES
+    assert {s: matched_values([layout.zone_of(s)]) for s in FIG1_SUBSCRIPTIONS} \
         == {s: values(z) for s, z in FIG4_ZONES.items()}
     trees = [(matched_values([zone_filter("v", layout.global_cuts, t)]), members, edges)
              for t, (members, edges) in enumerate(zip(layout.tree_members, layout.tree_edges,
@@ -141,12 +146,12 @@ def test_fig4_proxies_tables_and_event_9_from_a_to_c_to_h() -> None:
     matched = {b: c.counters()["events_matched"] for b, c in cores.items()}
     assert matched == {"A": 0, "B": 0, "C": 1, "D": 0, "E": 0, "F": 0, "G": 0, "H": 1}
     assert {b for b, c in cores.items() if c.counters()["events_unwanted"]} == {"C"}
-    assert result.deliveries == {("p", 1): ["sH9"]}
+    assert result.deliveries == {("p", 1): ["sh9"]}
 
 
 # ---- every event from every server -----------------------------------------------------------
 
-@pytest.mark.parametrize("publisher", sorted(FIG_SUBS))
+@pytest.mark.parametrize("publisher", sorted(FIG1_SUBSCRIPTIONS))
 @pytest.mark.parametrize("event", range(10))
 def test_every_event_from_every_server_reaches_exactly_its_subscribers(publisher: str,
                                                                        event: int) -> None:
@@ -179,3 +184,61 @@ def test_every_event_from_every_server_reaches_exactly_its_subscribers(publisher
     proxy = next(s for s in FIG4_CLIQUES[clique_of[publisher]] if event in zone[s])
     assert first == ([] if proxy == publisher else [(publisher, proxy)])
     assert sum(c.counters()["events_matched"] for c in cores.values()) == 1 + len(tree_hops)
+
+
+# ---- the shipped specs ------------------------------------------------------------------------
+
+def _sim(spec: str, out: Path) -> tuple[dict, Path]:
+    """``pubsublab sim SPEC --json``: the summaries and the run folder."""
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "sim", spec, "--out",
+                          str(out), "--json"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = out.iterdir()
+    return json.loads(res.stdout.strip().splitlines()[-1]), run_dir
+
+
+def _publication_sends(folder: Path) -> list[tuple[str, str]]:
+    """(broker, link) of every PUBLISH a broker's log shows leaving, in time order."""
+    sends = []
+    for log in folder.glob("*.jsonl"):
+        if log.stem not in set("abcdefgh"):
+            continue  # a client's log
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["ev"] == "send" and rec.get("type") == "PUBLISH":
+                sends.append((rec["t_mono"], log.stem, rec["link"]))
+    return [(node, link) for _, node, link in sorted(sends)]
+
+
+def test_the_shipped_example_specs_route_event_9_as_the_figures_do(tmp_path: Path) -> None:
+    """``pubsublab sim kyra-example`` and ``kyra-example-siena``: event 9 from a reaches
+    h's subscriber once under every routing, a -> c -> h under Kyra (Fig. 4) and along
+    Fig. 2's tree under Siena; the plan derives Fig. 4's cliques and trees."""
+    kyra, kyra_dir = _sim("kyra-example", tmp_path / "kyra")
+    siena, siena_dir = _sim("kyra-example-siena", tmp_path / "siena")
+    summaries = {**kyra, **siena}
+    assert sorted(summaries) == ["kyra", "multicast", "siena"]
+    for s in summaries.values():
+        assert (s["expected_deliveries"], s["delivered"], s["missing"], s["duplicates"]) \
+            == (1, 1, 0, 0)
+    assert _publication_sends(kyra_dir / "kyra") == [("a", "c"), ("c", "h")]
+    assert _publication_sends(siena_dir / "siena") == [("a", "c"), ("c", "e"), ("e", "f"),
+                                                        ("f", "g"), ("g", "h")]
+    plan = compile_plan(load_spec("kyra-example"), netem=False)
+    derived = plan.algorithm("kyra").derived
+    assert {tuple(derived[b]["clique"]) for b in derived} == {("a", "b", "c"), ("d", "e"),
+                                                               ("f", "g", "h")}
+    assert {(b, int(t)): tuple(nbs) for b in derived
+            for t, nbs in derived[b]["routing_trees"].items()} == {
+        ("a", 0): ("d",), ("d", 0): ("a", "f"), ("f", 0): ("d",),
+        ("b", 1): ("e", "g"), ("d", 1): ("e",), ("e", 1): ("b", "d"), ("g", 1): ("b",),
+        ("c", 2): ("e", "h"), ("e", 2): ("c",), ("h", 2): ("c",)}
+    # Multicast: event 9's group tree from a (or from its entry, when a is no member).
+    groups = plan.algorithm("multicast").derived
+    group = groups["a"]["group_of"]["9"]
+    members = {b for b, p in groups.items() if str(group) in p["trees"]}
+    assert summaries["multicast"]["ims_by_type"]["PUBLISH"] \
+        == len(members) - 1 + ("a" not in members)
+    assert len(_publication_sends(kyra_dir / "multicast")) == len(members) - 1 + (
+        "a" not in members)

@@ -18,10 +18,8 @@ from kyra_cases import (
     EXAMPLE_EVENTS,
     EXAMPLE_MULTICAST,
     cases,
-    example_latency,
     example_workload,
     run,
-    subscriptions,
 )
 
 from nodes.core import FromClient, Record
@@ -36,6 +34,8 @@ from nodes.cores.multicast import (
 from nodes.cores.zones import zone_index
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, matches
+from nodes.workloads.interests import subscriptions_by_broker
+from topologies.kyra_example import example_latency
 
 # ---- the cells a filter wants ----------------------------------------------------------------
 
@@ -96,13 +96,14 @@ def _resolved(params: dict[str, Any]) -> dict[str, Any]:
 def test_groups_hold_every_interested_server_and_trees_are_msts(case: tuple) -> None:
     latency, w, calibration, params = case
     resolved = _resolved(params["multicast"])
-    layout = derive_layout(latency, subscriptions(w), calibration, resolved)
+    layout = derive_layout(latency, subscriptions_by_broker(w), calibration, resolved)
     group_of = {c: g for g, (cells, _) in enumerate(layout.groups) for c in cells}
     cells = [cell for cells, _ in layout.groups for cell in cells]
     assert len(cells) == len(set(cells)) == len(list(itertools.product(
         *(range(len(c) + 1) for c in layout.cuts))))  # a partition of every cell
     assert len(layout.groups) <= resolved["groups"]
-    for server, filters in subscriptions(w).items():  # every matching event's group has it
+    # Every server with a subscription an event matches is in the event's group.
+    for server, filters in subscriptions_by_broker(w).items():
         for ev in calibration:
             if any(matches(f, ev) for f in filters):
                 cell = cell_of(ev, layout.cell_attrs, layout.cuts)
@@ -126,14 +127,14 @@ def test_groups_hold_every_interested_server_and_trees_are_msts(case: tuple) -> 
 def test_the_groups_param_bounds_the_groups_and_kmeans_gives_other_groups_than_fig3() -> None:
     """Fig. 3 is not a K-means result (tests/test_multicast_groups.py); ours still
     delivers event 9 to H alone."""
-    layout = derive_layout(example_latency(), subscriptions(example_workload()),
+    layout = derive_layout(example_latency(), subscriptions_by_broker(example_workload()),
                            EXAMPLE_EVENTS, _resolved(EXAMPLE_MULTICAST))
     assert len(layout.groups) == 3
     assert {frozenset(c for (c,) in cells) for cells, _ in layout.groups} != {
         frozenset({5, 8}), frozenset({0, 1, 4, 6}), frozenset({2, 3, 7, 9})}
     result, _, _ = run("multicast", example_latency(), example_workload(), EXAMPLE_MULTICAST,
                        EXAMPLE_EVENTS)
-    assert result.deliveries == {("p", 1): ["sH9"]}
+    assert result.deliveries == {("p", 1): ["sh9"]}
 
 
 # ---- forwarding on random servers and workloads ------------------------------------------------
@@ -143,7 +144,7 @@ def test_the_groups_param_bounds_the_groups_and_kmeans_gives_other_groups_than_f
 def test_each_publication_reaches_exactly_its_groups_members_once(case: tuple) -> None:
     latency, w, calibration, params = case
     resolved = _resolved(params["multicast"])
-    layout = derive_layout(latency, subscriptions(w), calibration, resolved)
+    layout = derive_layout(latency, subscriptions_by_broker(w), calibration, resolved)
     result, cores, sent = run("multicast", latency, w, params["multicast"], calibration)
     broker_of = {o.msg.key: o.broker for o in w.ops if o.msg.type is MsgType.PUBLISH}
     attrs_of = {o.msg.key: o.msg.payload["attrs"] for o in w.ops

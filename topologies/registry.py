@@ -22,6 +22,7 @@ import networkx as nx
 from topologies.compute_nodes import scot_compute_nodes_graph
 from topologies.gigabit_cluster import GIGABIT, gigabit_cluster_graph
 from topologies.graph import SWITCH, brokers, overlay_of, parse_edges
+from topologies.kyra_example import kyra_example_graph
 from topologies.links import UNSHAPED, LinkParams
 from topologies.overlay import overlay_as_links_graph
 from topologies.peers import peers_graph
@@ -101,6 +102,10 @@ def _peers(link: LinkParams | None, *, n: Any = 16) -> nx.Graph:
     return peers_graph(_number(n), link or UNSHAPED)
 
 
+def _kyra_example(link: LinkParams | None) -> nx.Graph:
+    return kyra_example_graph(link or UNSHAPED)
+
+
 TOPOLOGIES: dict[str, Builder] = {
     "scot": _scot,
     "scot-paper": _scot_paper,
@@ -108,6 +113,7 @@ TOPOLOGIES: dict[str, Builder] = {
     "scot-compute-nodes": _scot_compute_nodes,
     "overlay": _overlay,
     "peers": _peers,
+    "kyra-example": _kyra_example,
 }
 
 

@@ -5,7 +5,11 @@ neighbours, params) -> core``, the params a spec may set (:mod:`nodes.cores.para
 workload kind it serves (``stock`` notifications, ``bulk`` data, or ``meghdoot``'s
 stream with joins), and, for cores that
 need figures derived from the whole overlay (a spanning tree, SCOT clusters), a pure
-function from the overlay graph to per-broker params. Derived and declared params never
+function from the overlay graph to per-broker params; cores whose figures come from the
+run itself (Kyra's cliques, zones and trees, the multicast groups) have ``derive_run``, a
+pure function of the servers' latencies (ms, all pairs), every filter the workload
+subscribes per broker, its publications (a calibration sample) and the declared params,
+which the run plan calls once the workload is built. Derived and declared params never
 share a key (a spec cannot set a derived one), so merging them is a plain union. The
 overlay is an ``nx.Graph`` over broker names carrying the topology contract's attributes
 (:mod:`topologies.graph`): nodes ``cluster``, ``region``, ``role``; edges ``type``
@@ -57,12 +61,18 @@ from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.cores.params import Param, resolve_params
+from nodes.model import Filter, Value
 
 if TYPE_CHECKING:  # annotations only: cores read the graph, they never build one
     import networkx as nx
 
 CoreFactory = Callable[[str, Sequence[str], Mapping[str, Any]], RoutingCore]
 OverlayParams = Callable[["nx.Graph"], dict[str, dict[str, Any]]]
+# (latency_ms[a][b], filters subscribed per broker, publications' attributes, declared
+# params) -> per-broker params.
+RunParams = Callable[[Mapping[str, Mapping[str, float]], Mapping[str, Sequence[Filter]],
+                      Sequence[Mapping[str, Value]], Mapping[str, Any]],
+                     dict[str, dict[str, Any]]]
 WorkloadKind = Literal["stock", "bulk", "meghdoot", "codd"]
 
 
@@ -74,6 +84,7 @@ class CoreInfo:
     params: tuple[Param, ...] = ()
     workload: WorkloadKind = "stock"
     derive: OverlayParams | None = None
+    derive_run: RunParams | None = None
 
 
 CORES: dict[str, CoreInfo] = {
@@ -85,10 +96,9 @@ CORES: dict[str, CoreInfo] = {
     "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
     "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
     "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params),
-    # Derived from the workload's subscriptions, not the overlay: derive_layout.
-    "multicast": CoreInfo(multicast.MulticastCore, multicast.PARAMS),
-    # Derived from server latencies and a calibration sample: kyra.derive_layout.
-    "kyra": CoreInfo(kyra.KyraCore, kyra.PARAMS),
+    "multicast": CoreInfo(multicast.MulticastCore, multicast.PARAMS,
+                          derive_run=multicast.run_params),
+    "kyra": CoreInfo(kyra.KyraCore, kyra.PARAMS, derive_run=kyra.run_params),
     "tid-static": CoreInfo(tid.TidCore),
     "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
     "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),

@@ -400,3 +400,13 @@ class KyraCore:
                                                     pub.hops + 1,
                                                     {**publication, "clients": sorted(clients)})))
         return out
+
+
+def run_params(latency_ms: Mapping[str, Mapping[str, float]],
+               subscriptions: Mapping[str, Sequence[Filter]],
+               calibration: Sequence[Mapping[str, Value]],
+               params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-broker derived params for a run (the registry's ``derive_run``); Kyra's layout
+    does not depend on the subscriptions (it moves them to where the zones are)."""
+    del subscriptions
+    return derive_layout(latency_ms, calibration, params).broker_params()

@@ -313,3 +313,13 @@ class MulticastCore:
         copy = msg.forwarded()
         actions += [Send(nb, copy) for nb in nbs if nb != came_from]
         return actions
+
+
+def run_params(latency_ms: Mapping[str, Mapping[str, float]],
+               subscriptions: Mapping[str, Sequence[Filter]],
+               calibration: Sequence[Mapping[str, Value]],
+               params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-broker derived params for a run (the registry's ``derive_run``): the layout
+    of :func:`derive_layout` by K-means."""
+    return derive_layout(latency_ms, subscriptions, calibration, params).broker_params(
+        sorted(latency_ms))
