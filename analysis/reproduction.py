@@ -25,6 +25,12 @@ value          o                   the row's ``direction`` holds
 percent        o x 100             the row's ``direction`` holds
 =============  ==================  =========================================
 
+``against_pick`` compares an algorithm with itself elsewhere on the curve: ``a`` is then
+``against``'s number (``of``'s when ``against`` is absent) picked by ``against_pick``
+(the paper's "grows as log n": depth at 1,000 nodes over depth at 100).
+
+A row whose paper states a claim without a number (its plots did not survive) has
+``paper: null``: no ratio, and its ``direction`` says what the claim asks of ours.
 A row's ``direction`` (value rows) is the paper's claim about its number, which ours
 must share: ``{above: ALG}`` / ``{below: ALG}`` (the same figure of another algorithm of
 the same runs), ``{above: N}`` / ``{below: N}`` (a bound), ``{within: [LO, HI]}``.
@@ -147,11 +153,11 @@ def _direction(row: Mapping[str, Any], ours: float, numbers: Mapping[str, float 
                ) -> bool:
     """Whether ours shares the paper's direction (module docstring)."""
     kind = row["ours"]["compare"]
-    if kind in ("reduction", "increase", "difference"):
+    claim = row.get("direction")
+    if claim is None and kind in ("reduction", "increase", "difference"):
         return ours > 0
-    if kind in ("factor", "ratio"):
+    if claim is None and kind in ("factor", "ratio"):
         return (ours > 1) == (row["paper"] > 1)
-    claim = row["direction"]
     if "within" in claim:
         lo, hi = claim["within"]
         return lo <= ours <= hi
@@ -194,7 +200,11 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
         refs = [r for r in (row.get("direction") or {}).values() if isinstance(r, str)]
         numbers = {alg: pick(curve(pts, spec, alg), spec.get("pick", "mean"))
                    for alg in {*algorithms, *refs}}
-        ours = _compare(spec["compare"], numbers[spec["of"]], numbers.get(spec.get("against")))
+        against = numbers.get(spec.get("against"))
+        if "against_pick" in spec:
+            against = pick(curve(pts, spec, spec.get("against", spec["of"])),
+                           spec["against_pick"])
+        ours = _compare(spec["compare"], numbers[spec["of"]], against)
         ratio = ours / row["paper"] if ours is not None and row["paper"] else None
         rows.append({
             "figure": row["figure"], "metric": row["metric"], "source": row["source"],
@@ -241,7 +251,7 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
         else:
             ax.plot([x * per_ours for x, _ in c], [y * y_factor for _, y in c], marker="o",
                     ms=3, color=color, label=name)
-    if spec["compare"] in ("value", "percent"):
+    if spec["compare"] in ("value", "percent") and row["paper"] is not None:
         ax.axhline(row["paper"], color="k", ls="--", lw=1, label="paper")
     at = spec.get("pick")
     if isinstance(at, Mapping) and not single:

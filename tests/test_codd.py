@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nodes.core import Action, Arrived, Deliver, FromClient, Send
 from nodes.cores import CORES, resolve_params
-from nodes.cores.codd import CoddCore, overlay_params, tree_problems
+from nodes.cores.codd import VARIANTS, CoddCore, overlay_params, tree_problems
 from nodes.messages import Message, MsgType
 from nodes.sim import LinkModel, SimResult, simulate
 from nodes.workloads.codd import codd_workload
@@ -44,11 +44,16 @@ class CheckedNode(CoddCore):
         return super()._done()
 
 
-def run(w: Workload, params: Mapping[str, Any]) -> tuple[SimResult, dict[str, CoddCore]]:
+def run(w: Workload, params: Mapping[str, Any], core: str = "codd"
+        ) -> tuple[SimResult, dict[str, CoddCore]]:
+    """Simulate ``w`` with the registry's ``core`` (a CoDD variant) and ``params`` (those
+    the variant does not take are dropped)."""
     names = sorted(set(w.clients.values()))
     graph = nx.Graph()
     graph.add_nodes_from(names)
-    resolved = resolve_params("codd", CORES["codd"].params, params)
+    fixed, declared = VARIANTS[core]
+    taken = {k: v for k, v in params.items() if k in {p.name for p in declared}}
+    resolved = {**resolve_params(core, CORES[core].params, taken), **fixed}
     derived = overlay_params(graph)
     everyone: dict[str, CoddCore] = {}
 
@@ -74,18 +79,18 @@ def assert_exactly_once(result: SimResult, w: Workload) -> int:
        leave_fraction=st.sampled_from([0.0, 0.3, 1.0]),
        fanout=st.integers(1, 4), timeout_docs=st.integers(3, 30),
        threshold_pct=st.sampled_from([0.0, 10.0, 40.0]), cutoff=st.integers(0, 3),
-       delta_pct=st.sampled_from([0.0, 20.0]), forward=st.sampled_from(["filter", "all"]),
+       delta_pct=st.sampled_from([0.0, 20.0]),
+       core=st.sampled_from(["codd", "codd", "codd-nr", "codd-flood"]),
        window_docs=st.sampled_from([10, 10000]))
 def test_random_schedules_deliver_exactly_once_and_keep_the_tree(
         n: int, d: int, seed: int, interest: str, leave_fraction: float, fanout: int,
         timeout_docs: int, threshold_pct: float, cutoff: int, delta_pct: float,
-        forward: str, window_docs: int) -> None:
+        core: str, window_docs: int) -> None:
     w = codd_workload(peer_names(n), d, seed=seed, interest=interest,
                       leave_fraction=leave_fraction, k=5, c=1, cf=25)
     result, nodes = run(w, {"fanout": fanout, "timeout_docs": timeout_docs,
                             "threshold_pct": threshold_pct, "cutoff": cutoff,
-                            "delta_pct": delta_pct, "forward": forward,
-                            "window_docs": window_docs})
+                            "delta_pct": delta_pct, "window_docs": window_docs}, core)
     assert_exactly_once(result, w)
     root = nodes[w.meta["root"]]
     joins, leaves = n - 1, len(w.meta["leaves_s"])
@@ -95,8 +100,8 @@ def test_random_schedules_deliver_exactly_once_and_keep_the_tree(
 
 def test_siena_emulation_and_codd_deliver_exactly_once_at_100_nodes() -> None:
     w = codd_workload(peer_names(100), 2000, seed=3)
-    for params in ({"tree": "siena"}, {"reorganize": False}, {}):
-        result, nodes = run(w, params)
+    for core in ("codd-siena", "codd-nr", "codd"):
+        result, nodes = run(w, {}, core)
         assert assert_exactly_once(result, w) > 10_000
     moves = sum(c.moves for c in nodes.values())
     assert moves > 0  # CoDD-R moved nodes on this workload
@@ -104,7 +109,7 @@ def test_siena_emulation_and_codd_deliver_exactly_once_at_100_nodes() -> None:
 
 def test_siena_tree_is_a_balanced_server_tree_with_f_clients_per_server() -> None:
     w = codd_workload(peer_names(120), 200, seed=5)
-    _, nodes = run(w, {"tree": "siena", "fanout": 3})
+    _, nodes = run(w, {"fanout": 3}, "codd-siena")
     root = nodes[w.meta["root"]]
     servers = root._servers
     assert 120 // 4 - 15 <= len(servers) <= 120 // 4 + 15  # p = 1/(f+1), 119 draws
@@ -127,7 +132,7 @@ class Pump:
     and the control messages are traced as (from, to, op)."""
 
     def __init__(self, names: Sequence[str], **params: Any) -> None:
-        resolved = resolve_params("codd", CORES["codd"].params, params)
+        resolved = resolve_params("codd", CORES["codd"].params, params)  # CoDD-R
         graph = nx.Graph()
         graph.add_nodes_from(names)
         derived = overlay_params(graph)

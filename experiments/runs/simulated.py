@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.burst import draw_burst
+from analysis.codd import codd_metrics, draw_codd
 from analysis.meghdoot import draw_meghdoot, meghdoot_metrics
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan, pair_figures
@@ -82,7 +83,11 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         else:
             summary = summarize(result, expected, scale=plan.spec.scale)
         if plan.workload_kind == "meghdoot" and not log_messages:  # else from the logs
-            summary["meghdoot"] = meghdoot_metrics(can_peers(result), workload)
+            summary["meghdoot"] = meghdoot_metrics(final_records(result, "can_peer"), workload)
+        if plan.workload_kind == "codd" and not log_messages:
+            summary["codd"] = codd_metrics(final_records(result, "codd_node"),
+                                           next(iter(final_records(result, "codd_root")),
+                                                None))
         write_summary(out, summary)
         summaries[alg.name] = summary
         log(f"{alg.name}: delivered {summary['delivered']} of "
@@ -92,13 +97,15 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
     draw([(None, summaries)], run_dir)
     draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
     draw_meghdoot({a: s.get("meghdoot") for a, s in summaries.items()}, run_dir)
+    draw_codd({a: s.get("codd") for a, s in summaries.items()}, run_dir)
     return run_dir, summaries
 
 
-def can_peers(result: SimResult) -> list[dict[str, Any]]:
-    """The ``can_peer`` end-of-run records of a Meghdoot run, each naming its ``node``."""
+def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:
+    """The end-of-run records of ``kind`` (Meghdoot's ``can_peer``, CoDD's ``codd_node``
+    and ``codd_root``), each naming its ``node``."""
     return [{"node": b, **fields} for b, records in result.final.items()
-            for kind, fields in records if kind == "can_peer"]
+            for k, fields in records if k == kind]
 
 
 def _progress_line(algorithm: str) -> Callable[[float], None]:

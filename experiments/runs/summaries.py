@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.burst import burst_metrics
+from analysis.codd import codd_metrics
 from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
 from nodes.log_summary import link_notifications
@@ -17,7 +18,8 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
     notifications on the links the plan's ``link_schedule`` changes, and the burst's
     metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
     Meghdoot's metrics from its peers' ``can_peer`` records
-    (:func:`analysis.meghdoot.meghdoot_metrics`)."""
+    (:func:`analysis.meghdoot.meghdoot_metrics`), CoDD's from its nodes' ``codd_node``
+    and ``codd_root`` records (:func:`analysis.codd.codd_metrics`)."""
     extras: dict[str, Any] = {}
     if plan.link_schedule:
         extras["scheduled_link_notifications"] = link_notifications(
@@ -29,6 +31,13 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
                  for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
                  if r.get("kind") == "can_peer"]
         extras["meghdoot"] = meghdoot_metrics(peers, plan.workload)
+    if plan.workload_kind == "codd":
+        records = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
+                   for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
+                   if r.get("kind") in ("codd_node", "codd_root")]
+        extras["codd"] = codd_metrics([r for r in records if r["kind"] == "codd_node"],
+                                      next((r for r in records if r["kind"] == "codd_root"),
+                                           None))
     return extras
 
 

@@ -16,21 +16,21 @@ overlay is an ``nx.Graph`` over broker names carrying the topology contract's at
 (``aLink`` | ``iLink`` | ``overlay``). Derived params must be JSON-able: the emulated
 runtime hands them to each broker process in its config file.
 
-Registered cores: ``codd`` (cooperative data-aware dissemination trees, with the Siena
-emulation and flooding down the tree as options, :mod:`nodes.cores.codd`), ``flood`` (the
-reference), ``gossip`` (peers learnt from messages,
-links opened on demand, :mod:`nodes.cores.gossip`), ``meghdoot`` (content-based pub/sub
-over a CAN, :mod:`nodes.cores.meghdoot`), ``snr`` (OctopiA's static notification
+Registered cores: ``codd`` (cooperative data-aware dissemination trees with
+reorganization, CoDD-R, :mod:`nodes.cores.codd`) and its variants ``codd-nr`` (without
+reorganization), ``codd-siena`` (the paper's Siena emulation) and ``codd-flood`` (every
+document down the whole tree), ``flood`` (the reference), ``gossip`` (peers learnt from
+messages, links opened on demand, :mod:`nodes.cores.gossip`), ``meghdoot`` (content-based
+pub/sub over a CAN, :mod:`nodes.cores.meghdoot`), ``snr`` (OctopiA's static notification
 routing on a clustered SCOT, :mod:`nodes.cores.octopia`), ``idr`` (OctopiA's inter-cluster
-dynamic routing, :mod:`nodes.cores.idr`), ``tid-static`` (PADRES's
-TID-based static routing on an unclustered overlay, :mod:`nodes.cores.tid`),
-``tid-dynamic`` (its dynamic variant, which may reroute a notification over another last
-hop of the same subscriptions, :class:`nodes.cores.tid.TidDynamicCore`), ``siena``
-(Siena-style filter-based routing on a spanning tree with optional covering, Kyra's
-baseline, :mod:`nodes.cores.siena`), ``multicast`` (Kyra's multicast-based baseline,
-:mod:`nodes.cores.multicast`; its groups are derived from the subscriptions with
-:func:`~nodes.cores.multicast.derive_layout`), ``kyra`` (server cliques and per-zone
-routing trees, :mod:`nodes.cores.kyra`; derived with
+dynamic routing, :mod:`nodes.cores.idr`), ``tid-static`` (PADRES's TID-based static
+routing on an unclustered overlay, :mod:`nodes.cores.tid`), ``tid-dynamic`` (its dynamic
+variant, which may reroute a notification over another last hop of the same subscriptions,
+:class:`nodes.cores.tid.TidDynamicCore`), ``siena`` (Siena-style filter-based routing on a
+spanning tree with optional covering, Kyra's baseline, :mod:`nodes.cores.siena`),
+``multicast`` (Kyra's multicast-based baseline, :mod:`nodes.cores.multicast`; its groups
+are derived from the subscriptions with :func:`~nodes.cores.multicast.derive_layout`),
+``kyra`` (server cliques and per-zone routing trees, :mod:`nodes.cores.kyra`; derived with
 :func:`~nodes.cores.kyra.derive_layout`), and the bulk-data agents ``lbdd``
 (:mod:`nodes.cores.lbdd`), ``p2p`` and ``p2p-parallel`` (:mod:`nodes.cores.p2p`), which
 need every broker's ``ip`` node attribute.
@@ -88,7 +88,8 @@ class CoreInfo:
 
 
 CORES: dict[str, CoreInfo] = {
-    "codd": CoreInfo(codd.CoddCore, codd.PARAMS, "codd", codd.overlay_params),
+    **{name: CoreInfo(codd.variant(name), params, "codd", codd.overlay_params)
+       for name, (_, params) in codd.VARIANTS.items()},
     "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
     "gossip": CoreInfo(gossip.GossipCore, gossip.PARAMS),
     "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS, "meghdoot",
