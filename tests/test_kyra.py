@@ -122,6 +122,9 @@ def test_all_three_deliver_the_oracle_set_exactly_once(case: tuple) -> None:
             assert all(c["routing_entries"] == 0 for c in counters.values()), algorithm
         if algorithm == "kyra":
             assert all(c["proxy_subscriptions"] == 0 for c in counters.values())
+            # Every message crosses a pair a fixed overlay of the layout's edges holds.
+            layout = derive_layout(latency, calibration, _resolved("kyra", params["kyra"]))
+            assert {(min(b, link), max(b, link)) for b, link, _ in sent} <= layout.edges()
             # One NOTIFY per publication and origin server: each clique notified once.
             notify = Counter((m.key, link) for _, link, m in sent if m.type is MsgType.NOTIFY)
             assert set(notify.values()) <= {1}

@@ -157,6 +157,7 @@ def test_each_publication_reaches_exactly_its_groups_members_once(case: tuple) -
         publisher = broker_of[key]
         want.update((key, m) for m in members if m != publisher)
     assert got == want
+    assert {(min(b, link), max(b, link)) for b, link, _ in sent} <= layout.edges()
     received = sum(c.counters()["events_matched"] for c in cores.values())
     in_groups = sum(len(next(m for cells, m in layout.groups
                              if cell_of(a, layout.cell_attrs, layout.cuts) in cells))
