@@ -64,7 +64,7 @@ def test_consumers_arrive_half_a_step_before_their_document(d: int, step_s: floa
     names = sorted(NODES)
     root, consumers = names[0], names[1:]
     m = len(consumers)
-    assert w.meta["root"] == root and w.meta["settle_s"] == step_s / 2
+    assert w.meta["root"] == root and w.meta["settle_s"] == step_s / 4
     docs = _docs(w)
     assert [op.t_s for op in docs] == pytest.approx([i * step_s for i in range(d)])
     assert all(op.broker == root and op.client == "producer" and op.msg.msg_id == i + 1
@@ -74,18 +74,22 @@ def test_consumers_arrive_half_a_step_before_their_document(d: int, step_s: floa
         t = w.meta["arrivals_s"][x]
         assert t == pytest.approx(max(0.0, a * step_s - step_s / 2), abs=1e-9)
         ops = [op for op in w.ops if op.broker == x]
-        # The JOIN first: a runtime attaches a node's clients once it has joined.
-        assert [(op.msg.type, op.client, op.msg.msg_id, op.t_s) for op in ops] == [
-            (MsgType.JOIN, f"j-{x}", 1, t), (MsgType.SUBSCRIBE, f"q-{x}", 1, t)]
-        assert ops[0].msg.payload == {"seeds": [root], "from_s": t + w.meta["settle_s"]}
+        # The JOIN first, the SUBSCRIBE a quarter step later: a runtime attaches a node's
+        # clients once it has joined, and two clients at one instant may arrive in
+        # either order.
+        sub_t = ops[1].t_s
+        assert sub_t == pytest.approx(t + step_s / 4 if a else step_s / 4, abs=1e-9)
+        assert [(op.msg.type, op.client, op.msg.msg_id) for op in ops] == [
+            (MsgType.JOIN, f"j-{x}", 1), (MsgType.SUBSCRIBE, f"q-{x}", 1)]
+        assert ops[0].t_s == t
+        assert ops[0].msg.payload == {"seeds": [root], "from_s": sub_t + w.meta["settle_s"]}
         assert ops[1].msg.payload == {"addressed": True}
         if a:  # the oracle's inclusive settle boundary counts document a, not a - 1
-            assert docs[a - 1].t_s < t + w.meta["settle_s"] <= docs[a].t_s
-    # Ops are in time order, and a consumer arriving with document 0 comes before it.
+            assert docs[a - 1].t_s < sub_t + w.meta["settle_s"] <= docs[a].t_s
+    # Ops are in time order, and a consumer arriving with document 0 joins before it.
     assert [op.t_s for op in w.ops] == sorted(op.t_s for op in w.ops)
     at_zero = [op.msg.type for op in w.ops if op.t_s == 0]
-    assert at_zero[-1] is MsgType.PUBLISH and MsgType.PUBLISH not in at_zero[:-1]
-    assert at_zero[:2] == [MsgType.JOIN, MsgType.SUBSCRIBE]
+    assert at_zero[-1] is MsgType.PUBLISH and set(at_zero[:-1]) == {MsgType.JOIN}
 
 
 def test_the_oracle_expects_each_consumer_from_its_document_until_its_leave() -> None:

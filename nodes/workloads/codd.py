@@ -10,18 +10,19 @@ Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4)
   (``i``) and ``t_s`` (``t``), and ``to`` or ``attrs`` (below).
 - **Arrivals** ("node i joins before document floor(i d / n)"): consumer ``i`` (0-based)
   arrives half a step before document ``a_i = floor(i d / m)``, at
-  ``t = max(0, a_i step_s - step_s / 2)``, with two operations in this order: a JOIN
-  from client ``j-<x>`` at ``x`` with payload ``{"seeds": [root], "from_s": F}`` (the
-  paper's "typical" seed set; ``F`` is the arrival plus the settle time, from which the
+  ``t = max(0, a_i step_s - step_s / 2)``, with two operations: at ``t`` a JOIN from
+  client ``j-<x>`` at ``x`` with payload ``{"seeds": [root], "from_s": F}`` (the paper's
+  "typical" seed set; ``F`` is the SUBSCRIBE's time plus the settle time, from which the
   oracle counts the consumer's query, so that a core can deliver exactly what it
-  expects) and a SUBSCRIBE from client ``q-<x>`` at broker ``x`` (``msg_id`` 1): a
-  runtime attaches a node's clients once it has joined.
+  expects), and a quarter step later a SUBSCRIBE from client ``q-<x>`` at broker ``x``
+  (``msg_id`` 1): a runtime attaches a node's clients once it has joined, and two
+  clients sending at one instant reach the broker in either order.
   Operations at one time keep the order arrivals, leaves, documents.
-- **Settle**: ``meta["settle_s"]`` is half a step (as Meghdoot's), so a consumer's query
-  counts from document ``a_i`` on, the boundary being inclusive
-  (:mod:`nodes.workloads.oracle`); arrival times are nudged down by at most a few ulps
-  where floating point would put the arrival plus the settle time past that document. A
-  consumer with ``a_i = 0`` arrives at 0, with document 0: no consumer must receive it.
+- **Settle**: ``meta["settle_s"]`` is a quarter step, so a consumer's query counts from
+  document ``a_i`` on, the boundary being inclusive (:mod:`nodes.workloads.oracle`);
+  SUBSCRIBE times are nudged down by at most a few ulps where floating point would put
+  them plus the settle time past that document. A consumer with ``a_i = 0`` arrives at
+  0 and subscribes a quarter step later: no consumer must receive document 0.
 - **Interest classes** (``interest="classes"``, the paper's synthetic default): ``k``
   buckets; each consumer is in ``buckets_per_node`` distinct buckets drawn uniformly;
   each document maps to ``j = max(1, round(selectivity k))`` distinct buckets drawn
@@ -115,9 +116,11 @@ def codd_workload(
     names = sorted(nodes)
     root, consumers = names[0], names[1:]
     d, m = n_documents, len(consumers)
-    settle_s = step_s / 2
+    settle_s = step_s / 4
     first_doc = {x: i * d // m for i, x in enumerate(consumers)}
-    arrivals = {x: _arrival_s(a, step_s, settle_s) for x, a in first_doc.items()}
+    arrivals = {x: max(0.0, round(_document_s(a, step_s) - step_s / 2, 9))
+                for x, a in first_doc.items()}
+    subscribes = {x: _subscribe_s(a, step_s, settle_s) for x, a in first_doc.items()}
 
     members: list[set[str]] = [set() for _ in range(k)] if interest == "classes" else []
     queries: dict[str, tuple[str, Filter]] = {}
@@ -143,8 +146,8 @@ def codd_workload(
                    else {"filter": filter_to_json(queries[x][1])})
         timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
             MsgType.JOIN, 1, j, payload={"seeds": [root],
-                                         "from_s": arrivals[x] + settle_s}))))
-        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], q, x, Message(
+                                         "from_s": subscribes[x] + settle_s}))))
+        timed.append((subscribes[x], _ARRIVE, ClientOp(subscribes[x], q, x, Message(
             MsgType.SUBSCRIBE, 1, q, payload=payload))))
         if x in leaves:
             t = leaves[x]
@@ -221,13 +224,15 @@ def _document_s(i: int, step_s: float) -> float:
     return round(i * step_s, 9)
 
 
-def _arrival_s(first_doc: int, step_s: float, settle_s: float) -> float:
-    """Half a step before document ``first_doc`` (0 for the first), nudged down until the
-    arrival plus the settle time is no later than the document in floating point: the
-    oracle's inclusive boundary must count that document."""
+def _subscribe_s(first_doc: int, step_s: float, settle_s: float) -> float:
+    """A quarter step before document ``first_doc`` (a quarter step after 0 for the
+    first), nudged down until it plus the settle time is no later than the document in
+    floating point: the oracle's inclusive boundary must count that document."""
     t_doc = _document_s(first_doc, step_s)
-    t = max(0.0, round(t_doc - step_s / 2, 9))
-    while first_doc and t + settle_s > t_doc:
+    if not first_doc:
+        return round(step_s / 4, 9)
+    t = round(t_doc - step_s / 4, 9)
+    while t + settle_s > t_doc:
         t = math.nextafter(t, -math.inf)
     return t
 
