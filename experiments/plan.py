@@ -739,6 +739,10 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
             if links != "on-demand":
                 raise SpecError("routing.links: a codd workload builds its trees while it "
                                 "runs; allowed: on-demand")
+            if wparams["leave_fraction"] and "codd-siena" in spec.routing.algorithms:
+                raise SpecError("workload.leave_fraction: the Siena emulation places servers "
+                                "and clients as they arrive and has no leave; allowed: 0 "
+                                "with codd-siena")
             workload = build_codd_workload(spec, graph, wparams)
         if kind == "kyra-example":
             workload = build_kyra_example_workload(graph, wparams)

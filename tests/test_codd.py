@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from experiments.plan import compile_plan
+from experiments.spec import SpecError, load_spec
 from nodes.core import Action, Arrived, Deliver, FromClient, Send
 from nodes.cores import CORES, resolve_params
 from nodes.cores.codd import VARIANTS, CoddCore, overlay_params, tree_problems
@@ -272,3 +274,12 @@ def test_the_delta_threshold_refuses_a_move_that_saves_too_little(
     assert (decision["current"], decision["new"]) == (4, 2)
     assert (decision["outcome"] == "granted") is granted
     assert (p.nodes["c"].parent == "x") is granted
+
+
+def test_the_siena_emulation_with_leaves_is_refused_before_anything_starts() -> None:
+    spec = load_spec("codd-nodes", ["workload.leave_fraction=0.2",
+                                    "topology.params.n=20", "workload.n_documents=100"])
+    with pytest.raises(SpecError, match=r"leave_fraction.*codd-siena"):
+        compile_plan(spec)
+    compile_plan(load_spec("codd-nodes", ["workload.leave_fraction=0.2",
+                                          "routing.algorithms=[codd,codd-nr]"]))
