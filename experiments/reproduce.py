@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.spec import PAPERS, PAPERS_DIR, SpecError, load_spec
 from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, SUMMARY, new_run_dir, write_json
+from nodes.time_left import TimeLeft, duration_text
 
 RUNTIMES = ("sim", "emulated")
 
@@ -71,39 +71,6 @@ def _estimates(mode: Mapping[str, Any], n: int) -> list[float]:
             raise SpecError(f"est_s: {len(est)} figures for {n} points")
         return [float(e) for e in est]
     return [float(est)] * n
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-class _Progress:
-    """Which experiment, how far, and an estimate of the time left: the data file's
-    per-point estimates, stretched by how long the points done so far took against
-    theirs."""
-
-    def __init__(self, paper: str, plan: list[tuple[str, float]]) -> None:
-        self.paper, self.plan = paper, plan
-        self.done, self.spent_est = 0, 0.0
-        self.t0 = time.monotonic()
-
-    def start(self, experiment: str, i: int, n: int, x: float | None) -> None:
-        elapsed = time.monotonic() - self.t0
-        left_est = sum(est for _, est in self.plan[self.done:])
-        pace = elapsed / self.spent_est if self.spent_est else 1.0
-        where = f" at {x:g}" if x is not None else ""
-        log(f"reproduce {self.paper}: {experiment} run {i} of {n}{where} "
-            f"({self.done} of {len(self.plan)} runs done, {_duration(elapsed)} so far, "
-            f"about {_duration(left_est * pace)} left)")
-
-    def finish(self) -> None:
-        self.spent_est += self.plan[self.done][1]
-        self.done += 1
-
-    def skip(self) -> None:
-        """A point read from an earlier run: done, but no measure of the pace (reading it
-        took next to nothing)."""
-        self.done += 1
 
 
 def _finished(out: Path, plan: RunPlan, runtime: str) -> Path | None:
@@ -148,19 +115,22 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             for name, exp in experiments.items()}
     if runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
-    estimates = [(name, est) for name, pts in todo.items()
-                 for est in _estimates(experiments[name]["quick" if quick else "full"],
-                                       len(pts))]
+    # Which experiment, how far, and the time left: the data file's per-point estimates,
+    # stretched by how long the points done so far took against theirs.
+    steps = [(f"{name} run {i} of {len(pts)}" + (f" at {x:g}" if x is not None else ""), est)
+             for name, pts in todo.items()
+             for i, ((x, _), est) in enumerate(zip(pts, _estimates(
+                 experiments[name]["quick" if quick else "full"], len(pts)), strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
-    progress = _Progress(paper_name, estimates)
+    progress = TimeLeft(f"reproduce {paper_name}", steps, log)
     points: dict[str, list[Point]] = {}
     for name, plans in todo.items():
         exp = experiments[name]
         points[name] = []
-        for i, (x, plan) in enumerate(plans, 1):
-            progress.start(name, i, len(plans), x)
+        for x, plan in plans:
+            progress.start()
             out = folder / name
             emulated = runtime == "emulated" and not exp.get("simulated_only")
             done = (_finished(out, plan, "emulated" if emulated else "simulated")
@@ -189,6 +159,6 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
               "runs": run_records(points, folder)}
     write_json(folder / REPRODUCTION_INDEX, result)
     page = write_page(paper, rows, points, folder, runtime=shown, quick=quick)
-    log(f"reproduce {paper_name}: {len(rows)} rows in {_duration(time.monotonic() - progress.t0)};"
+    log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
         f" page {page}")
     return folder, {**result, "page": str(page)}

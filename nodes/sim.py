@@ -218,11 +218,11 @@ from nodes.summary import (
     build_summary,
     propagation_delays,
 )
+from nodes.time_left import PROGRESS_EVERY_S
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
     from nodes.workloads.ops import ClientOp, Workload
 
-PROGRESS_EVERY_S = 10.0  # wall-clock seconds between progress calls, at least
 SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depend on the day
 # Log files kept open at once (others are reopened in append mode): half the soft limit on
 # open files, 512..4096, so a run of a few thousand nodes does not reopen a file per record.

@@ -59,6 +59,7 @@ from nodes.messages import MsgType
 from nodes.runfolder import PCAP_DIR, THROTTLES, WORKLOAD, write_summary
 from nodes.runtime import BROKER_PORT
 from nodes.summary import MsgKey
+from nodes.time_left import PROGRESS_EVERY_S, TimeLeft
 from nodes.workloads.membership import oracle_workload
 from nodes.workloads.ops import Workload, workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
@@ -93,6 +94,39 @@ class CrashSchedule(RunThread):
             log(f"crashed broker {broker} at t = {t_s:g} s ({late_ms:.0f} ms late)")
 
 
+class WorkloadProgress(RunThread):
+    """A progress line every :data:`~nodes.time_left.PROGRESS_EVERY_S` while the clients
+    run: how far the workload's clock is, and the run's time left (the algorithm's share
+    done taken as its time so far over its estimate, ``step_s``: the workload runs in real
+    time)."""
+
+    name = "progress"
+
+    def __init__(self, run: BrokerRun, t0_wall: float, duration_s: float,
+                 progress: TimeLeft, step_s: float) -> None:
+        super().__init__(run, t0_wall)
+        self._duration_s, self._progress, self._step_s = duration_s, progress, step_s
+
+    def _loop(self) -> None:
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            t_s = max(0.0, time.time() - self._t0_wall)
+            # Capped below 1: an algorithm past its estimate is not done yet.
+            share = min(0.99, self._progress.step_elapsed_s() / self._step_s)
+            self._progress.part(share, f"workload at {t_s:.0f} of {self._duration_s:.0f} s")
+
+
+# Starting nine brokers, waiting for their links, stopping them and summarizing their logs
+# took 4-6 s per algorithm of the demo on the 2-core machines, on top of the workload.
+ALGORITHM_OVERHEAD_S = 5.0
+
+
+def algorithm_estimate_s(plan: RunPlan) -> float:
+    """Seconds one algorithm of ``plan``'s stock workload should take on the live network:
+    the clients' start margin, the workload's phase and :data:`ALGORITHM_OVERHEAD_S`."""
+    assert plan.workload is not None
+    return start_margin_s(plan.workload) + plan.phase_s() + ALGORITHM_OVERHEAD_S
+
+
 def configured_rates(plan: RunPlan) -> dict[tuple[str, str], float | None]:
     """The configured rate (Mbit/s) of every overlay link that is a link of its own, by
     its two brokers (what a scheduled rate change restores)."""
@@ -101,11 +135,13 @@ def configured_rates(plan: RunPlan) -> dict[tuple[str, str], float | None]:
 
 def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, *,
                   expected: Mapping[MsgKey, frozenset[str]], link_timeout_s: float = 60.0,
-                  capture: CapturePlan | None = None) -> dict[str, Any]:
+                  capture: CapturePlan | None = None,
+                  progress: TimeLeft | None = None) -> dict[str, Any]:
     """Run the plan's workload with ``algorithm`` on the live network (``expected``: the
     oracle's deliveries of the workload); returns the summary.
     With ``capture``, tcpdump records ``out_dir/pcap/`` from before the brokers start
-    until after they stop."""
+    until after they stop. With ``progress`` (its current step is this algorithm), a
+    line with the time left comes every so often while the clients run."""
     workload = plan.workload
     assert workload is not None  # broker_phase runs stock workloads only
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
@@ -114,6 +150,7 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     rates: ScheduledRates | None = None
     crashes: CrashSchedule | None = None
     exits: ExitWatch | None = None
+    ticker: WorkloadProgress | None = None
     configured = configured_rates(plan)
     t_begin = time.time()
     # A link throttled by hand after the last algorithm must not carry into this one.
@@ -135,12 +172,18 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
             crashes.start()
             exits = ExitWatch(run, t0_wall)
             exits.start()
+            if progress is not None:
+                ticker = WorkloadProgress(run, t0_wall, duration_s, progress,
+                                          algorithm_estimate_s(plan))
+                ticker.start()
             log(f"{algorithm}: {len(run.clients)} clients, {len(workload.ops)} operations "
                 f"over {duration_s:.1f} s")
             codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
             stopping_wall = time.time()  # link downs from here on are the shutdown's
             try:
+                if ticker is not None:
+                    ticker.stop()
                 if crashes is not None:
                     crashes.stop()
                 if exits is not None:
@@ -206,19 +249,24 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
         if plan.capture.enabled:
             cap = plan_capture(plan.capture, list(plan.overlay.nodes), BROKER_PORT)
             manifest["capture"] = {**cap.describe(), "algorithms": {}}
+        progress = TimeLeft(f"run {plan.name}", [(a.name, algorithm_estimate_s(plan))
+                                                 for a in plan.algorithms], log)
         with live_run(run_dir):
             try:
                 for alg in plan.algorithms:
                     out = run_dir / alg.name
                     out.mkdir()
+                    progress.start(f"{len(workload.ops)} operations over "
+                                   f"{plan.phase_s():.0f} s")
                     try:
                         s = run_algorithm(emu, plan, alg.name, out, expected=expected,
-                                          capture=cap)
+                                          capture=cap, progress=progress)
                     finally:
                         if cap:
                             manifest["capture"]["algorithms"][alg.name] = manifest_entry(
                                 out / PCAP_DIR)
                     summaries[alg.name] = s
+                    progress.finish()
                     log(f"{alg.name}: delivered {s['delivered']} of "
                         f"{s['expected_deliveries']}, missing {s['missing']}, duplicates "
                         f"{s['duplicates']}, IMs {s['ims_total']}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from nodes.log_summary import summarize_logs
 from nodes.runfolder import SWEEP, WORKLOAD, new_run_dir, write_json, write_manifest, write_summary
 from nodes.sim import LinkModel, SimResult, simulate, summarize
 from nodes.summary import delay_stats_ms
+from nodes.time_left import TimeLeft
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import expected_deliveries
 from topologies.links import LinkParams
@@ -60,17 +59,20 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
     summaries = {}
     # Meghdoot's peers report their loads on a timer for ever: its phase bounds the run.
     timers = plan.workload_kind == "meghdoot"
+    # The algorithms are counted alike: the first one's pace sets the estimate.
+    progress = TimeLeft(f"simulating {plan.name}", [(a.name, 1.0) for a in plan.algorithms],
+                        log, seconds=False)
     for alg in plan.algorithms:
         out = run_dir / alg.name
         out.mkdir()
-        log(f"simulating {alg.name}: {overlay.number_of_nodes()} brokers, "
-            f"{len(workload.ops)} client operations")
+        progress.start(f"{overlay.number_of_nodes()} brokers, {len(workload.ops)} client "
+                       "operations")
         result = simulate(overlay, workload, alg.name, dict(alg.params), derived=alg.derived,
                           seed=plan.spec.seed, out_dir=out if log_messages else None,
                           log_messages=log_messages, window_ms=plan.window_ms,
                           until_s=plan.phase_s() if timers else plan.duration_s,
                           on_demand=on_demand_links(plan),
-                          progress=_progress_line(alg.name),
+                          progress=progress.part,
                           link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
                                         for c in plan.link_schedule],
                           processing=plan.processing)
@@ -90,6 +92,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
                                                 None))
         write_summary(out, summary)
         summaries[alg.name] = summary
+        progress.finish()
         log(f"{alg.name}: delivered {summary['delivered']} of "
             f"{summary['expected_deliveries']}, missing {summary['missing']}, "
             f"duplicates {summary['duplicates']}")
@@ -106,18 +109,6 @@ def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:
     and ``codd_root``), each naming its ``node``."""
     return [{"node": b, **fields} for b, records in result.final.items()
             for k, fields in records if k == kind]
-
-
-def _progress_line(algorithm: str) -> Callable[[float], None]:
-    """A progress line for a long simulation: the share of operations done, time left."""
-    t0 = time.monotonic()
-
-    def report(share: float) -> None:
-        left_s = (time.monotonic() - t0) * (1 - share) / share
-        left = f"{left_s / 60:.0f} min" if left_s >= 90 else f"{left_s:.0f} s"
-        log(f"simulating {algorithm}: {share:.0%} of the operations, about {left} left")
-
-    return report
 
 
 def on_demand_links(plan: RunPlan) -> LinkModel | None:
@@ -157,12 +148,14 @@ def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
     plans = [compile_plan(load_spec(spec_arg, [*overrides, f"{key}={v}"])) for v in values]
     sweep_dir = new_run_dir(out_base, f"{plans[0].name}-sim-sweep")
     points, results = [], {}
-    for i, (value, plan) in enumerate(zip(values, plans, strict=True), 1):
-        log(f"sweep {key}={value} ({i} of {len(values)})")
+    progress = TimeLeft("sweep", [(f"{key}={v}", 1.0) for v in values], log, seconds=False)
+    for value, plan in zip(values, plans, strict=True):
+        progress.start()
         label = re.sub(r"[^A-Za-z0-9._-]", "_", f"{key.rsplit('.', 1)[-1]}-{value}")
         _, summaries = run_simulation(plan, sweep_dir, log_messages=log_messages, label=label)
         points.append((float(value), summaries))
         results[str(value)] = summaries
+        progress.finish()
     write_json(sweep_dir / SWEEP, {"key": key, "values": values, "summaries": results})
     figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1],
                    figures=OCTOPIA_FIGURES + BURST_FIGURES)

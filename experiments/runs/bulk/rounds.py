@@ -19,6 +19,7 @@ from nodes.cores.dissemination import TreeFn
 from nodes.cores.lbdd import tree_stats
 from nodes.runfolder import RATES, write_json, write_summary
 from nodes.summary import build_summary
+from nodes.time_left import TimeLeft
 from nodes.workloads.bulk import BulkPlan
 
 RECORD_KINDS = ("path", "member_down", "resume", "transfer_complete")
@@ -231,9 +232,17 @@ def run_rounds(run_plan: RunPlan, ips: Mapping[str, str], runtime: str,
     assert plan is not None
     algorithms = [a.name for a in run_plan.algorithms]
     scale = run_plan.spec.scale
+    failure = plan.failure
+    failing = failure.get("algorithms", algorithms) if failure else []
+    # Rounds are counted alike: the rounds done so far set the pace.
+    progress = TimeLeft(f"{run_plan.name} rounds",
+                        [(f"{a} n={n}", 1.0) for a in algorithms for n in plan.counts]
+                        + [(f"{a} failure", 1.0) for a in algorithms if a in failing],
+                        log, seconds=False)
     for algorithm in algorithms:
         rows = []
         for n in plan.counts:
+            progress.start()
             subs = plan.others[:n]
             folder = out_dir / algorithm / f"n{n:02d}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -245,10 +254,11 @@ def run_rounds(run_plan: RunPlan, ips: Mapping[str, str], runtime: str,
                 f"publisher NIC {row['publisher_nic']}, missing {row['missing']}, "
                 f"duplicates {row['duplicates']}")
             rows.append(row)
+            progress.finish()
         top = dict(rows[-1])
         top["by_subscribers"] = [_by_subscribers(r) for r in rows]
-        failure = plan.failure
-        if failure and algorithm in failure.get("algorithms", algorithms):
+        if failure and algorithm in failing:
+            progress.start()
             delay = top["distribution_delay_s"] or 0.0
             after_s = float(failure.get("at_s", failure.get("at_fraction", 0.0) * delay))
             folder = out_dir / algorithm / "failure"
@@ -265,6 +275,7 @@ def run_rounds(run_plan: RunPlan, ips: Mapping[str, str], runtime: str,
                               **({"checksums_ok": row["checksums_ok"]}
                                  if "checksums_ok" in row else {})}
             log(f"{algorithm} failure: {top['failure']}")
+            progress.finish()
         write_summary(out_dir / algorithm, top)
         summaries[algorithm] = top
     return summaries

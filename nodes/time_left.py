@@ -1,0 +1,91 @@
+"""Progress lines with an estimate of the time left, for long work done in steps: the
+algorithms and phases of a run, the points of a sweep or a reproduction, the stages of an
+analysis. One helper for all of them, so every long command speaks the same line.
+
+The estimate: the expected length of what is not done yet, times the pace so far (the
+seconds spent over the expected length of what is done, a step under way counted by its
+share done). Expected lengths are seconds when a plan or a data file knows them (a
+run's workload phases, a reproduction's ``est_s``): before anything is done the pace is
+taken as 1. When they are only weights (``seconds=False``: a sweep's points, counted
+alike), the line names no time left until some work is done, rather than guess.
+
+It lives below ``experiments`` and ``analysis`` because both use it; it only formats
+lines and hands them to the caller's ``log``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+PROGRESS_EVERY_S = 10.0  # wall-clock seconds between two lines about one step, at least
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as a person reads it: ``42 s`` under 90 s, else ``3.5 min``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+class TimeLeft:
+    """Progress through ``steps`` (label, expected length: seconds, or a weight when
+    ``seconds`` is false), in order; each line goes to ``log`` as
+    ``<what>: <label> (<i> of <n>[, detail]; <elapsed> so far, about <left> left)``."""
+
+    def __init__(self, what: str, steps: Sequence[tuple[str, float]],
+                 log: Callable[[str], None], *, seconds: bool = True) -> None:
+        self.what, self.steps, self.log, self.seconds = what, list(steps), log, seconds
+        self.done = 0  # steps finished or skipped
+        self.spent_est = 0.0  # expected length of the finished steps (skipped ones not)
+        self.t0 = time.monotonic()
+        self._skipped_s = 0.0  # wall time of skipped steps: no measure of the pace
+        self._step_t0 = self.t0
+
+    def elapsed_s(self) -> float:
+        """Seconds since the work began."""
+        return time.monotonic() - self.t0
+
+    def step_elapsed_s(self) -> float:
+        """Seconds since the current step began."""
+        return time.monotonic() - self._step_t0
+
+    def left_s(self, share: float = 0.0) -> float | None:
+        """Seconds left when the current step is ``share`` done (0..1); None while the
+        expected lengths are weights and nothing is done to measure the pace by."""
+        est_now = self.steps[self.done][1] if self.done < len(self.steps) else 0.0
+        done_est = self.spent_est + est_now * share
+        left_est = sum(e for _, e in self.steps[self.done:]) - est_now * share
+        worked = self.elapsed_s() - self._skipped_s
+        if done_est > 0 and worked > 0:
+            return left_est * worked / done_est
+        return left_est if self.seconds else None
+
+    def line(self, detail: str = "", share: float = 0.0) -> str:
+        """The progress line of the current step (see the class docstring)."""
+        i = min(self.done, len(self.steps) - 1)
+        left = self.left_s(share)
+        tail = ("time left not yet known" if left is None
+                else f"about {duration_text(left)} left")
+        detail = f", {detail}" if detail else ""
+        return (f"{self.what}: {self.steps[i][0]} ({i + 1} of {len(self.steps)}{detail}; "
+                f"{duration_text(self.elapsed_s())} so far, {tail})")
+
+    def start(self, detail: str = "") -> None:
+        """Say that the next step begins."""
+        self._step_t0 = time.monotonic()
+        self.log(self.line(detail))
+
+    def part(self, share: float, detail: str = "") -> None:
+        """Say how far the current step is (``share``, 0..1), for a long one."""
+        share = min(max(share, 0.0), 1.0)
+        self.log(self.line(detail or f"{share:.0%} done", share))
+
+    def finish(self) -> None:
+        """The current step is done: it counts towards the pace."""
+        self.spent_est += self.steps[self.done][1]
+        self.done += 1
+
+    def skip(self) -> None:
+        """The current step is done without measuring the pace (read from an earlier
+        run, say): its wall time is left out of the pace."""
+        self._skipped_s += time.monotonic() - self._step_t0
+        self.done += 1

@@ -1,0 +1,118 @@
+"""Long work says how far it is and about how long is left (:mod:`nodes.time_left`): the
+estimate itself on a clock the test moves, then the lines a user reads on standard error
+of a simulated run (per algorithm), a sweep (per point) and an LBDD simulation (per
+round). The emulated run's and the analysis' lines are checked on the demo
+(tests/test_demo.py); reproduce's in tests/test_reproduce.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from nodes import time_left
+from nodes.time_left import TimeLeft, duration_text
+
+LINE = re.compile(r"^\[pubsublab\] (?P<what>.+?): (?P<label>.+?) \((?P<i>\d+) of (?P<n>\d+)"
+                  r"(?:, [^;]*)?; (?P<so_far>[\d.]+ (?:s|min)) so far, "
+                  r"(?:about (?P<left>[\d.]+ (?:s|min)) left|time left not yet known)\)$")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The helper's clock, in seconds: the test sets ``clock[0]``."""
+    now = [100.0]
+    monkeypatch.setattr(time_left, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    return now
+
+
+def test_seconds_trust_the_plan_first_then_the_pace(clock: list[float]) -> None:
+    lines: list[str] = []
+    p = TimeLeft("run demo", [("snr", 10.0), ("idr", 30.0)], lines.append)
+    p.start()
+    assert lines[-1] == "run demo: snr (1 of 2; 0 s so far, about 40 s left)"
+    clock[0] += 20.0  # snr took twice its estimate: the rest should too
+    p.finish()
+    p.start("9 brokers")
+    assert lines[-1] == "run demo: idr (2 of 2, 9 brokers; 20 s so far, about 60 s left)"
+    clock[0] += 30.0
+    p.part(0.5)  # half of idr's 30 s in 30 s: still twice the plan
+    assert lines[-1] == "run demo: idr (2 of 2, 50% done; 50 s so far, about 30 s left)"
+
+
+def test_weights_name_no_time_until_something_is_done(clock: list[float]) -> None:
+    lines: list[str] = []
+    p = TimeLeft("sweep", [("n=4", 1.0), ("n=8", 1.0), ("n=16", 1.0)], lines.append,
+                 seconds=False)
+    p.start()
+    assert lines[-1].endswith("(1 of 3; 0 s so far, time left not yet known)")
+    clock[0] += 6.0
+    p.part(0.25)  # a quarter of one point in 6 s: 24 s a point
+    assert lines[-1].endswith("about 66 s left)")
+    clock[0] += 18.0
+    p.finish()
+    p.start()
+    assert lines[-1] == "sweep: n=8 (2 of 3; 24 s so far, about 48 s left)"
+
+
+def test_a_skipped_step_does_not_set_the_pace(clock: list[float]) -> None:
+    lines: list[str] = []
+    p = TimeLeft("reproduce lbdd", [("a", 60.0), ("b", 60.0), ("c", 60.0)], lines.append)
+    p.start()
+    clock[0] += 5.0  # read from an earlier run in 5 s, not run
+    p.skip()
+    p.start()
+    clock[0] += 120.0
+    p.finish()
+    p.start()
+    # Only b measures the pace (120 s for 60): c should take 120 s, not (125 / 60) x 60.
+    assert lines[-1].endswith("(3 of 3; 2.1 min so far, about 2.0 min left)")
+
+
+def test_durations_read_as_seconds_then_minutes() -> None:
+    assert duration_text(42.4) == "42 s"
+    assert duration_text(89.0) == "89 s"
+    assert duration_text(210.0) == "3.5 min"
+
+
+def _stderr(*argv: str) -> list[str]:
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", *argv],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stderr.splitlines()
+
+
+def _progress(lines: list[str], what: str) -> list[re.Match[str]]:
+    return [m for ln in lines if (m := LINE.match(ln)) and m["what"] == what]
+
+
+def test_a_simulated_run_says_each_algorithm_and_the_time_left(tmp_path: Path) -> None:
+    found = _progress(_stderr("sim", "demo", "--out", str(tmp_path)), "simulating demo")
+    assert [(m["label"], m["i"], m["n"]) for m in found] == [("snr", "1", "2"),
+                                                              ("idr", "2", "2")]
+    assert found[0]["left"] is None  # nothing measured yet: no guess
+    assert found[1]["left"] is not None  # snr's pace estimates idr
+
+
+def test_a_sweep_says_each_point_and_the_time_left(tmp_path: Path) -> None:
+    lines = _stderr("sim", "flood-demo", "--out", str(tmp_path),
+                    "--sweep", "workload.n_subscribers=4,8,12")
+    found = _progress(lines, "sweep")
+    assert [m["label"] for m in found] == [f"workload.n_subscribers={n}" for n in (4, 8, 12)]
+    assert [m["left"] is not None for m in found] == [False, True, True]
+
+
+def test_bulk_rounds_say_each_round_and_the_time_left(tmp_path: Path) -> None:
+    lines = _stderr("sim", "lbdd-gigabit", "--out", str(tmp_path), "--set", "scale=0.0001",
+                    "--set", "workload.subscriber_counts=[3, 11]")
+    found = _progress(lines, "lbdd-gigabit rounds")
+    # Three algorithms at 3 and 11 subscribers, and LBDD's failure round.
+    assert [m["label"] for m in found] == ["lbdd n=3", "lbdd n=11", "p2p n=3", "p2p n=11",
+                                           "p2p-parallel n=3", "p2p-parallel n=11",
+                                           "lbdd failure"]
+    assert {m["n"] for m in found} == {"7"}
+    assert found[0]["left"] is None and all(m["left"] for m in found[1:])
