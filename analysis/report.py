@@ -5,7 +5,9 @@ the metrics hold. Choices:
 
 - **One HTML file, nothing external**: figures are PNGs embedded as base64, the style
   sheet is inline; the page opens from a USB stick or an e-mail attachment.
-- **The verdict comes first**: whether the wire and the logs agree, in a green or red
+- **The verdicts come first**: in a run that throttles a link under SNR and IDR (the
+  demo), whether IDR routed around it, with its figure (:mod:`analysis.idr_verdict`);
+  then whether the wire and the logs agree, in a green or red
   box (orange when the capture lost packets: the check is incomplete); a disagreement
   lists the link directions, the counts and the TCP flows concerned.
   Problems met while parsing (files, lines, stream gaps) follow in an orange box.
@@ -37,6 +39,7 @@ import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 import numpy as np
 import pandas as pd
 
+from analysis.idr_verdict import fig_idr_verdict, idr_verdict, verdict_text
 from analysis.paper_figures import draw
 from controller import PORT_STATS_FILE
 from nodes.runfolder import CONTROLLER_DIR, METRICS_DIR, REPORT, read_manifest, read_summary
@@ -397,8 +400,15 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
              f"{html.escape(str(manifest.get('started', '?')))}, git "
              f"<code>{html.escape(str(git.get('commit') or '?')[:12])}</code>"
              f"{' (dirty)' if git.get('dirty') else ''}, seed {manifest.get('seed', '?')}, "
-             f"scale {manifest.get('scale', '?')}</p>",
-             _verdict(result)]
+             f"scale {manifest.get('scale', '?')}</p>"]
+    # A run that throttles a link under SNR and IDR (the demo) opens with that answer.
+    idr = idr_verdict(summaries)
+    if idr is not None:
+        parts.append(f"<h2>SNR against IDR on the throttled link</h2><div class='box "
+                     f"{'ok' if idr['holds'] else 'bad'}'>{html.escape(verdict_text(idr))}"
+                     f"</div><img alt='SNR against IDR' src='data:image/png;base64,"
+                     f"{_png(fig_idr_verdict(idr, _read(metrics, 'queue')))}'>")
+    parts.append(_verdict(result))
     if result["problems"]:
         parts.append("<div class='box warn'><b>Problems met while parsing</b> (the rest of "
                      "each file was used):" + _table(

@@ -102,7 +102,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    """Run the command's spec in Mininet: the result, its text and the exit status."""
     import os
 
     from experiments.plan import emulation_fits
@@ -129,8 +130,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     text = f"run folder: {run_dir}\nstatus: {manifest['status']}"
     if summaries:
         text = f"{summary_table(summaries)}\n{text}"
+    return result, text, EXIT_LOSSY if manifest["status"] == LOSSY else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    result, text, code = _run(args)
     _emit(args, result, text)
-    return EXIT_LOSSY if manifest["status"] == LOSSY else 0
+    return code
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -256,9 +262,31 @@ def cmd_lbdd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+# The handout that picks up where the demo ends: the same throttled iLink, live.
+NEXT_LAB = "labs/lab3-congestion-idr.md"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    """The demo experiment, then its analysis: the report's path and the lab to read next.
+    The run's table prints before the analysis starts (it takes half a minute)."""
+    from analysis.idr_verdict import idr_verdict, verdict_text
+    from analysis.job import analyze
+    from experiments.progress import log
+
     args.spec = "demo"
-    return cmd_run(args)
+    result, text, code = _run(args)
+    if not args.json:
+        print(text, flush=True)
+    log("analysing the run with Spark: captures and logs to metrics and report.html")
+    analysis = analyze(Path(result["run_dir"]), None, report=True)
+    verdict = idr_verdict(result.get("summaries", {}))
+    result.update(report=analysis["report"], wire_check=analysis["wire_check"],
+                  idr_verdict=verdict, next_lab=NEXT_LAB)
+    lines = [verdict_text(verdict)] if verdict else []
+    lines += [f"wire and logs: {analysis['wire_check']}", f"report: {analysis['report']}",
+              f"next: {NEXT_LAB} (throttle an iLink yourself and watch IDR react live)"]
+    _emit(args, result, "\n".join(lines))
+    return code
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
@@ -499,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, func, helptext in (
         ("run", cmd_run, "run an experiment spec in Mininet (root)"),
-        ("demo", cmd_demo, "run the demo experiment in Mininet (root)"),
+        ("demo", cmd_demo, "run the demo experiment in Mininet (root), then analyse it "
+                           "into report.html"),
     ):
         r = sub.add_parser(name, help=helptext, description=helptext + ". Leaves a run folder "
                            "with manifest.json (resolved spec, seed, git revision, probe, link "

@@ -2,11 +2,15 @@
 Mininet with one iLink throttled under a high-rate publisher's burst. The run folder's
 manifest carries real fidelity measurements; both algorithms deliver exactly the oracle's
 set once; IDR puts fewer notifications on the throttled link than SNR (counted in the
-brokers' send records) and its delays are lower; the printed table says so."""
+brokers' send records) and its delays are lower; the printed table says so. Then the
+analysis: the demo ends with the verdict, the path of report.html (which opens with the
+same verdict and its figure) and the lab to read next; progress lines with the time left
+come on standard error for each algorithm and each stage of the analysis."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +18,13 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.root
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: Path) -> None:
     # A relative --out, as a user types it: paths handed to host processes must still work.
     res = subprocess.run([sys.executable, "-m", "experiments.cli", "demo", "--out", "myruns"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr
     # The table a user reads: one row per algorithm, then the run folder.
     lines = res.stdout.splitlines()
@@ -64,3 +69,30 @@ def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: 
     assert idr_ims.get("CIV_NOTIFY", 0) > 0 and "CIV_NOTIFY" not in s["snr"]["ims_by_type"]
     p95 = {a: s[a]["delay_ms"]["notification"]["p95"] for a in s}
     assert p95["idr"] < p95["snr"], p95
+
+    # The demo's last lines: the verdict, the wire check, the report, the next lab.
+    verdict, wire, report, nxt = lines[-4:]
+    assert verdict.startswith("IDR routed around the throttled link: "
+                              f"{on_link['idr']:,} notification copies on b0→b1 under IDR "
+                              f"against {on_link['snr']:,} under SNR"), verdict
+    assert wire == "wire and logs: agree"
+    assert report == f"report: {run_dir / 'report.html'}"
+    lab = nxt.removeprefix("next: ").split()[0]
+    assert lab.startswith("labs/") and (REPO / lab).is_file(), nxt
+    page = (run_dir / "report.html").read_text()
+    # The page opens with the same verdict, green, and its figure, before anything else.
+    first = page.index("<h2>")
+    assert page[first:].startswith("<h2>SNR against IDR on the throttled link</h2>"
+                                   "<div class='box ok'>IDR routed around")
+    assert page.index("<img alt='SNR against IDR' src='data:image/png;base64,") < page.index(
+        "Wire and logs agree")
+
+    # Progress with the time left: each algorithm of the run, each stage of the analysis.
+    left = re.compile(r"\((\d) of (\d)[^;]*; [\d.]+ (?:s|min) so far, about [\d.]+ (?:s|min) "
+                      r"left\)$")
+    run_lines = [m.groups() for ln in res.stderr.splitlines()
+                 if ln.startswith("[pubsublab] run demo: ") and (m := left.search(ln))]
+    assert ("1", "2") in run_lines and ("2", "2") in run_lines, res.stderr[-3000:]
+    stages = [ln.split(": ", 1)[1].split(" (")[0] for ln in res.stderr.splitlines()
+              if ln.startswith(f"[analyze] {run_dir.name}: ") and " so far, " in ln]
+    assert stages == ["packets", "wire frames", "logs", "tables", "report"], stages
