@@ -319,11 +319,15 @@ def links_mode(spec: Spec, graph: nx.Graph) -> str:
 def pair_figures(graph: nx.Graph, a: str, b: str) -> tuple[float | None, float, float]:
     """Rate (Mbit/s, ``None``: unshaped), one-way delay (ms) and loss (%) of the path
     between brokers ``a`` and ``b``, by the rules of the overlay edges (module doc): what
-    a link opened on demand between them meets."""
+    a link opened on demand between them meets. A topology that models an underlay it
+    does not emulate (``transit-stub``) gives the pairs' delays in ``graph['latency_ms']``;
+    they are added to the path's own."""
     params = [graph.edges[u, v]["params"] for u, v in path_links(graph, a, b)]
     rates = [p.bw_mbps for p in params if p.bw_mbps is not None]
     keep = math.prod(1.0 - p.loss_pct / 100.0 for p in params)
-    return (min(rates) if rates else None, round(sum(p.delay_ms for p in params), 9),
+    underlay_ms = graph.graph["latency_ms"][a][b] if "latency_ms" in graph.graph else 0.0
+    return (min(rates) if rates else None,
+            round(underlay_ms + sum(p.delay_ms for p in params), 9),
             round(100.0 * (1.0 - keep), 6))
 
 
@@ -571,11 +575,14 @@ def build_kyra_example_workload(graph: nx.Graph, p: Mapping[str, Any]) -> Worklo
 
 
 def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
-                workload: Workload | None) -> tuple[AlgorithmPlan, ...]:
+                workload: Workload | None,
+                latency_ms: Mapping[str, Mapping[str, float]] | None = None
+                ) -> tuple[AlgorithmPlan, ...]:
     """The algorithms with the params their cores derive from the run (``derive_run``:
     Kyra's cliques, zones and trees, the multicast groups), or a SpecError.
 
-    Their inputs, stated: the latency between two servers is the shortest path over the
+    Their inputs, stated: the latency between two servers is ``latency_ms`` when the
+    topology gives one (the underlay's, ``transit-stub``), else the shortest path over the
     overlay by ``delay_ms`` (on a full mesh with metric delays, the direct link); the
     subscriptions are every SUBSCRIBE of the workload (the multicast baseline's global
     view); the calibration sample is the workload's ``meta["calibration"]`` (a list of
@@ -588,8 +595,12 @@ def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
                         "their routing from the workload, and this spec has none")
     names = sorted(overlay)
     latency: dict[str, dict[str, float]] = {a: dict.fromkeys(names, math.inf) for a in names}
-    for a, dist in nx.all_pairs_dijkstra_path_length(overlay, weight="delay_ms"):
-        latency[a].update(dist)
+    if latency_ms is not None:
+        for a in names:
+            latency[a].update(latency_ms[a])
+    else:
+        for a, dist in nx.all_pairs_dijkstra_path_length(overlay, weight="delay_ms"):
+            latency[a].update(dist)
     subscriptions = subscriptions_by_broker(workload)
     calibration = workload.meta.get("calibration") or publication_attrs(workload)
     out = []
@@ -752,7 +763,7 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
             if spec.duration_s is not None and last > spec.duration_s:
                 raise SpecError(f"duration_s: bad value {spec.duration_s!r}; allowed: at "
                                 f"least {last:g} (the workload's last operation, in s)")
-        algorithms = run_derived(algorithms, overlay, workload)
+        algorithms = run_derived(algorithms, overlay, workload, graph.graph.get("latency_ms"))
         capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
         if capture.enabled and kind == "stock":
             plan_capture(capture, brokers(graph), BROKER_PORT)  # SpecError if too small

@@ -368,7 +368,7 @@ def test_link_params_from_mapping_rejects_unknown_keys() -> None:
 
 def test_registry_builds_every_topology() -> None:
     assert set(TOPOLOGIES) == {"scot", "scot-paper", "gigabit-cluster", "scot-compute-nodes",
-                               "overlay", "peers", "kyra-example"}
+                               "overlay", "peers", "kyra-example", "transit-stub"}
     for name in TOPOLOGIES:
         g = build_graph(name, {})
         assert g.graph["name"] == name

@@ -15,6 +15,7 @@ import inspect
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import networkx as nx
@@ -27,6 +28,7 @@ from topologies.links import UNSHAPED, LinkParams
 from topologies.overlay import overlay_as_links_graph
 from topologies.peers import peers_graph
 from topologies.scot import PAPER_HANG, PAPER_M, parse_tree, scot_graph, scot_paper_graph
+from topologies.transit_stub import PRESETS, transit_stub_servers_graph
 
 Builder = Callable[..., nx.Graph]
 DEFAULT_TREE = "a-b,b-c"
@@ -106,6 +108,16 @@ def _kyra_example(link: LinkParams | None) -> nx.Graph:
     return kyra_example_graph(link or UNSHAPED)
 
 
+def _transit_stub(link: LinkParams | None, *, preset: str = "ts5050", n_servers: Any = 100,
+                  seed: Any = 0, placement_seed: Any = 0) -> nx.Graph:
+    """Servers on a transit-stub underlay (``preset`` with its router ``seed``)."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset: bad value {preset!r}; allowed: {', '.join(PRESETS)}")
+    params = replace(PRESETS[preset], seed=_number(seed))
+    return transit_stub_servers_graph(_number(n_servers), params, _number(placement_seed),
+                                      link or UNSHAPED)
+
+
 TOPOLOGIES: dict[str, Builder] = {
     "scot": _scot,
     "scot-paper": _scot_paper,
@@ -114,6 +126,7 @@ TOPOLOGIES: dict[str, Builder] = {
     "overlay": _overlay,
     "peers": _peers,
     "kyra-example": _kyra_example,
+    "transit-stub": _transit_stub,
 }
 
 

@@ -47,6 +47,10 @@ from dataclasses import asdict, dataclass, fields
 
 import networkx as nx
 
+from nodes.cores.overlay import latency_mst
+from topologies.links import LinkParams
+from topologies.overlay import overlay_on_switch_graph
+
 TRANSIT = "transit"
 STUB = "stub"
 CLASSES = ("intra_transit", "inter_transit", "transit_stub", "intra_stub", "stub_stub")
@@ -247,3 +251,40 @@ def server_latency(graph: nx.Graph, placement: dict[str, Hashable]
         latency[server] = {t: float(dist[r]) for t, r in placement.items()}
         hops[server] = {t: count[r] for t, r in placement.items()}
     return latency, hops
+
+
+def transit_stub_servers_graph(n_servers: int, params: TransitStubParams, placement_seed: int,
+                               link: LinkParams) -> nx.Graph:
+    """``n_servers`` servers (:func:`server_names`) placed on the stub routers of the
+    underlay ``params`` (:func:`place_servers` with ``placement_seed``), as a topology of
+    the :mod:`topologies.graph` contract (registry name ``transit-stub``).
+
+    The routers are not emulated: Mininet cannot hold 5,050 bridges, and a bridged mesh
+    with cycles would loop. Every server hangs off one switch ``s1`` by an access link
+    with ``link`` (its rate is the server's NIC; its delay should stay 0), and the
+    underlay lives in graph attributes: ``latency_ms`` and ``hops`` (all server pairs,
+    :func:`server_latency`), ``underlay`` (the router graph) and ``placement``. A
+    pair of servers meets the underlay's shortest-path latency, added in the broker
+    where the kernel has no netem (:func:`experiments.plan.pair_figures` reads
+    ``latency_ms``). The overlay's fixed edges are the servers' latency MST: it is
+    Siena's acyclic overlay (its BFS tree over a tree is the tree itself, so Siena
+    routes on the latency MST, the reading's tree, rather than on a hop-count BFS tree
+    of a mesh); Kyra's cliques and trees and the multicast groups are derived from
+    ``latency_ms`` and reach any server over links opened on demand
+    (``routing.links: on-demand``)."""
+    if not _is_int(placement_seed):
+        raise ValueError(f"placement_seed: bad value {placement_seed!r}; allowed: an integer")
+    underlay = generate(params)
+    placement = place_servers(underlay, n_servers, placement_seed)
+    latency, hops = server_latency(underlay, placement)
+    overlay = nx.Graph()
+    overlay.add_nodes_from(placement)
+    overlay.add_edges_from(latency_mst(placement, latency))
+    g = overlay_on_switch_graph(overlay, link, name="transit-stub")
+    g.graph.update(latency_ms=latency, hops=hops, underlay=underlay, placement=placement)
+    g.graph["notes"].append(
+        f"transit-stub underlay of {params.n_routers} routers (seed {params.seed}), "
+        f"{n_servers} servers on stub routers (placement seed {placement_seed}): a pair's "
+        "delay is the underlay's shortest-path latency; fixed overlay edges are the "
+        "servers' latency MST (Siena's tree), other pairs open links on demand")
+    return g

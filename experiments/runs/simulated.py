@@ -127,7 +127,8 @@ def on_demand_links(plan: RunPlan) -> LinkModel | None:
 
     @functools.cache  # asked once for the delay, once for the rate
     def figures(a: str, b: str) -> tuple[float | None, float]:
-        if a in access and b in access and access[a][0] == access[b][0]:
+        if (a in access and b in access and access[a][0] == access[b][0]
+                and "latency_ms" not in graph.graph):  # an underlay's pair delays
             pa, pb = access[a][1], access[b][1]
             rates = [r for r in (pa.bw_mbps, pb.bw_mbps) if r is not None]
             return (min(rates) if rates else None), pa.delay_ms + pb.delay_ms
