@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "sudo make demo   install what is missing, run the demo experiment"
-	@echo "sudo make test   install what is missing, run the whole test suite"
+	@echo "sudo make test   install what is missing, run the whole test suite, check-provision"
 	@echo "sudo make setup  only install (idempotent: apt packages, Open vSwitch, venv)"
 	@echo "make lint        ruff over the code"
 	@echo "sudo make check-provision   provisioning and a smoke test on a bare Debian 12 (debootstrap)"
@@ -22,6 +22,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+	./scripts/check-provision.sh
 
 lint:
 	$(BIN)/ruff check .

@@ -10,7 +10,7 @@
 # inside (daemons that package scripts start included) dies when the check ends, even when
 # it fails. The host's Open vSwitch socket is mounted in, so the doctor finds the switch
 # running and no second Open vSwitch is started. The root file system lives under
-# /var/tmp (it takes about 3 GB) and is deleted at the end, pass or fail.
+# /var/tmp (3.5 GB once provisioned) and is deleted at the end, pass or fail.
 # Run as root: `sudo make check-provision`.
 set -euo pipefail
 
@@ -24,15 +24,20 @@ if [[ $EUID -ne 0 ]]; then
 fi
 if ! command -v debootstrap >/dev/null; then
     log "installing debootstrap"
+    apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap debian-archive-keyring
 fi
 # The Debian mirror this machine's apt reaches ("500 URI bookworm/main amd64 Packages").
-MIRROR="$(apt-cache policy | awk -v s="$SUITE/main" '$3 == s { print $2; exit }')"
+# (awk reads to the end: an early exit would fail apt-cache on a broken pipe.)
+MIRROR="$(apt-cache policy | awk -v s="$SUITE/main" '$3 == s && !m { m = $2 } END { print m }')"
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 
 WORK="$(mktemp -d /var/tmp/pubsublab-check-provision.XXXXXX)"
 ROOTFS="$WORK/root"
 cleanup() {
+    # Stopped mid-step (a signal), the step's namespace may still run: end it first
+    # (unshare --kill-child takes every process inside with it).
+    pkill -KILL -P $$ 2>/dev/null || true
     # The mounts were made in a private mount namespace that is gone by now; should any
     # show up under the root file system anyway, deleting it would reach into the host's
     # /dev or /sys, so it is kept and named instead.
@@ -42,13 +47,18 @@ cleanup() {
     rm -rf --one-file-system "$WORK"
 }
 trap cleanup EXIT
+# bash runs a trap only once the foreground command ends, so the long steps run in the
+# background, waited for: a signal then stops the check at once, and cleanup ends the step.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+waited() { "$@" & wait $!; }
 
 started=$(date +%s)
 step() { log "$(( $(date +%s) - started )) s: $*"; }
 
 step "debootstrap $SUITE (minbase) from $MIRROR into $ROOTFS"
-# In its own mount namespace too: the mounts debootstrap makes in the target vanish with it.
-unshare --mount --propagation private \
+# In namespaces of its own too: its mounts in the target and its processes end with it.
+waited unshare --mount --pid --fork --kill-child --propagation private \
     debootstrap --variant=minbase "$SUITE" "$ROOTFS" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
     || { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
 # apt inside uses the same mirror, with bookworm-updates beside it as on an installed system.
@@ -79,7 +89,7 @@ git clone -q --no-hardlinks "$REPO" "$ROOTFS/vagrant"
 inside() {
     local net=()
     if [[ $1 == --net ]]; then net=(--net); shift; fi
-    unshare "${net[@]}" --mount --pid --fork --kill-child --propagation private \
+    waited unshare "${net[@]}" --mount --pid --fork --kill-child --propagation private \
         /bin/bash -euo pipefail -c '
             root=$1; shift
             mount -t proc proc "$root/proc"
@@ -111,4 +121,4 @@ inside --net 'cd /vagrant && bin=/opt/pubsublab-venv/bin
         $bin/python -c "import json; s = json.load(open(\"/root/sim.json\"))[\"flood\"]
 assert s[\"delivered\"] > 0 and s[\"missing\"] == 0 and s[\"duplicates\"] == 0, s
 print(\"flood-demo (simulated):\", s[\"delivered\"], \"delivered, none missing\")"'
-step "passed"
+step "passed; the root file system took $(du -sh --one-file-system "$ROOTFS" | cut -f1)"
