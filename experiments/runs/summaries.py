@@ -7,6 +7,7 @@ from typing import Any
 
 from analysis.burst import burst_metrics
 from analysis.codd import codd_metrics
+from analysis.kyra import routing_load_from_logs
 from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
 from nodes.log_summary import link_notifications
@@ -19,7 +20,9 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
     metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
     Meghdoot's metrics from its peers' ``can_peer`` records
     (:func:`analysis.meghdoot.meghdoot_metrics`), CoDD's from its nodes' ``codd_node``
-    and ``codd_root`` records (:func:`analysis.codd.codd_metrics`)."""
+    and ``codd_root`` records (:func:`analysis.codd.codd_metrics`), and on a modelled
+    underlay (``transit-stub``) the network cost and server loads of Kyra's paper
+    (:func:`analysis.kyra.routing_load`)."""
     extras: dict[str, Any] = {}
     if plan.link_schedule:
         extras["scheduled_link_notifications"] = link_notifications(
@@ -38,6 +41,8 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
         extras["codd"] = codd_metrics([r for r in records if r["kind"] == "codd_node"],
                                       next((r for r in records if r["kind"] == "codd_root"),
                                            None))
+    if "latency_ms" in plan.graph.graph and plan.workload_kind == "stock":
+        extras["routing_load"] = routing_load_from_logs(out_dir, plan.graph, plan.overlay.nodes)
     return extras
 
 
