@@ -42,6 +42,9 @@ runs in seconds)::
     subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
     publish_spread_share: 1.0  # publishers' start times over this share of a publish period
                                # (0.01: all within 1 % of it, the earlier behaviour)
+    calibration_seed: null # an int: Kyra's zones and the multicast groups calibrate on
+                           # the publications of the same workload drawn with this seed
+                           # (an independent sample), not on the run's own publications
     burst: null            # a high-rate publisher's burst (OctopiA Fig. 11), e.g.
                            # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
                            # see nodes.workloads.burst
@@ -106,7 +109,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
     "selectivity_of": SELECTIVITY_READINGS[0],
     "phase_gap_s": 1.0, "advertise_spread_s": 0.0, "subscribe_spread_s": None,
-    "publish_spread_share": 1.0, "burst": None,
+    "publish_spread_share": 1.0, "burst": None, "calibration_seed": None,
 }
 BULK_DEFAULTS: dict[str, Any] = {
     "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
@@ -657,6 +660,17 @@ def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workloa
             phase_gap_s=p["phase_gap_s"], advertise_spread_s=p["advertise_spread_s"],
             subscribe_spread_s=p["subscribe_spread_s"],
             publish_spread_share=p["publish_spread_share"])
+        seed = p["calibration_seed"]
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"calibration_seed: bad value {seed!r}; allowed: an "
+                                 "integer or null")
+            sample = stock_workload(
+                brokers(graph), n_publishers=p["n_publishers"], n_subscribers=0,
+                pubs_per_publisher=p["pubs_per_publisher"],
+                publish_rate_hz=p["publish_rate_hz"], seed=seed, mode=p["mode"],
+                selectivity=p["selectivity"], selectivity_of=p["selectivity_of"])
+            w = replace(w, meta={**w.meta, "calibration": publication_attrs(sample)})
     except (ValueError, TypeError) as exc:
         raise SpecError(f"workload: {exc}") from None
     if p["burst"] is None:

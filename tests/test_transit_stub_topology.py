@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from experiments.plan import compile_plan, pair_figures
-from experiments.spec import parse_spec
+from experiments.spec import SpecError, parse_spec
 from nodes.cores.kyra import derive_layout
 from nodes.workloads.interests import publication_attrs
 from topologies.graph import brokers, overlay_of
@@ -98,3 +98,25 @@ def test_a_plan_derives_kyra_from_the_underlays_latencies() -> None:
     tree = {frozenset((a, b)) for a in siena.derived
             for b in siena.derived[a]["tree_neighbours"]}
     assert tree == {frozenset(e) for e in overlay_of(plan.graph).edges}
+
+
+def _stock_spec(**workload: object) -> dict:
+    return {"name": "ts", "topology": {"name": "transit-stub",
+                                       "params": {"preset": "ts400", "n_servers": 8}},
+            "seed": 1, "workload": {"kind": "stock", "mode": "meghdoot", "n_publishers": 2,
+                                    "n_subscribers": 10, "pubs_per_publisher": 4, **workload},
+            "routing": {"links": "on-demand", "algorithms": ["kyra"]}}
+
+
+def test_calibration_seed_gives_kyra_an_independent_sample() -> None:
+    own = compile_plan(parse_spec(_stock_spec()), netem=False)
+    other = compile_plan(parse_spec(_stock_spec(calibration_seed=9)), netem=False)
+    sample = compile_plan(parse_spec({**_stock_spec(), "seed": 9}), netem=False)
+    assert "calibration" not in own.workload.meta
+    assert other.workload.meta["calibration"] == publication_attrs(sample.workload)
+    assert other.workload.ops == own.workload.ops
+    assert tuple(other.algorithms[0].derived["s000"]["global_cuts"]) == derive_layout(
+        other.graph.graph["latency_ms"], publication_attrs(sample.workload),
+        other.algorithms[0].params).global_cuts
+    with pytest.raises(SpecError, match="calibration_seed: bad value"):
+        compile_plan(parse_spec(_stock_spec(calibration_seed="x")), netem=False)
