@@ -3,7 +3,9 @@
 # bookworm root file system, clones this repository into it as /vagrant, does there what
 # the Vagrantfile does (apt-get install make, then scripts/provision.sh with the venv in
 # /opt), runs provision.sh a second time (it must find everything in place), then a smoke
-# test: `pubsublab doctor`, `pubsublab plan demo` and a simulated flood-demo run.
+# test: `pubsublab doctor`, `pubsublab plan demo`, a simulated flood-demo run, and the
+# system Python exec'ing topologies/custom.py as `mn --custom` does (mn itself is not run:
+# on an error it cleans up machine-wide, and the host's OVS socket is mounted in).
 #
 # Everything inside runs under chroot in its own mount and PID namespaces: the /proc,
 # /sys and /dev mounts exist only there and vanish with them, and every process started
@@ -113,8 +115,9 @@ again_ns=$(date +%s%N)
 inside 'PUBSUBLAB_VENV=/opt/pubsublab-venv /vagrant/scripts/provision.sh'
 step "the second provision.sh took $(( ($(date +%s%N) - again_ns) / 1000000 )) ms"
 
-step "smoke test (network namespace of its own): pubsublab doctor, plan demo, sim flood-demo"
+step "smoke test (network namespace of its own): doctor, plan demo, sim flood-demo, custom.py"
 inside --net 'cd /vagrant && bin=/opt/pubsublab-venv/bin
+        /usr/bin/python3 -c "f = \"topologies/custom.py\"; exec(compile(open(f).read(), f, \"exec\"), {})"
         $bin/pubsublab doctor
         $bin/pubsublab plan demo >/dev/null
         $bin/pubsublab sim flood-demo --out /root/runs --json | tail -1 >/root/sim.json
