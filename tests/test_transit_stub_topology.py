@@ -70,7 +70,7 @@ def test_same_parameters_same_topology_other_seed_another(ts: nx.Graph) -> None:
 def test_access_links_carry_the_given_rate() -> None:
     g = build_graph("transit-stub", {"preset": "ts400", "n_servers": 4},
                     LinkParams(bw_mbps=10))
-    assert pair_figures(g, "s000", "s001")[0] == 10
+    assert pair_figures(g, "srv000", "srv001")[0] == 10
 
 
 @pytest.mark.parametrize("params, field", [({"preset": "ts9"}, "preset"),
@@ -115,7 +115,7 @@ def test_calibration_seed_gives_kyra_an_independent_sample() -> None:
     assert "calibration" not in own.workload.meta
     assert other.workload.meta["calibration"] == publication_attrs(sample.workload)
     assert other.workload.ops == own.workload.ops
-    assert tuple(other.algorithms[0].derived["s000"]["global_cuts"]) == derive_layout(
+    assert tuple(other.algorithms[0].derived["srv000"]["global_cuts"]) == derive_layout(
         other.graph.graph["latency_ms"], publication_attrs(sample.workload),
         other.algorithms[0].params).global_cuts
     with pytest.raises(SpecError, match="calibration_seed: bad value"):

@@ -255,7 +255,8 @@ def server_latency(graph: nx.Graph, placement: dict[str, Hashable]
 
 def transit_stub_servers_graph(n_servers: int, params: TransitStubParams, placement_seed: int,
                                link: LinkParams) -> nx.Graph:
-    """``n_servers`` servers (:func:`server_names`) placed on the stub routers of the
+    """``n_servers`` servers ``srv000`` ... (:func:`server_names` with ``srv`` for ``s``)
+    placed on the stub routers of the
     underlay ``params`` (:func:`place_servers` with ``placement_seed``), as a topology of
     the :mod:`topologies.graph` contract (registry name ``transit-stub``).
 
@@ -275,7 +276,10 @@ def transit_stub_servers_graph(n_servers: int, params: TransitStubParams, placem
     if not _is_int(placement_seed):
         raise ValueError(f"placement_seed: bad value {placement_seed!r}; allowed: an integer")
     underlay = generate(params)
-    placement = place_servers(underlay, n_servers, placement_seed)
+    # "srv000" ...: the stock workload names its subscribers s0, s1, ..., and a client
+    # may not share a broker's name (one log file each).
+    placement = {f"srv{name[1:]}": router for name, router
+                 in place_servers(underlay, n_servers, placement_seed).items()}
     latency, hops = server_latency(underlay, placement)
     overlay = nx.Graph()
     overlay.add_nodes_from(placement)
