@@ -90,11 +90,12 @@ class _Spt:
 
 
 def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
-                 latency_ms: Mapping[str, Mapping[str, float]],
-                 hops: Mapping[str, Mapping[str, int]], underlay: nx.Graph,
-                 placement: Mapping[str, Hashable]) -> dict[str, Any]:
+                 underlay: nx.Graph | None = None) -> dict[str, Any]:
     """The metrics of the module docstring from one algorithm's log ``records`` (every
-    server's ``send``, ``recv``, ``deliver`` and ``counters`` records)."""
+    server's ``send``, ``recv``, ``deliver`` and ``counters`` records) on the ``underlay``
+    of a ``transit-stub`` topology graph (its graph attributes ``latency_ms``, ``hops``,
+    ``underlay`` and ``placement``); without one (the paper's worked example, whose
+    latencies are ours) the network figures are None."""
     names = set(servers)
     published: dict[tuple[str, int], str] = {}
     sends: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
@@ -115,20 +116,23 @@ def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
             sends.setdefault(key, []).append((node, r["link"], r["type"]))
         elif ev == "deliver":
             delivered.setdefault(key, set()).add(node)
-    spt = _Spt(underlay)
+    net = underlay.graph if underlay is not None else None
+    spt = _Spt(net["underlay"]) if net is not None else None
     rows = []
     for key, pub in sorted(published.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         msgs = sends.get(key, [])
         wanted = delivered.get(key, set())
         got_copy = {b for _, b, t in msgs if t == "PUBLISH"}
         notified = {a for a, _, t in msgs if t == "NOTIFY"}
-        tree_hops, tree_ms = spt.cost(placement[pub], (placement[s] for s in wanted))
-        net_hops = sum(hops[a][b] for a, b, _ in msgs)
-        net_ms = sum(latency_ms[a][b] for a, b, _ in msgs)
-        rows.append({"net_hops": net_hops, "net_ms": net_ms,
-                     "hops_ratio": net_hops / tree_hops if tree_hops else None,
-                     "ms_ratio": net_ms / tree_ms if tree_ms else None,
-                     "traversed": len({pub} | {b for _, b, _ in msgs}),
+        row: dict[str, Any] = dict.fromkeys(("net_hops", "net_ms", "hops_ratio", "ms_ratio"))
+        if net is not None and spt is not None:
+            place = net["placement"]
+            tree_hops, tree_ms = spt.cost(place[pub], (place[s] for s in wanted))
+            row["net_hops"] = sum(net["hops"][a][b] for a, b, _ in msgs)
+            row["net_ms"] = sum(net["latency_ms"][a][b] for a, b, _ in msgs)
+            row["hops_ratio"] = row["net_hops"] / tree_hops if tree_hops else None
+            row["ms_ratio"] = row["net_ms"] / tree_ms if tree_ms else None
+        rows.append({**row, "traversed": len({pub} | {b for _, b, _ in msgs}),
                      "unwanted": len(got_copy - wanted - notified),
                      "messages": len(msgs)})
 
@@ -143,8 +147,9 @@ def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
         "events": len(rows),
         "events_with_tree": sum(r["hops_ratio"] is not None for r in rows),
         "per_event": {f: mean(f) for f in fields},
-        "totals": {f: round(sum(r[f] for r in rows), 6) for f in
-                   ("net_hops", "net_ms", "traversed", "unwanted", "messages")},
+        "totals": {f: round(sum(r[f] for r in rows), 6) if net is not None or
+                   not f.startswith("net_") else None
+                   for f in ("net_hops", "net_ms", "traversed", "unwanted", "messages")},
         "servers": len(names),
         "per_server": {k: load_stats(v[k] for v in loads.values()) for k in LOADS},
         "load_index": "max_over_mean and jain (Jain's fairness index) over all servers",
@@ -154,9 +159,7 @@ def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
 def routing_load_from_logs(out_dir: Path, graph: nx.Graph,
                            servers: Iterable[str]) -> dict[str, Any]:
     """:func:`routing_load` of the logs ``<server>.jsonl`` in ``out_dir``, on the underlay
-    a ``transit-stub`` topology ``graph`` carries."""
+    the topology ``graph`` carries (``transit-stub``), if any."""
     names = sorted(servers)
     records = (r for s in names for r in iter_jsonl(out_dir / f"{s}.jsonl"))
-    return routing_load(records, names, graph.graph["latency_ms"], graph.graph["hops"],
-                        graph.graph["underlay"], graph.graph["placement"])
-
+    return routing_load(records, names, graph if "latency_ms" in graph.graph else None)

@@ -32,7 +32,8 @@ def test_one_event_cost_tree_and_unwanted_servers() -> None:
                rec("deliver", "c", "sc"),
                {"ev": "record", "kind": "counters", "node": "a", "routing_entries": 3,
                 "local_subscriptions": 1, "sub_messages": 4, "match_ops": 2}]
-    m = routing_load(records, PLACE, LAT, HOPS, UNDERLAY, PLACE)
+    topo = nx.Graph(latency_ms=LAT, hops=HOPS, underlay=UNDERLAY, placement=PLACE)
+    m = routing_load(records, PLACE, topo)
     ev = m["per_event"]
     assert ev["net_hops"] == 2 + 1 + 2 == HOPS["a"]["d"] + HOPS["d"]["b"] + HOPS["a"]["c"]
     assert ev["net_ms"] == 3 + 4 + 9

@@ -21,7 +21,7 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
     Meghdoot's metrics from its peers' ``can_peer`` records
     (:func:`analysis.meghdoot.meghdoot_metrics`), CoDD's from its nodes' ``codd_node``
     and ``codd_root`` records (:func:`analysis.codd.codd_metrics`), and on a modelled
-    underlay (``transit-stub``) the network cost and server loads of Kyra's paper
+    underlay (``transit-stub``) or the Kyra paper's example the figures of that paper
     (:func:`analysis.kyra.routing_load`)."""
     extras: dict[str, Any] = {}
     if plan.link_schedule:
@@ -41,7 +41,8 @@ def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
         extras["codd"] = codd_metrics([r for r in records if r["kind"] == "codd_node"],
                                       next((r for r in records if r["kind"] == "codd_root"),
                                            None))
-    if "latency_ms" in plan.graph.graph and plan.workload_kind == "stock":
+    if (("latency_ms" in plan.graph.graph and plan.workload_kind == "stock")
+            or plan.workload_kind == "kyra-example"):
         extras["routing_load"] = routing_load_from_logs(out_dir, plan.graph, plan.overlay.nodes)
     return extras
 
