@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-PAPERS = ("octopia", "lbdd", "meghdoot", "codd")
+PAPERS = ("octopia", "lbdd", "meghdoot", "codd", "kyra")
 ROW_KEYS = ("figure", "metric", "paper_value", "ours", "unit", "direction_agrees", "ratio",
             "within_2x", "conditions", "scale", "why")
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
