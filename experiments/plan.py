@@ -431,7 +431,9 @@ def overlay_edges(graph: nx.Graph, netem: bool) -> tuple[nx.Graph, tuple[Overlay
             a=a, b=b, kind=kind or "overlay", bw_mbps=bw_mbps, delay_ms=delay_ms,
             loss_pct=loss_pct, links=links,
             mechanism={k: v for u, w in links
-                       for k, v in _mechanism(graph.edges[u, w]["params"], netem).items()})
+                       for k, v in _mechanism(graph.edges[u, w]["params"], netem).items()}
+            | ({"delay_ms": "in-broker (modelled underlay)"} if "latency_ms" in graph.graph
+               else {}))
         edges.append(edge)
         ov.add_edge(a, b, type=edge.kind, bw_mbps=edge.bw_mbps, delay_ms=edge.delay_ms,
                     loss_pct=edge.loss_pct)

@@ -120,3 +120,16 @@ def test_calibration_seed_gives_kyra_an_independent_sample() -> None:
         other.algorithms[0].params).global_cuts
     with pytest.raises(SpecError, match="calibration_seed: bad value"):
         compile_plan(parse_spec(_stock_spec(calibration_seed="x")), netem=False)
+
+
+def test_emulated_brokers_add_the_underlays_latency_themselves(tmp_path) -> None:
+    from experiments.runs.brokers import broker_configs
+    spec = _stock_spec()
+    plan = compile_plan(parse_spec(spec), netem=True)
+    configs = broker_configs(plan, "kyra", emulate_link=False, log_dir=tmp_path)
+    lat = plan.graph.graph["latency_ms"]
+    for b, c in configs.items():
+        assert c["emulate_link"] is True  # netem or not: no emulated link carries it
+        assert {p: v["delay_ms"] for p, v in c["peers"].items()} == pytest.approx(
+            {p: lat[b][p] for p in lat if p != b})
+    assert all(e.mechanism["delay_ms"].startswith("in-broker") for e in plan.edges)

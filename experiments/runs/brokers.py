@@ -76,6 +76,9 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
     (:func:`dormant_brokers`)."""
     alg = plan.algorithm(algorithm)
     on_demand = plan.links == "on-demand"
+    # A modelled underlay (transit-stub) is on no emulated link: its pairs' latency is
+    # added in the broker, netem or not.
+    emulate_link = emulate_link or "latency_ms" in plan.graph.graph
     dormant = dormant_brokers(plan)
     configs = {}
     for b in plan.overlay.nodes:
