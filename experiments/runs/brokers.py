@@ -70,20 +70,23 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
     neighbour with the address to dial and the edge's delay and loss from the plan (which
     the broker applies itself when ``emulate_link``, where the kernel has no netem).
 
-    With links on demand (``plan.links``) a broker has no fixed neighbours but every other
-    broker as a peer, with the figures of the path between them
+    With links on demand (``plan.links``) a broker has no fixed neighbours (on a modelled
+    underlay, ``transit-stub``, it keeps the overlay's edges, the servers' latency MST that
+    Siena's core needs as its neighbours, as the simulator does) but every other broker
+    as a peer, with the figures of the path between them
     (:func:`experiments.plan.pair_figures`), and is ``dormant`` if its node joins later
     (:func:`dormant_brokers`)."""
     alg = plan.algorithm(algorithm)
     on_demand = plan.links == "on-demand"
     # A modelled underlay (transit-stub) is on no emulated link: its pairs' latency is
     # added in the broker, netem or not.
-    emulate_link = emulate_link or "latency_ms" in plan.graph.graph
+    underlay = "latency_ms" in plan.graph.graph
+    emulate_link = emulate_link or underlay
     dormant = dormant_brokers(plan)
     configs = {}
     for b in plan.overlay.nodes:
         neighbours = {}
-        for n in [] if on_demand else sorted(plan.overlay.neighbors(b)):
+        for n in [] if on_demand and not underlay else sorted(plan.overlay.neighbors(b)):
             edge = plan.overlay.edges[b, n]
             neighbours[n] = {"addr": [endpoint_ip(plan.graph, b, n), BROKER_PORT],
                              "delay_ms": edge["delay_ms"], "loss_pct": edge["loss_pct"]}
