@@ -13,7 +13,10 @@ Tree
     The routing tree is ``params["tree_neighbours"]``, derived by :func:`overlay_params`
     with :func:`~nodes.cores.overlay.spanning_tree_neighbours` (the BFS tree, as the
     flood core's; on an overlay that is already a tree, the overlay itself), so any
-    connected overlay works. Overlay links off the tree are never used.
+    connected overlay works. Overlay links off the tree are never used. The reading's
+    tree is a latency MST: the ``transit-stub`` topology gives the servers' latency MST
+    as the overlay, so Siena routes on it there; on a mesh a BFS tree minimises hops,
+    not latency, which is why Kyra's experiments use that topology.
 
 Subscriptions
     A subscription from a local client is recorded (with the client, for delivery) and
