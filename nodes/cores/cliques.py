@@ -13,8 +13,13 @@ import heapq
 import operator
 from collections.abc import Mapping
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
-import numpy as np
+# numpy is imported in the functions that use it: every broker process imports every
+# core (nodes.cores), and numpy's import took 0.15 of a broker's 0.24 CPU-s of
+# start-up on the 2-core machines, for cores that never call it.
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
 
 # Two latencies a and b count as the same figure (a symmetric matrix) when they differ by
 # at most this much, relative or absolute (ms): a shortest-path latency summed from each
@@ -66,6 +71,7 @@ def server_cliques(
     would merge, a merge updates one row of the distance matrix and pushes the pairs
     whose distance grew, stale entries are skipped, and an empty heap is Fig. 5's stop.
     """
+    import numpy as np
     servers, dist = _matrix(latency_ms)
     limit = _max_distance(max_distance_ms)
     size_bound = _max_size(max_size)
@@ -123,6 +129,7 @@ def server_cliques(
 
 def _matrix(latency_ms: Mapping[str, Mapping[str, float]]) -> tuple[list[str], np.ndarray]:
     """The servers in sorted order and their symmetric latency matrix (diagonal 0)."""
+    import numpy as np
     servers = sorted(latency_ms)
     names = set(servers)
     n = len(servers)

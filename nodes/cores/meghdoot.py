@@ -74,7 +74,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
+# numpy is imported in the functions that use it: every broker process imports every
+# core (nodes.cores), and numpy's import took 0.15 of a broker's 0.24 CPU-s of
+# start-up on the 2-core machines, for cores that never call it.
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
 
 from nodes.core import (
     Action,
@@ -241,6 +245,7 @@ def _sides(n_lo: np.ndarray, n_hi: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarra
     arrays without their last axis (the dimensions): touching on exactly one dimension,
     overlapping on every other, on the side that dimension calls upper-left (below on a
     start dimension, above on an end one) or bottom-right (the other)."""
+    import numpy as np
     below, above = n_hi == z_lo, n_lo == z_hi
     touch = below | above
     face = (touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=-1) & (touch.sum(axis=-1) == 1)
@@ -256,12 +261,14 @@ class _Boxes:
     hundred neighbours, most of a large run's time when asked zone by zone)."""
 
     def __init__(self, zones: Sequence[Zone]) -> None:
+        import numpy as np
         self.lo = np.array([z[0] for z in zones], dtype=float)
         self.hi = np.array([z[1] for z in zones], dtype=float)
         self.top = self.hi == 1.0
 
     def meeting(self, box: Zone) -> np.ndarray:
         """Whether each zone holds a point of the closed ``box`` (as can.meets)."""
+        import numpy as np
         if not len(self.lo):
             return np.zeros(0, dtype=bool)
         lo, hi = np.asarray(box[0]), np.asarray(box[1])
@@ -271,6 +278,7 @@ class _Boxes:
         """The zone greedy routing takes toward ``point``: the first of those nearest to
         it (:func:`can.distance2`, summed in the same order, so equal to the last bit)
         that holds it if any; with its squared distance and whether it holds the point."""
+        import numpy as np
         p = np.asarray(point)
         gap = np.where(p < self.lo, self.lo - p, np.where(p > self.hi, p - self.hi, 0.0))
         d2 = np.cumsum(gap * gap, axis=1)[:, -1]
@@ -283,6 +291,7 @@ class _Boxes:
 
     def sides_of(self, zone: Zone) -> tuple[np.ndarray, np.ndarray]:
         """Whether each zone lies upper-left, and bottom-right, of ``zone``."""
+        import numpy as np
         if not len(self.lo):
             return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
         return _sides(self.lo, self.hi, np.asarray(zone[0])[None, :],
@@ -311,6 +320,7 @@ class MeghdootCore:
     ignores_link_stats = True  # loads are its own messages, not queue statistics
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
+        import numpy as np
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
         self.space = can.space_named(str(params.get("space", "stock")))
@@ -608,6 +618,7 @@ class MeghdootCore:
         return self._deliver_event(msg)
 
     def _deliver_event(self, msg: Message) -> list[Action]:
+        import numpy as np
         assert self.zone is not None
         attrs = msg.payload["attrs"]
         publication = _publication(msg.payload)
