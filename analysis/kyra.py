@@ -90,10 +90,10 @@ class _Spt:
 
 
 def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
-                 underlay: nx.Graph | None = None) -> dict[str, Any]:
+                 topology: nx.Graph | None = None) -> dict[str, Any]:
     """The metrics of the module docstring from one algorithm's log ``records`` (every
-    server's ``send``, ``recv``, ``deliver`` and ``counters`` records) on the ``underlay``
-    of a ``transit-stub`` topology graph (its graph attributes ``latency_ms``, ``hops``,
+    server's ``send``, ``recv``, ``deliver`` and ``counters`` records) on the underlay
+    of a ``transit-stub`` ``topology`` graph (its graph attributes ``latency_ms``, ``hops``,
     ``underlay`` and ``placement``); without one (the paper's worked example, whose
     latencies are ours) the network figures are None."""
     names = set(servers)
@@ -116,7 +116,7 @@ def routing_load(records: Iterable[Mapping[str, Any]], servers: Iterable[str],
             sends.setdefault(key, []).append((node, r["link"], r["type"]))
         elif ev == "deliver":
             delivered.setdefault(key, set()).add(node)
-    net = underlay.graph if underlay is not None else None
+    net = topology.graph if topology is not None else None
     spt = _Spt(net["underlay"]) if net is not None else None
     rows = []
     for key, pub in sorted(published.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
