@@ -126,14 +126,19 @@ def on_demand_links(plan: RunPlan) -> LinkModel | None:
             access[b] = (ends[0], graph.edges[b, ends[0]]["params"])
 
     @functools.cache  # asked once for the delay, once for the rate
+    def searched(a: str, b: str) -> tuple[float | None, float]:
+        bw, delay_ms, _ = pair_figures(graph, a, b)
+        return bw, delay_ms
+
     def figures(a: str, b: str) -> tuple[float | None, float]:
+        # Two brokers on one switch need no search and no cache: ten thousand peers
+        # open millions of pairs, and a cache entry per pair cost more than the sum.
         if (a in access and b in access and access[a][0] == access[b][0]
                 and "latency_ms" not in graph.graph):  # an underlay's pair delays
             pa, pb = access[a][1], access[b][1]
             rates = [r for r in (pa.bw_mbps, pb.bw_mbps) if r is not None]
             return (min(rates) if rates else None), pa.delay_ms + pb.delay_ms
-        bw, delay_ms, _ = pair_figures(graph, a, b)
-        return bw, delay_ms
+        return searched(a, b)
 
     return LinkModel(latency_ms=lambda a, b: figures(a, b)[1],
                      link_mbps=lambda a, b: figures(a, b)[0])
