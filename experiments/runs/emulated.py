@@ -256,8 +256,10 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
                 for alg in plan.algorithms:
                     out = run_dir / alg.name
                     out.mkdir()
-                    progress.start(f"{len(workload.ops)} operations over "
-                                   f"{plan.phase_s():.0f} s")
+                    # Not "operations over": that phrase marks the clients' start (in
+                    # run_algorithm), which the teardown tests wait for.
+                    progress.start(f"{len(workload.ops)} client operations, a "
+                                   f"{plan.phase_s():.0f} s workload")
                     try:
                         s = run_algorithm(emu, plan, alg.name, out, expected=expected,
                                           capture=cap, progress=progress)
