@@ -6,7 +6,10 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
 
     broker             str          this broker's name
     listen             [ip, port]   where neighbour brokers and local clients connect
-    neighbours         {name: {"addr": [ip, port], "delay_ms": 0.0, "loss_pct": 0.0}}
+    neighbours         {name: {"addr": [ip, port], "delay_ms": 0.0, "loss_pct": 0.0,
+                         "rate_mbps": null}}
+                         rate_mbps: a per-stream cap the broker paces its link to
+                         (nodes.overlay_link), whatever the mechanism of delay and loss
     core               {"name": str, "params": {...}}
                          name: a core of the nodes.cores registry (make_core); params
                          go to it unchanged (e.g. flood's tree_neighbours, which a
@@ -337,18 +340,29 @@ def _peer_config(value: Any, where: str) -> NeighbourConfig:
         return NeighbourConfig(parse_addr(value, where))
     if not isinstance(value, dict):
         raise ValueError(f"{where}: expected [ip, port] or an object, got {value!r}")
-    check_keys(value, {"addr"}, {"delay_ms", "loss_pct"}, where)
+    return _neighbour_config(value, where)
+
+
+def _neighbour_config(value: Mapping[str, Any], where: str) -> NeighbourConfig:
+    """A neighbour's or peer's object: address, delay, loss and per-stream rate."""
+    check_keys(value, {"addr"}, {"delay_ms", "loss_pct", "rate_mbps"}, where)
+    rate = value.get("rate_mbps")
+    if rate is not None and (type(rate) not in (int, float) or not rate > 0):
+        raise ValueError(f"{where}: rate_mbps must be a positive number or null, got {rate!r}")
     return NeighbourConfig(parse_addr(value["addr"], where), float(value.get("delay_ms", 0.0)),
-                           float(value.get("loss_pct", 0.0)))
+                           float(value.get("loss_pct", 0.0)),
+                           None if rate is None else float(rate))
 
 
 @dataclass(frozen=True, slots=True)
 class NeighbourConfig:
-    """Where a neighbour listens, and the one-way delay and loss of our link to it."""
+    """Where a neighbour listens, the one-way delay and loss of our link to it, and the
+    per-stream rate cap (Mbit/s, None: none) our link to it is paced to."""
 
     addr: tuple[str, int]
     delay_ms: float = 0.0
     loss_pct: float = 0.0
+    rate_mbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,11 +400,7 @@ class BrokerConfig:
             raise ValueError("broker config: neighbours must map other brokers' names to links")
         neighbours = {}
         for name, nb in obj["neighbours"].items():
-            where = f"broker config, neighbour {name}"
-            check_keys(nb, {"addr"}, {"delay_ms", "loss_pct"}, where)
-            neighbours[name] = NeighbourConfig(parse_addr(nb["addr"], where),
-                                               float(nb.get("delay_ms", 0.0)),
-                                               float(nb.get("loss_pct", 0.0)))
+            neighbours[name] = _neighbour_config(nb, f"broker config, neighbour {name}")
         check_keys(obj["core"], {"name"}, {"params"}, "broker config, core")
         window_ms = float(obj.get("window_ms", 50.0))
         if window_ms <= 0:
@@ -508,6 +518,7 @@ class Broker:
             loss_pct=nb.loss_pct if self.config.emulate_link else 0.0,
             rng=random.Random(f"{self.config.seed}:{self.name}:{name}"),
             write_buffer_bytes=self.config.write_buffer_bytes,
+            rate_mbps=nb.rate_mbps,
             max_queue_msgs=self.config.queue_max_msgs,
             high_water_msgs=self.config.queue_high_water_msgs,
             on_pressure=self._pressure,
@@ -548,7 +559,7 @@ class Broker:
         for name, nb in sorted(self.config.neighbours.items()):
             log_now(self._log, Ev.LINK, link=name, role="broker", state="configured",
                     delay_ms=nb.delay_ms, loss_pct=nb.loss_pct,
-                    emulated=self.config.emulate_link)
+                    emulated=self.config.emulate_link, rate_mbps=nb.rate_mbps)
             if self.name < name:
                 self._spawn(self._dial_loop(name))
         if self.config.peers:

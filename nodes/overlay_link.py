@@ -33,6 +33,14 @@ Design choices:
   delay does not limit throughput (a pipeline, like a TCP window grown to the
   bandwidth-delay product). It holds frames for ``delay_ms`` after they leave the queue;
   the timer fires at most about 1 ms late (epoll's resolution).
+- **Per-stream rate** (``rate_mbps``, None: none): the connection is an application
+  stream that moves at most this rate, as LBDD's paper's PCs did (a Java socket between
+  disks; :mod:`experiments.runs.bulk`). The pump paces itself: a frame leaves the queue
+  no sooner than ``len(frame) * 8 / rate`` after the one before it left (or now, after an
+  idle spell), as a frame holds its link for that long in the simulator. The frame is
+  then written at once, so the host's NIC (the kernel's HTB at the link's rate) serves it
+  at its own rate and other connections fill the gaps; pacing in the broker, not a tc
+  class per connection, because the limit is the application's, not the wire's.
 - **Loss** is decided when a message leaves the queue, with the link's own seeded
   ``random.Random``, so one link's drops do not depend on traffic elsewhere. It models a
   lossy message link, as the simulator does; netem loss under TCP would instead cost a
@@ -72,6 +80,10 @@ from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
 from nodes.runtime import log_now
 
+# A paced link whose next slot passed less than this long ago (seconds) was busy, its
+# timer only late: the slot is kept, so lateness does not slow the stream.
+PACE_SLACK_S = 0.005
+
 
 class OverlayLink:
     """Output queue, optional in-broker delay/loss, and window counters for one neighbour."""
@@ -85,12 +97,15 @@ class OverlayLink:
         loss_pct: float = 0.0,
         rng: random.Random | None = None,
         write_buffer_bytes: int | None = None,
+        rate_mbps: float | None = None,
         max_queue_msgs: int | None = None,
         high_water_msgs: int | None = None,
         on_pressure: Callable[[str, bool], None] | None = None,
     ) -> None:
         if delay_ms < 0 or not 0 <= loss_pct <= 100:
             raise ValueError(f"link to {neighbour}: need delay_ms >= 0 and 0 <= loss_pct <= 100")
+        if rate_mbps is not None and not rate_mbps > 0:
+            raise ValueError(f"link to {neighbour}: rate_mbps must be positive, got {rate_mbps}")
         if loss_pct and rng is None:
             raise ValueError(f"link to {neighbour}: emulated loss needs a seeded rng")
         self.neighbour = neighbour
@@ -99,6 +114,10 @@ class OverlayLink:
         self._loss_p = loss_pct / 100.0
         self._rng = rng
         self._write_buffer_bytes = write_buffer_bytes
+        # Seconds per byte of the per-stream rate (0: unpaced), and the loop time before
+        # which the next frame may not leave the queue.
+        self._pace_s_per_byte = 0.0 if rate_mbps is None else 8.0 / (rate_mbps * 1e6)
+        self._free_at = 0.0
         self._queue: deque[tuple[Message, bytes]] = deque()
         self._line: deque[tuple[float, bytes, Message]] = deque()
         self._queued = asyncio.Event()
@@ -303,7 +322,18 @@ class OverlayLink:
                         self._idle.set()
                     await self._queued.wait()
                     continue
+                if self._pace_s_per_byte:
+                    wait_s = self._free_at - loop.time()
+                    if wait_s > 0:
+                        await asyncio.sleep(wait_s)
+                        continue  # the queue may have been flushed meanwhile
                 msg, frame = self._queue.popleft()
+                if self._pace_s_per_byte:
+                    # Back to back, the next slot follows this one exactly (a timer that
+                    # fired a little late is not lost rate); after an idle spell it starts now.
+                    now = loop.time()
+                    start = self._free_at if now - self._free_at < PACE_SLACK_S else now
+                    self._free_at = start + len(frame) * self._pace_s_per_byte
                 self._count_out += 1
                 if self._pressed:
                     self._eased()

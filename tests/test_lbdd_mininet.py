@@ -76,3 +76,22 @@ def test_bulk_data_is_byte_identical_and_survives_a_failure(tmp_path: Path) -> N
         assert r["parent"] == "pc8" and 0 < r["child_has"] < 64
     row = json.loads((run_dir / "lbdd" / "failure" / "summary.json").read_text())
     assert row["tree_as_computed"] and row["expected_deliveries"] == 10 * 64
+
+
+def test_the_per_stream_cap_holds_in_mininet(tmp_path: Path) -> None:
+    # LBDD's three direct children of the publisher, each connection paced to 18 Mbit/s
+    # in the brokers: the publisher's NIC (kernel counters, headers included) carries
+    # three streams' worth, about 54 % of its 100 Mbit/s, where uncapped it would be full.
+    spec = {**SPEC, "name": "lbdd-cap-mininet",
+            "workload": {"kind": "bulk", "subscriber_counts": [3], "stream_mbps": 18},
+            "routing": {"algorithms": ["lbdd"],
+                        "params": {"heartbeat_s": 0.5, "timeout_s": 2.0}}}
+    plan = compile_plan(parse_spec(spec))
+    _, manifest = run_experiment(plan, tmp_path, phases=(bulk_phase(plan),))
+    assert manifest["status"] == "ok"
+    assert manifest["workload"]["stream_mbps_mechanism"].startswith("in-broker pacing")
+    s = manifest["summaries"]["lbdd"]
+    assert s["complete"] and s["checksums_ok"] and s["contribution"]["pc1"] == 1.0
+    (row,) = s["by_subscribers"]
+    assert 45 <= row["publisher_nic_mean_pct"] <= 62, row
+    assert 15 <= row["rate_mbps_mean"] <= 18.5, row

@@ -74,7 +74,9 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
                    ) -> dict[str, dict[str, Any]]:
     """One broker config (see :mod:`nodes.broker`) per broker of the plan: each overlay
     neighbour with the address to dial and the edge's delay and loss from the plan (which
-    the broker applies itself when ``emulate_link``, where the kernel has no netem).
+    the broker applies itself when ``emulate_link``, where the kernel has no netem), and a
+    bulk workload's per-stream cap (``stream_mbps``) as each link's ``rate_mbps``, which
+    the broker always applies itself (pacing, :mod:`nodes.overlay_link`).
 
     With links on demand (``plan.links``) a broker has no fixed neighbours (on a modelled
     underlay, ``transit-stub``, it keeps the overlay's edges, the servers' latency MST that
@@ -89,6 +91,8 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
     underlay = "latency_ms" in plan.graph.graph
     emulate_link = emulate_link or underlay
     dormant = dormant_brokers(plan)
+    # A bulk workload's per-stream cap: every agent-to-agent link paced to it in the broker.
+    stream_mbps = plan.bulk.stream_mbps if plan.bulk is not None else None
     configs = {}
     for b in plan.overlay.nodes:
         neighbours = {}
@@ -96,6 +100,8 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
             edge = plan.overlay.edges[b, n]
             neighbours[n] = {"addr": [endpoint_ip(plan.graph, b, n), BROKER_PORT],
                              "delay_ms": edge["delay_ms"], "loss_pct": edge["loss_pct"]}
+            if stream_mbps is not None:
+                neighbours[n]["rate_mbps"] = stream_mbps
         configs[b] = {
             "broker": b, "listen": ["0.0.0.0", BROKER_PORT], "neighbours": neighbours,
             "core": {"name": algorithm, "params": alg.broker_params(b)},

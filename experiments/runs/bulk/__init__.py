@@ -12,7 +12,7 @@ A spec with ``workload.kind: bulk`` (keys and defaults: :data:`experiments.plan.
     subscriber_counts: null # rounds with the first n other brokers subscribing (null: all)
     failure: null           # {victim: pc7, at_s: 2.0 | at_fraction: 0.4, algorithms: [lbdd]}
     rate_bin_s: 1.0         # bins of the per-subscriber rate and NIC load series
-    stream_mbps: null       # per-connection rate cap, Mbit/s (null: none); simulated only
+    stream_mbps: null       # per-connection rate cap, Mbit/s (null: none)
     sweep_nodes: null       # [100, ..., 500]: the depth sweep instead (simulated only)
     trials: 20              # random IP sets per sweep size
 
@@ -51,7 +51,11 @@ Readings and choices:
   while each NIC keeps its rate and serves the streams between their frames (NICs in
   :mod:`nodes.sim`). A rate, not a TCP window: on a LAN's sub-millisecond round trip a
   window cap gives a rate that hangs on the round trip, which the paper does not give.
-  The emulated runtime refuses it for now (it would need an HTB class per connection).
+  In Mininet every broker paces each overlay link's output queue to the cap
+  (``rate_mbps`` in its config, :mod:`nodes.overlay_link`): a frame leaves no sooner
+  than its size at the cap after the previous one, and the kernel's HTB still shapes the
+  NIC, so capped streams share it as in the simulator. Pacing, not an HTB class per
+  connection: the paper's limit was its application's, not its wire's.
 - **Checksums.** Emulated subscribers hash every slice (:class:`nodes.bulkdata.DataLog`);
   a round checks every survivor's checksum against the publisher's and against the
   checksum regenerated here from the seed. The simulator passes the publisher's bytes
