@@ -187,6 +187,12 @@ def _significant(v: float | None) -> float | None:
     return None if v is None else float(f"{v:.5g}")
 
 
+def _ran_in(points: Sequence[Point], default: str) -> str:
+    """The runtimes (``simulated``, ``emulated``) the points' manifests name."""
+    ran = sorted({str(p.manifest["runtime"]) for p in points if p.manifest.get("runtime")})
+    return ", ".join(ran) or default
+
+
 def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]],
                   runtime: str) -> list[dict[str, Any]]:
     """One row per headline number of ``paper``: the paper's, ours and how they compare
@@ -213,7 +219,9 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
             "direction_agrees": None if ours is None else _direction(row, ours, numbers),
             "ratio": _significant(ratio),
             "within_2x": ratio is not None and 0.5 <= ratio <= 2.0,
-            "conditions": f"{exp['conditions']}; {runtime}",
+            # The runtime the points really ran in: under --runtime emulated, a
+            # simulated-only experiment's rows still come from the simulator.
+            "conditions": f"{exp['conditions']}; {_ran_in(pts, runtime)}",
             "scale": _scale_text(exp, pts), "why": " ".join(row["why"].split()),
             "experiment": spec["experiment"],
         })

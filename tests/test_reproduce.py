@@ -145,6 +145,33 @@ def test_time_estimates_are_one_per_point_or_one_for_all() -> None:
     assert _estimates({"est_s": [40, 400, 1500]}, 3) == [40.0, 400.0, 1500.0]
     with pytest.raises(SpecError, match="est_s: 2 figures for 3 points"):
         _estimates({"est_s": [40, 400]}, 3)
+    # Points run in Mininet take their own estimate where the data file gives one.
+    kyra = {"est_s": 20, "est_emulated_s": 200}
+    assert _estimates(kyra, 1, emulated=True) == [200.0]
+    assert _estimates(kyra, 1) == [20.0]
+    assert _estimates({"est_s": 5}, 2, emulated=True) == [5.0, 5.0]
+
+
+def test_rows_name_the_runtime_their_points_ran_in(tmp_path: Path) -> None:
+    """Under --runtime emulated a simulated-only experiment still runs in the simulator:
+    its rows' conditions say simulated, an emulated experiment's say emulated."""
+    from analysis.reproduction import Point, headline_rows
+
+    summary = {"kyra": {"routing_load": {"per_event": {"hops_ratio": 3.0}}},
+               "siena": {"routing_load": {"per_event": {"hops_ratio": 4.0}}}}
+    row = {"figure": "Abstract", "source": "s", "metric": "m", "unit": "x", "paper": None,
+           "direction": {"within": [0.8, 1.25]}, "why": "w"}
+    ours = {"y": "routing_load.per_event.hops_ratio", "compare": "ratio", "of": "kyra",
+            "against": "siena"}
+    paper = {"experiments": {"big": {"conditions": "1,000 servers", "simulated_only": True},
+                             "small": {"conditions": "64 servers"}},
+             "rows": [{**row, "ours": {**ours, "experiment": e}} for e in ("big", "small")]}
+    points = {e: [Point(None, tmp_path, {"runtime": ran, "scale": 1.0}, summary)]
+              for e, ran in (("big", "simulated"), ("small", "emulated"))}
+    rows = headline_rows(paper, points, "emulated")
+    assert [r["conditions"] for r in rows] == ["1,000 servers; simulated",
+                                               "64 servers; emulated"]
+    assert [r["ours"] for r in rows] == [0.75, 0.75]
 
 
 def test_resume_reads_the_finished_points_and_writes_the_same_rows(
