@@ -11,14 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodes.core import Arrived, Event, FromClient, Send, TimerFired
 from nodes.cores import can
-from nodes.cores.meghdoot import MeghdootCore, Runs, _Boxes
+from nodes.cores.meghdoot import MeghdootCore, Runs
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim import LinkModel, SimResult, simulate
@@ -72,6 +71,7 @@ def check_can(peers: Sequence[MeghdootCore]) -> None:
         for q in sorted(want):
             by_zone.setdefault(want[q], []).append(q)
         assert p._zones() == sorted(by_zone.items(), key=lambda zp: zp[1][0]), p.broker
+        assert p._table.own == p.zone, p.broker  # its sides are this zone's
         assert p.group == {q.broker for q in zones[p.zone]}, p.broker
         assert set(p.subs) == set(zones[p.zone][0].subs), p.broker
 
@@ -401,65 +401,6 @@ def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch)
              on_demand=LINKS, log_messages=False, progress=shares.append)
     assert len(shares) == len(w.ops) // 256
     assert shares == sorted(shares) and shares[0] > 0 and shares[-1] <= 1
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda d: st.tuples(
-    st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=2 * d,
-                      max_size=2 * d), max_size=12),
-    st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=2 * d, max_size=2 * d))))
-def test_the_array_test_of_neighbour_zones_agrees_with_meets(
-        case: tuple[list[list[float]], list[float]]) -> None:
-    raw, corners = case
-    d = len(corners) // 2
-
-    def box(c: Sequence[float]) -> can.Zone:
-        pairs = [sorted(c[2 * j: 2 * j + 2]) for j in range(d)]
-        return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-
-    zones = [box(c) for c in raw]
-    region = box(corners)
-    assert _Boxes(zones).meeting(region).tolist() == [can.meets(z, region) for z in zones]
-
-
-_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 3).flatmap(lambda d: st.lists(
-    st.lists(st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True),
-             min_size=d, max_size=d), min_size=2, max_size=10)), st.data())
-def test_the_array_tests_of_sides_agree_with_upper_left_and_bottom_right(
-        raw: list[list[list[float]]], data: st.DataObject) -> None:
-    # Zones as CAN makes them: boxes with a positive side on every dimension, drawn on a
-    # coarse grid so that many touch.
-    zones = [(tuple(min(p) for p in z), tuple(max(p) for p in z)) for z in raw]
-    n = len(zones)
-    rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
-    of = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
-    boxes = _Boxes(zones)
-    got = boxes.upper_left_of_any(np.array(rows), np.array(of)).tolist()
-    assert got == [any(can.upper_left(zones[r], zones[o]) for o in of) for r in rows]
-    for z in zones:  # and each zone's sides, as a peer works them out for its neighbours
-        ahead, later = boxes.sides_of(z)
-        assert ahead.tolist() == [can.upper_left(n, z) for n in zones]
-        assert later.tolist() == [can.bottom_right(n, z) for n in zones]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 7).flatmap(lambda d: st.tuples(
-    st.lists(st.lists(st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True),
-                      min_size=2 * d, max_size=2 * d), min_size=1, max_size=10),
-    st.lists(st.floats(0, 1), min_size=2 * d, max_size=2 * d))))
-def test_the_array_choice_of_the_next_hop_is_greedy_routings(
-        case: tuple[list[list[list[float]]], list[float]]) -> None:
-    raw, point = case
-    zones = [(tuple(min(p) for p in z), tuple(max(p) for p in z)) for z in raw]
-    ranks = [(can.distance2(z, tuple(point)), 0 if can.contains(z, tuple(point)) else 1)
-             for z in zones]
-    first = ranks.index(min(ranks))  # the first of the best, as the peer's loop took it
-    i, d2, holds = _Boxes(zones).nearest(tuple(point))
-    assert (i, (d2, 0 if holds else 1)) == (first, ranks[first])  # the same float, exactly
 
 
 def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:

@@ -62,7 +62,6 @@ start; every other peer joins through a JOIN client operation.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import itertools
 import math
@@ -73,12 +72,6 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
-
-# numpy is imported in the functions that use it: every broker process imports every
-# core (nodes.cores), and numpy's import took 0.15 of a broker's 0.24 CPU-s of
-# start-up on the 2-core machines, for cores that never call it.
-if TYPE_CHECKING:  # annotations only
-    import numpy as np
 
 from nodes.core import (
     Action,
@@ -94,6 +87,7 @@ from nodes.core import (
 from nodes.cores import can
 from nodes.cores.actions import unhandled
 from nodes.cores.can import Point, Zone
+from nodes.cores.can_table import ZoneTable
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
@@ -238,73 +232,6 @@ class _Report(NamedTuple):
     subs: int  # subscriptions stored
 
 
-def _sides(n_lo: np.ndarray, n_hi: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Whether zones ``n`` lie upper-left and bottom-right of zones ``z``
-    (:func:`can.upper_left`, :func:`can.bottom_right`), over the broadcast shape of the
-    arrays without their last axis (the dimensions): touching on exactly one dimension,
-    overlapping on every other, on the side that dimension calls upper-left (below on a
-    start dimension, above on an end one) or bottom-right (the other)."""
-    import numpy as np
-    below, above = n_hi == z_lo, n_lo == z_hi
-    touch = below | above
-    face = (touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=-1) & (touch.sum(axis=-1) == 1)
-    start = np.arange(n_lo.shape[-1]) % 2 == 0
-    upper_left = ((below & start) | (above & ~start)).any(axis=-1)
-    bottom_right = ((above & start) | (below & ~start)).any(axis=-1)
-    return face & upper_left, face & bottom_right
-
-
-class _Boxes:
-    """Zones as arrays, to ask :func:`can.meets` and :func:`can.upper_left` of many at once
-    (DeliverEvent asks them of every neighbour zone for every event a peer handles: with a
-    hundred neighbours, most of a large run's time when asked zone by zone)."""
-
-    def __init__(self, zones: Sequence[Zone]) -> None:
-        import numpy as np
-        self.lo = np.array([z[0] for z in zones], dtype=float)
-        self.hi = np.array([z[1] for z in zones], dtype=float)
-        self.top = self.hi == 1.0
-
-    def meeting(self, box: Zone) -> np.ndarray:
-        """Whether each zone holds a point of the closed ``box`` (as can.meets)."""
-        import numpy as np
-        if not len(self.lo):
-            return np.zeros(0, dtype=bool)
-        lo, hi = np.asarray(box[0]), np.asarray(box[1])
-        return (self.lo <= hi).all(axis=1) & ((lo < self.hi) | self.top).all(axis=1)
-
-    def nearest(self, point: Point) -> tuple[int, float, bool]:
-        """The zone greedy routing takes toward ``point``: the first of those nearest to
-        it (:func:`can.distance2`, summed in the same order, so equal to the last bit)
-        that holds it if any; with its squared distance and whether it holds the point."""
-        import numpy as np
-        p = np.asarray(point)
-        gap = np.where(p < self.lo, self.lo - p, np.where(p > self.hi, p - self.hi, 0.0))
-        d2 = np.cumsum(gap * gap, axis=1)[:, -1]
-        holds = (self.lo <= p).all(axis=1) & ((p < self.hi) | self.top).all(axis=1)
-        best = d2 == d2.min()
-        if (best & holds).any():
-            best &= holds
-        i = int(np.argmax(best))
-        return i, float(d2[i]), bool(holds[i])
-
-    def sides_of(self, zone: Zone) -> tuple[np.ndarray, np.ndarray]:
-        """Whether each zone lies upper-left, and bottom-right, of ``zone``."""
-        import numpy as np
-        if not len(self.lo):
-            return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
-        return _sides(self.lo, self.hi, np.asarray(zone[0])[None, :],
-                      np.asarray(zone[1])[None, :])
-
-    def upper_left_of_any(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
-        """For each zone of ``rows`` (indices), whether it lies upper-left of at least one
-        zone of ``of``."""
-        upper_left, _ = _sides(self.lo[rows][:, None, :], self.hi[rows][:, None, :],
-                               self.lo[of][None, :, :], self.hi[of][None, :, :])
-        return upper_left.any(axis=1)
-
-
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
     """``(peer, load)`` pairs, heaviest first (ties by name, so every peer ranks alike)."""
     return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
@@ -320,7 +247,6 @@ class MeghdootCore:
     ignores_link_stats = True  # loads are its own messages, not queue statistics
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
-        import numpy as np
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
         self.space = can.space_named(str(params.get("space", "stock")))
@@ -345,16 +271,10 @@ class MeghdootCore:
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
         self.group: set[str] = {broker}  # the peers holding this zone, this one included
         self.nbrs: dict[str, Zone] = {}  # neighbour peer -> its zone (co-replicas apart)
-        # nbrs by zone, kept as the table changes: its peers sorted (rebuilding it from the
-        # table hashed every zone again, and a peer with thousands of neighbours rebuilt
-        # it after every join near it: a third of a 10,000-peer run's time)
-        self._groups: dict[Zone, list[str]] = {}
-        self._by_zone: list[tuple[Zone, list[str]]] | None = None  # _groups in a fixed order
-        # Of _by_zone, for DeliverEvent: the table and zone they were worked out for, the
-        # zones as arrays, and which lie upper-left and bottom-right of this zone.
-        self._sides_of: tuple[Any, Zone | None] = (None, None)
-        self._boxes = _Boxes([])
-        self._ahead = self._later = np.zeros(0, dtype=bool)
+        # nbrs by zone, as arrays kept as the table changes (nodes/cores/can_table.py):
+        # what DeliverEvent and routing ask of every neighbour zone.
+        self._table = ZoneTable(self.space.dims)
+        self._table.reset(self.zone, {})
         self.subs: dict[tuple[str, int], Sub] = {}
         self._index = SubscriptionIndex()
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
@@ -384,52 +304,28 @@ class MeghdootCore:
         return self.events.total + len(self.subs)
 
     def _zones(self) -> list[tuple[Zone, list[str]]]:
-        """Neighbour zones, each with its peers (sorted), in a fixed order."""
-        if self._by_zone is None:
-            self._by_zone = sorted(((z, list(peers)) for z, peers in self._groups.items()),
-                                   key=lambda zp: zp[1][0])
-        return self._by_zone
-
-    def _zone_sides(self) -> list[tuple[Zone, list[str]]]:
-        """:meth:`_zones`, with which lie upper-left and bottom-right of this zone set in
-        ``_ahead`` and ``_later``: what DeliverEvent asks of every neighbour for every
-        event, worked out once per neighbour table (a peer with a hundred neighbours asks
-        it thousands of times)."""
-        zones = self._zones()
-        if self._sides_of[0] is not zones or self._sides_of[1] is not self.zone:
-            zone = self.zone
-            assert zone is not None
-            self._sides_of = (zones, zone)
-            self._boxes = _Boxes([z for z, _ in zones])
-            self._ahead, self._later = self._boxes.sides_of(zone)
-        return zones
+        """Neighbour zones, each with its peers (sorted), in a fixed order (by their
+        first peer's name)."""
+        return self._table.ordered()
 
     def _set_nbrs(self, nbrs: Mapping[str, Zone]) -> None:
+        """The whole neighbour table anew (after this peer's own zone changed)."""
         self.nbrs = dict(nbrs)
-        self._groups = {}
-        for peer in sorted(self.nbrs):
-            self._groups.setdefault(self.nbrs[peer], []).append(peer)
-        self._by_zone = None
+        self._table.reset(self.zone, self.nbrs)
 
     def _nbr_put(self, peer: str, zone: Zone) -> None:
         old = self.nbrs.get(peer)
         if old == zone:
-            return  # nothing changes: the tables by zone stay
+            return  # nothing changes: the table by zone stays
         if old is not None:
             self._nbr_drop(peer)
         self.nbrs[peer] = zone
-        bisect.insort(self._groups.setdefault(zone, []), peer)
-        self._by_zone = None
+        self._table.add(peer, zone)
 
     def _nbr_drop(self, peer: str) -> None:
         old = self.nbrs.pop(peer, None)
-        if old is None:
-            return
-        peers = self._groups[old]
-        peers.remove(peer)
-        if not peers:
-            del self._groups[old]
-        self._by_zone = None
+        if old is not None:
+            self._table.remove(peer, old)
 
     def _msg(self, mtype: MsgType, payload: dict[str, Any]) -> Message:
         return Message(mtype, next(self._ids), self.broker, 0, payload)
@@ -565,15 +461,14 @@ class MeghdootCore:
         assert self.zone is not None
         if can.contains(self.zone, point):
             return self._owner(msg, now_s)
-        zones = self._zone_sides()
-        if not zones:
+        if not self._table:
             return [Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id})]
-        i, d2, holds = self._boxes.nearest(point)
+        peers, d2, holds = self._table.nearest(point)
         out: list[Action] = []
         if not (d2, 0 if holds else 1) < (can.distance2(self.zone, point), 1):
             self.stuck += 1  # greedy routing made no progress: should never happen
             out.append(Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id}))
-        out.append(Send(_pick(zones[i][1], _msg_key(msg)), msg.forwarded()))
+        out.append(Send(_pick(peers, _msg_key(msg)), msg.forwarded()))
         return out
 
     def _owner(self, msg: Message, now_s: float, *, replica_copy: bool = False) -> list[Action]:
@@ -618,7 +513,6 @@ class MeghdootCore:
         return self._deliver_event(msg)
 
     def _deliver_event(self, msg: Message) -> list[Action]:
-        import numpy as np
         assert self.zone is not None
         attrs = msg.payload["attrs"]
         publication = _publication(msg.payload)
@@ -638,17 +532,10 @@ class MeghdootCore:
                                               msg.hops + 1,
                                               {**publication, "clients": clients})))
         region = self.space.affected_region(attrs)
-        sides = self._zone_sides()
-        boxes = self._boxes
-        inside = boxes.meeting(region)
-        ahead = np.flatnonzero(inside & self._ahead)
-        if self.dup_rule == "paper" and ahead.size:
-            later = np.flatnonzero(inside & self._later)
-            if later.size:  # skip a neighbour a bottom-right neighbour in the region reaches
-                ahead = ahead[~boxes.upper_left_of_any(ahead, later)]
         spread = msg.forwarded({**publication, "spread": True})
         key = _msg_key(msg)
-        out += [Send(_pick(sides[i][1], key), spread) for i in ahead.tolist()]
+        out += [Send(_pick(peers, key), spread)
+                for peers in self._table.propagation(region, paper=self.dup_rule == "paper")]
         return out
 
     # ---- loads ------------------------------------------------------------------------------
@@ -963,7 +850,7 @@ class MeghdootCore:
         return [("can_peer", {
             "joined_s": self.joined_s, "zone": can.zone_to_json(self.zone),
             "volume": can.volume(self.zone), "group": sorted(self.group),
-            "neighbours": [len(self._zones()), len(self.nbrs)],
+            "neighbours": [len(self._table), len(self.nbrs)],
             "subscriptions": len(self.subs), "received": self.received,
             "buckets": self._buckets.items(), "bucket_s": self.bucket_s,
             "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),

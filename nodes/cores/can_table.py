@@ -1,0 +1,196 @@
+"""A Meghdoot peer's neighbour zones as arrays, kept as its table changes.
+
+DeliverEvent asks of every neighbour zone, for every event a peer handles, whether it
+meets the event's affected region and lies upper-left (or bottom-right) of the peer's
+own zone; greedy routing asks which zone is nearest to a point. Asked zone by zone
+(:mod:`nodes.cores.can`) that was most of a large run's time, so the zones are rows of
+arrays. At 10,000 peers a peer's table changes at every join near it (thousands of
+neighbours in replicated zones), and rebuilding the arrays, the sides and the zones'
+order after each change was a fifth of the run's time (a profile at 15 % of its
+operations); :class:`ZoneTable` adds, moves and removes one row per change instead.
+
+Rows are in no particular order (a removed row's place takes the last row). What the
+peer sends follows the zones' order by their first peer's name, as before: the rows a
+question selects are sorted by it (a handful per event), and of equally near zones
+greedy routing takes the first in that order. Every answer is the zone-by-zone rule's,
+to the last bit (tests/test_can_table.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from nodes.cores import can
+from nodes.cores.can import Point, Zone
+
+# numpy is imported where it is used: every broker process imports every core, and
+# numpy's import took most of a broker's start-up (see nodes/cores/meghdoot.py).
+if TYPE_CHECKING:
+    import numpy as np
+
+_MIN_ROWS = 8  # a table's first capacity (rows); it doubles when full
+
+
+def sides(n_lo: np.ndarray, n_hi: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Whether zones ``n`` lie upper-left and bottom-right of zones ``z``
+    (:func:`can.upper_left`, :func:`can.bottom_right`), over the broadcast shape of the
+    arrays without their last axis (the dimensions): touching on exactly one dimension,
+    overlapping on every other, on the side that dimension calls upper-left (below on a
+    start dimension, above on an end one) or bottom-right (the other)."""
+    import numpy as np
+    below, above = n_hi == z_lo, n_lo == z_hi
+    touch = below | above
+    face = (touch | ((z_lo < n_hi) & (n_lo < z_hi))).all(axis=-1) & (touch.sum(axis=-1) == 1)
+    start = np.arange(n_lo.shape[-1]) % 2 == 0
+    upper_left = ((below & start) | (above & ~start)).any(axis=-1)
+    bottom_right = ((above & start) | (below & ~start)).any(axis=-1)
+    return face & upper_left, face & bottom_right
+
+
+class ZoneTable:
+    """Neighbour zones with their peers (each zone's peers sorted by name), as rows of
+    arrays, and which lie upper-left and bottom-right of the peer's own zone ``own``."""
+
+    def __init__(self, dims: int) -> None:
+        import numpy as np
+        self.dims = dims
+        self.own: Zone | None = None
+        self.n = 0  # rows in use: 0 .. n-1
+        self.zones: list[Zone] = []
+        self.peers: list[list[str]] = []  # per row, sorted; the first names the zone's order
+        self.row: dict[Zone, int] = {}
+        self.lo = np.zeros((0, dims))
+        self.hi = np.zeros((0, dims))
+        self.ahead = np.zeros(0, dtype=bool)  # upper-left of own
+        self.later = np.zeros(0, dtype=bool)  # bottom-right of own
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reset(self, own: Zone | None, nbrs: Mapping[str, Zone]) -> None:
+        """The whole table anew: the peer holds ``own``, its neighbours ``nbrs``."""
+        import numpy as np
+        self.own = own
+        self.zones, self.peers, self.row = [], [], {}
+        for peer in sorted(nbrs):
+            zone = nbrs[peer]
+            i = self.row.get(zone)
+            if i is None:
+                self.row[zone] = len(self.zones)
+                self.zones.append(zone)
+                self.peers.append([peer])
+            else:
+                self.peers[i].append(peer)
+        self.n = n = len(self.zones)
+        cap = max(_MIN_ROWS, n)
+        self.lo, self.hi = np.zeros((cap, self.dims)), np.zeros((cap, self.dims))
+        self.ahead, self.later = np.zeros(cap, dtype=bool), np.zeros(cap, dtype=bool)
+        if n:
+            self.lo[:n] = [z[0] for z in self.zones]
+            self.hi[:n] = [z[1] for z in self.zones]
+            if own is not None:
+                self.ahead[:n], self.later[:n] = sides(
+                    self.lo[:n], self.hi[:n], np.asarray(own[0])[None, :],
+                    np.asarray(own[1])[None, :])
+
+    def add(self, peer: str, zone: Zone) -> None:
+        """``peer`` holds ``zone``, a neighbour zone (not yet filed under it)."""
+        import numpy as np
+        i = self.row.get(zone)
+        if i is not None:
+            bisect.insort(self.peers[i], peer)
+            return
+        i = self.n
+        if i == len(self.lo):  # full: double the arrays
+            cap = 2 * max(i, _MIN_ROWS // 2)
+            self.lo = np.concatenate([self.lo, np.zeros((cap - i, self.dims))])
+            self.hi = np.concatenate([self.hi, np.zeros((cap - i, self.dims))])
+            self.ahead = np.concatenate([self.ahead, np.zeros(cap - i, dtype=bool)])
+            self.later = np.concatenate([self.later, np.zeros(cap - i, dtype=bool)])
+        self.lo[i], self.hi[i] = zone[0], zone[1]
+        own = self.own
+        self.ahead[i] = own is not None and can.upper_left(zone, own)
+        self.later[i] = own is not None and can.bottom_right(zone, own)
+        self.zones.append(zone)
+        self.peers.append([peer])
+        self.row[zone] = i
+        self.n = i + 1
+
+    def remove(self, peer: str, zone: Zone) -> None:
+        """``peer`` no longer holds ``zone``; the zone's row goes with its last peer."""
+        i = self.row[zone]
+        peers = self.peers[i]
+        peers.remove(peer)
+        if peers:
+            return
+        last = self.n - 1
+        del self.row[zone]
+        if i != last:  # the last row takes the place of the one removed
+            moved = self.zones[last]
+            self.zones[i], self.peers[i] = moved, self.peers[last]
+            self.row[moved] = i
+            self.lo[i], self.hi[i] = self.lo[last], self.hi[last]
+            self.ahead[i], self.later[i] = self.ahead[last], self.later[last]
+        self.zones.pop()
+        self.peers.pop()
+        self.n = last
+
+    def ordered(self) -> list[tuple[Zone, list[str]]]:
+        """Every zone with its peers, in the zones' order (by their first peer's name)."""
+        rows = sorted(range(self.n), key=lambda i: self.peers[i][0])
+        return [(self.zones[i], list(self.peers[i])) for i in rows]
+
+    def meeting(self, box: Zone) -> np.ndarray:
+        """Per row, whether the zone holds a point of the closed ``box`` (as can.meets)."""
+        import numpy as np
+        n = self.n
+        lo, hi = np.asarray(box[0]), np.asarray(box[1])
+        z_hi = self.hi[:n]
+        return (self.lo[:n] <= hi).all(axis=1) & ((lo < z_hi) | (z_hi == 1.0)).all(axis=1)
+
+    def nearest(self, point: Point) -> tuple[list[str], float, bool]:
+        """The zone greedy routing takes toward ``point`` (the table must not be empty):
+        of the zones nearest to it (:func:`can.distance2`, summed in the same order, so
+        equal to the last bit), those that hold it if any, the first in the zones' order;
+        its peers, its squared distance and whether it holds the point."""
+        import numpy as np
+        n = self.n
+        lo, hi = self.lo[:n], self.hi[:n]
+        p = np.asarray(point)
+        gap = np.where(p < lo, lo - p, np.where(p > hi, p - hi, 0.0))
+        d2 = np.cumsum(gap * gap, axis=1)[:, -1]
+        holds = (lo <= p).all(axis=1) & ((p < hi) | (hi == 1.0)).all(axis=1)
+        best = d2 == d2.min()
+        if (best & holds).any():
+            best &= holds
+        rows = np.flatnonzero(best).tolist()
+        i = rows[0] if len(rows) == 1 else min(rows, key=lambda r: self.peers[r][0])
+        return self.peers[i], float(d2[i]), bool(holds[i])
+
+    def upper_left_of_any(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
+        """For each zone of ``rows`` (row numbers), whether it lies upper-left of at
+        least one zone of ``of``."""
+        upper_left, _ = sides(self.lo[rows][:, None, :], self.hi[rows][:, None, :],
+                              self.lo[of][None, :, :], self.hi[of][None, :, :])
+        return upper_left.any(axis=1)
+
+    def propagation(self, region: Zone, *, paper: bool) -> list[list[str]]:
+        """DeliverEvent's targets for an event whose affected region is ``region``: the
+        peers of each upper-left zone that meets it, in the zones' order; with ``paper``
+        (the paper's duplicate rule) not those a bottom-right zone in the region also
+        reaches upper-left."""
+        import numpy as np
+        if not self.n:
+            return []
+        n = self.n
+        inside = self.meeting(region)
+        ahead = np.flatnonzero(inside & self.ahead[:n])
+        if paper and ahead.size:
+            later = np.flatnonzero(inside & self.later[:n])
+            if later.size:
+                ahead = ahead[~self.upper_left_of_any(ahead, later)]
+        rows = sorted(ahead.tolist(), key=lambda r: self.peers[r][0])
+        return [self.peers[r] for r in rows]

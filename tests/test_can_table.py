@@ -1,0 +1,178 @@
+"""A peer's neighbour zones as arrays (nodes.cores.can_table.ZoneTable), kept row by row
+as the table changes: every answer, after any sequence of changes, is the zone-by-zone
+rule's of nodes.cores.can, in the zones' order (by their first peer's name), to the last
+bit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodes.cores import can
+from nodes.cores.can_table import ZoneTable
+
+_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def table_of(zones: Sequence[can.Zone], own: can.Zone | None = None) -> ZoneTable:
+    """Distinct ``zones`` held by peers named in their order (so the table's order is
+    theirs)."""
+    t = ZoneTable(len(zones[0][0]) if zones else 1)
+    t.reset(own, {f"p{i:03d}": z for i, z in enumerate(zones)})
+    return t
+
+
+def by_zone(nbrs: Mapping[str, can.Zone]) -> list[tuple[can.Zone, list[str]]]:
+    """The straightforward table by zone: each zone's peers sorted, zones by first peer."""
+    groups: dict[can.Zone, list[str]] = {}
+    for peer in sorted(nbrs):
+        groups.setdefault(nbrs[peer], []).append(peer)
+    return sorted(groups.items(), key=lambda zp: zp[1][0])
+
+
+def greedy_next(ordered: Sequence[tuple[can.Zone, list[str]]], point: can.Point
+                ) -> tuple[list[str], tuple[float, int]]:
+    """Greedy routing zone by zone: the first of the nearest zones, those that hold the
+    point first."""
+    ranks = [(can.distance2(z, point), 0 if can.contains(z, point) else 1) for z, _ in ordered]
+    first = ranks.index(min(ranks))
+    return ordered[first][1], ranks[first]
+
+
+def propagation(ordered: Sequence[tuple[can.Zone, list[str]]], own: can.Zone,
+                region: can.Zone, paper: bool) -> list[list[str]]:
+    """DeliverEvent's targets zone by zone: upper-left zones meeting the region, without
+    (paper's rule) those a bottom-right zone in the region also reaches upper-left."""
+    inside = [(z, ps) for z, ps in ordered if can.meets(z, region)]
+    later = [z for z, _ in inside if can.bottom_right(z, own)]
+    return [ps for z, ps in inside if can.upper_left(z, own)
+            and not (paper and any(can.upper_left(z, b) for b in later))]
+
+
+def box(c: Sequence[float]) -> can.Zone:
+    d = len(c) // 2
+    pairs = [sorted(c[2 * j: 2 * j + 2]) for j in range(d)]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda d: st.tuples(
+    st.lists(st.lists(st.sampled_from(_GRID), min_size=2 * d, max_size=2 * d), max_size=12),
+    st.lists(st.sampled_from(_GRID), min_size=2 * d, max_size=2 * d))))
+def test_the_array_test_of_neighbour_zones_agrees_with_meets(
+        case: tuple[list[list[float]], list[float]]) -> None:
+    raw, corners = case
+    zones = list(dict.fromkeys(box(c) for c in raw))
+    region = box(corners)
+    got = table_of(zones).meeting(region).tolist()
+    assert got == [can.meets(z, region) for z in zones]
+
+
+# Zones as CAN makes them: boxes with a positive side on every dimension, drawn on a
+# coarse grid so that many touch.
+def grid_zones(d: int, min_size: int, max_size: int) -> st.SearchStrategy[list[can.Zone]]:
+    side = st.lists(st.sampled_from(_GRID), min_size=2, max_size=2, unique=True)
+    return st.lists(st.lists(side, min_size=d, max_size=d), min_size=min_size,
+                    max_size=max_size).map(
+        lambda raw: list(dict.fromkeys((tuple(min(p) for p in z), tuple(max(p) for p in z))
+                                       for z in raw)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda d: grid_zones(d, 2, 10)), st.data())
+def test_the_array_tests_of_sides_agree_with_upper_left_and_bottom_right(
+        zones: list[can.Zone], data: st.DataObject) -> None:
+    n = len(zones)
+    rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
+    of = data.draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
+    got = table_of(zones).upper_left_of_any(np.array(rows), np.array(of)).tolist()
+    assert got == [any(can.upper_left(zones[r], zones[o]) for o in of) for r in rows]
+    for z in zones:  # and each zone's sides, as a peer works them out for its neighbours
+        t = table_of(zones, own=z)
+        assert t.ahead[:n].tolist() == [can.upper_left(x, z) for x in zones]
+        assert t.later[:n].tolist() == [can.bottom_right(x, z) for x in zones]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 7).flatmap(lambda d: st.tuples(
+    grid_zones(d, 1, 10), st.lists(st.floats(0, 1), min_size=d, max_size=d))))
+def test_the_array_choice_of_the_next_hop_is_greedy_routings(
+        case: tuple[list[can.Zone], list[float]]) -> None:
+    zones, point = case
+    t = table_of(zones)
+    peers, d2, holds = t.nearest(tuple(point))
+    # the same zone and the same float, exactly
+    assert (peers, (d2, 0 if holds else 1)) == greedy_next(t.ordered(), tuple(point))
+
+
+_PEERS = [f"q{i}" for i in range(12)]
+# Per dimension: three cells (the middle one has a neighbour on either side) and two
+# spans of two cells, so that zones of unequal size touch (a span above the middle cell
+# also lies above its right-hand neighbour: the paper's duplicate rule has work to do).
+_SIDES = ((0.0, 0.25), (0.25, 0.75), (0.75, 1.0), (0.25, 1.0), (0.0, 0.75))
+
+
+def cell(d: int, k: int) -> can.Zone:
+    """Zone ``k`` of the 5^d made of :data:`_SIDES` (zone (5^d - 1) / 4 is the middle
+    cell)."""
+    sides = [_SIDES[(k // 5 ** j) % 5] for j in range(d)]
+    return tuple(a for a, _ in sides), tuple(b for _, b in sides)
+
+
+def middle(d: int) -> int:
+    return sum(5 ** j for j in range(d))
+
+
+def around_middle(d: int) -> list[int]:
+    """The zones that share a face with the middle cell."""
+    own = cell(d, middle(d))
+    return [k for k in range(5 ** d) if can.abutment(own, cell(d, k)) is not None]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda d: st.tuples(
+    st.just(d),
+    st.lists(st.tuples(st.sampled_from(["put", "put", "put", "drop", "own"]),
+                       st.sampled_from(_PEERS),
+                       st.one_of(st.sampled_from(around_middle(d)),
+                                 st.integers(0, 5 ** d - 1))), max_size=40),
+    st.lists(st.tuples(st.lists(st.sampled_from(_GRID), min_size=2 * d, max_size=2 * d),
+                       st.lists(st.floats(0, 1), min_size=d, max_size=d)),
+             min_size=1, max_size=3))))
+def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -> None:
+    """Any sequence of a peer moving to a zone, leaving, and the own zone changing (the
+    table set anew, as after a split), among zones that touch (they may overlap: the
+    table does not care): the table by zone,
+    the next hop and DeliverEvent's targets (both duplicate rules) are the
+    straightforward rule's, in its order."""
+    d, changes, probes = case
+    own = cell(d, middle(d))
+    nbrs: dict[str, can.Zone] = {}
+    t = ZoneTable(d)
+    t.reset(own, nbrs)
+    for what, peer, k in changes:
+        zone = cell(d, k)
+        if what == "own":
+            own = zone
+            t.reset(own, nbrs)
+        elif what == "drop":
+            if peer in nbrs:
+                t.remove(peer, nbrs.pop(peer))
+        elif nbrs.get(peer) != zone:  # as MeghdootCore._nbr_put: off the old zone first
+            if peer in nbrs:
+                t.remove(peer, nbrs[peer])
+            nbrs[peer] = zone
+            t.add(peer, zone)
+        want = by_zone(nbrs)
+        assert t.ordered() == want and len(t) == len(want)
+        for corners, point in [([0.0, 1.0] * d, [0.5] * d), *probes]:  # the whole space too
+            region = box(corners)
+            for paper in (True, False):
+                assert t.propagation(region, paper=paper) == propagation(want, own, region,
+                                                                         paper)
+            if want:
+                peers, d2, holds = t.nearest(tuple(point))
+                assert (peers, (d2, 0 if holds else 1)) == greedy_next(want, tuple(point))
