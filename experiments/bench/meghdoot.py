@@ -1,0 +1,88 @@
+"""How fast Meghdoot simulates: the ``pubsublab bench meghdoot`` benchmark.
+
+The shipped ``meghdoot-peers`` spec (uniform events; the stream of subscriptions, events
+and joins its header states) at a fixed peer bound, simulated without logs up to a share
+of its client operations (joins included): the first part of the stream, where the
+peers join and their tables grow, is what made a 10,000-peer run slow. Per point: wall
+seconds of the simulation (the plan, workload and oracle built beforehand are not
+timed), milliseconds per client operation, inter-broker messages (IMs) and their rate,
+and the peak memory of the process that ran it (each point in a fresh process, as
+``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports included). The
+cost per operation grows with the peer count and along the stream, so compare figures
+of one peer count and share only; the machine's other load shows in them too.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from experiments.bench.sim import _peak_mib
+
+SPEC = "meghdoot-peers"
+
+
+def _measure(peers: int, share: float) -> dict[str, Any]:
+    """One point, in the (fresh) process that calls it."""
+    from experiments.plan import compile_plan
+    from experiments.runs.simulated import on_demand_links
+    from experiments.spec import load_spec
+    from nodes.sim import simulate
+
+    baseline = _peak_mib()
+    plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}"]), netem=False)
+    ops = plan.workload.ops
+    n_ops = max(1, min(len(ops), round(len(ops) * share)))
+    until_s = ops[n_ops - 1].t_s  # every op up to this one's time (ties included)
+    alg = plan.algorithms[0]
+    t0 = time.perf_counter()
+
+    def progress(x: float) -> None:
+        print(f"[bench meghdoot] {peers} peers: {x:.1%} of all operations after "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    result = simulate(plan.overlay, plan.workload, alg.name, dict(alg.params),
+                      derived=alg.derived, seed=plan.spec.seed, out_dir=None,
+                      log_messages=False, window_ms=plan.window_ms, until_s=until_s,
+                      on_demand=on_demand_links(plan), progress=progress)
+    wall_s = time.perf_counter() - t0
+    done = sum(1 for op in ops if op.t_s <= until_s)
+    ims = sum(result.ims_by_type.values())
+    return {"peers": peers, "share": share, "operations": done, "of_operations": len(ops),
+            "wall_s": round(wall_s, 2), "ms_per_operation": round(1000 * wall_s / done, 3),
+            "ims": ims, "ims_per_s": round(ims / wall_s),
+            "baseline_mib": round(baseline, 1), "peak_mib": round(_peak_mib(), 1)}
+
+
+def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3) -> dict[str, Any]:
+    """Each peer count's point (module docstring), each in a fresh process."""
+    ctx = multiprocessing.get_context("spawn")
+    points = []
+    for peers in peer_counts:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            points.append(pool.submit(_measure, peers, share).result())
+    return {"spec": SPEC, "events": "uniform", "share": share, "points": points,
+            "memory": "VmHWM (peak RSS) of a fresh spawned process, MiB, interpreter "
+                      "included"}
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The benchmark as a table: time per operation at each peer count."""
+    lines = [f"{result['spec']}, the first {result['share']:.0%} of its operations "
+             f"(peak = {result['memory']}):",
+             f"{'peers':>6} {'ops':>6} {'wall_s':>8} {'ms/op':>8} {'IMs':>9} {'IMs/s':>8} "
+             f"{'peak MiB':>9}"]
+    for p in result["points"]:
+        lines.append(f"{p['peers']:6} {p['operations']:6} {p['wall_s']:8.1f} "
+                     f"{p['ms_per_operation']:8.2f} {p['ims']:9} {p['ims_per_s']:8} "
+                     f"{p['peak_mib']:9.0f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(json.dumps(run()))
