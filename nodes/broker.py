@@ -22,6 +22,7 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     netem carries them and the broker only logs them
     window_ms          float = 50   link statistics window
     seed               int = 0      seeds each link's loss draws (with both names)
+    link_timeout_s     float = 5    an overlay link silent this long is down (keepalive)
     connect_timeout_s  float = 3    bound on one dial attempt (TCP connect + HELLO
                                     exchange), and on an accepted peer's first HELLO
     backoff_s          [0.1, 2.0]   first and largest redial delay
@@ -115,8 +116,8 @@ Behaviour (design choices):
   the broker writes a KEEPALIVE frame on each overlay link that is up and idle (nothing
   queued, nothing written for :data:`KEEPALIVE_S`, 1 s), outside the output queue and
   the counters, and declares down any link on which no frame at all has arrived for
-  :data:`LINK_TIMEOUT_S` (5 s): ``link`` record ``state: down`` with reason ``keepalive
-  timeout: ...``, then everything follows as for a lost connection (drops,
+  ``link_timeout_s`` (:data:`LINK_TIMEOUT_S`, 5 s): ``link`` record ``state: down``
+  with reason ``keepalive timeout: ...``, then everything follows as for a lost connection (drops,
   :class:`~nodes.core.LinkDown`, the dialling side redials). KEEPALIVEs are not logged
   and never reach the core. A window that starts more than :data:`KEEPALIVE_S` late
   (this broker's event loop was stalled) checks no timeout: frames that arrived meanwhile
@@ -310,6 +311,7 @@ NOFILE_CLIENTS = 1024  # local client connections (a host's client group: one pe
 PEERS_STATUS_EVERY_S = 0.5  # on-demand link changes reach the status file at most this often
 KEEPALIVE_S = 1.0  # an overlay link idle this long (s) gets a KEEPALIVE frame
 LINK_TIMEOUT_S = 5.0  # an overlay link on which nothing arrived for this long (s) is down
+CONNECT_TIMEOUT_S = 3.0  # default bound on one dial attempt or an accepted peer's HELLO (s)
 
 
 def nofile_needed(links: int) -> int:
@@ -380,7 +382,8 @@ class BrokerConfig:
     emulate_link: bool = False
     window_ms: float = 50.0
     seed: int = 0
-    connect_timeout_s: float = 3.0
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    link_timeout_s: float = LINK_TIMEOUT_S
     backoff_s: tuple[float, float] = (0.1, 2.0)
     write_buffer_bytes: int | None = None
     peers: Mapping[str, NeighbourConfig] = field(default_factory=dict)
@@ -393,7 +396,8 @@ class BrokerConfig:
     def from_json(cls, obj: Mapping[str, Any]) -> BrokerConfig:
         """Validate and convert the JSON config object."""
         check_keys(obj, {"broker", "listen", "neighbours", "core", "log_dir", "secret"},
-                   {"emulate_link", "window_ms", "seed", "connect_timeout_s", "backoff_s",
+                   {"emulate_link", "window_ms", "seed", "connect_timeout_s", "link_timeout_s",
+                    "backoff_s",
                     "write_buffer_bytes", "peers", "dormant", "queue_high_water_msgs",
                     "queue_max_msgs", "log_max_mb"} | LIMIT_KEYS, "broker config")
         if not isinstance(obj["neighbours"], dict) or obj["broker"] in obj["neighbours"]:
@@ -437,7 +441,9 @@ class BrokerConfig:
             emulate_link=bool(obj.get("emulate_link", False)),
             window_ms=window_ms,
             seed=int(obj.get("seed", 0)),
-            connect_timeout_s=float(obj.get("connect_timeout_s", 3.0)),
+            connect_timeout_s=float(obj.get("connect_timeout_s", CONNECT_TIMEOUT_S)),
+            link_timeout_s=_positive(obj.get("link_timeout_s", LINK_TIMEOUT_S),
+                                     "link_timeout_s"),
             backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "broker config"),
             write_buffer_bytes=write_buffer_bytes,
             peers=peers,
@@ -726,11 +732,11 @@ class Broker:
         stalled = asyncio.get_running_loop().time() - self._next_tick > KEEPALIVE_S
         now_s = time.monotonic()
         for name, link in list(self._links.items()):  # a LinkDown's actions may add links
-            if not stalled and link.silent_s(now_s) > LINK_TIMEOUT_S:
+            if not stalled and link.silent_s(now_s) > self.config.link_timeout_s:
                 writer = link.writer
                 assert writer is not None
                 self._link_down(name, f"keepalive timeout: nothing received for "
-                                      f"{LINK_TIMEOUT_S:g} s")
+                                      f"{self.config.link_timeout_s:g} s")
                 # close() would wait for unsent bytes, which a dead link never takes.
                 writer.transport.abort()
             else:

@@ -495,7 +495,8 @@ def test_a_client_does_not_take_an_impostor_for_its_broker(tmp_path: Path,
 class _LocalHosts:
     """Stands in for the Mininet network: every host is this machine."""
 
-    def popen(self, host: str, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    def popen(self, host: str, argv: list[str], *, cpu_limited: bool = True,
+              **kw: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, cwd=REPO, **kw)
 
 

@@ -115,6 +115,59 @@ def test_busy_loop_gets_its_share_and_no_more() -> None:
 
 
 @pytest.mark.root
+def test_a_process_started_outside_the_limit_runs_free_in_the_hosts_namespace() -> None:
+    """``popen(..., cpu_limited=False)`` on a limited host (the runners' clients): the
+    process is in the host's network namespace but not in its cgroup, so a busy loop
+    there gets far more than the host's 0.2 core, while one started as a broker is held
+    to it."""
+    from experiments.emulation.doctor import probe
+    from experiments.emulation.network import Emulation
+    from topologies.links import LinkParams
+    from topologies.registry import build_graph
+
+    g = build_graph("gigabit-cluster", {"n": 2}, LinkParams(bw_mbps=1000))
+    emu = Emulation(g, switch="bridge", probe=probe(), log=lambda _m: None,
+                    cpu_limits={"pc1": 0.2})
+    try:
+        emu.start()
+        limited, free = emu.popen("pc1", BUSY), emu.popen("pc1", BUSY, cpu_limited=False)
+        host_ns = os.readlink(f"/proc/{emu.net['pc1'].pid}/ns/net")
+        namespaces = [os.readlink(f"/proc/{p.pid}/ns/net") for p in (limited, free)]
+        groups = [Path(f"/proc/{p.pid}/cgroup").read_text() for p in (limited, free)]
+        time.sleep(0.3)
+        c0 = [_proc_cpu_s(p.pid) for p in (limited, free)]
+        time.sleep(2.0)
+        shares = [(_proc_cpu_s(p.pid) - c) / 2.0 for p, c in zip((limited, free), c0,
+                                                                 strict=True)]
+    finally:
+        emu.stop()
+    assert namespaces == [host_ns, host_ns]
+    assert ":/pc1\n" in groups[0] and ":/pc1\n" not in groups[1], groups
+    assert shares[0] <= 0.25 and shares[1] >= 0.45, shares
+
+
+def test_clients_start_outside_their_brokers_cpu_limit(tmp_path: Path) -> None:
+    """The runner starts brokers inside their host's CPU limit and clients outside it
+    (the simulator's processing model charges clients nothing)."""
+    from experiments.runs.brokers import BrokerRun
+
+    class Hosts:
+        def __init__(self) -> None:
+            self.started: dict[str, bool] = {}
+
+        def popen(self, host: str, argv: list[str], *, cpu_limited: bool = True,
+                  **kw: object) -> object:
+            self.started[argv[2]] = cpu_limited
+            return object()
+
+    hosts = Hosts()
+    run = BrokerRun(hosts, tmp_path)  # type: ignore[arg-type]
+    run._start("a0", "nodes.broker", "a0", {"broker": "a0"})
+    run.start_client("c", "a0", {"role": "subscriber"})
+    assert hosts.started == {"nodes.broker": True, "nodes.client": False}
+
+
+@pytest.mark.root
 def test_run_manifest_records_configured_and_achieved_limits(runs_dir: Path) -> None:
     from experiments.runs.emulated import broker_phase
     from experiments.runs.testbed import run_experiment
@@ -151,3 +204,33 @@ def test_run_refuses_cpu_limits_where_the_probe_says_no(runs_dir: Path,
                                            r"\(no cgroup v1.*unified_cgroup_hierarchy=0"):
         testbed.run_experiment(plan, runs_dir)
     assert not list(runs_dir.iterdir())  # no run folder: nothing started
+
+
+def test_timeouts_stretch_around_a_cpu_limited_broker(tmp_path: Path) -> None:
+    """OctopiA's overwhelmed i1 runs on 0.007 core: it, its eight neighbours and its
+    clients wait 1/0.007 times the default dial and keepalive timeouts (at the defaults
+    its neighbours declared it dead and the notifications queued to it were lost); every
+    other broker keeps the defaults, and the broker reads the keepalive timeout."""
+    from experiments.runs.brokers import BrokerRun, broker_configs
+    from nodes.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, BrokerConfig
+
+    plan = compile_plan(load_spec("octopia-burst-overwhelmed"))
+    configs = broker_configs(plan, "snr", emulate_link=True, log_dir=tmp_path)
+    stretched = {b for b, c in configs.items() if "link_timeout_s" in c}
+    assert stretched == {"i1", *plan.overlay.neighbors("i1")}
+    assert configs["i1"]["link_timeout_s"] == pytest.approx(LINK_TIMEOUT_S / 0.007, abs=0.01)
+    assert configs["h1"]["connect_timeout_s"] == pytest.approx(CONNECT_TIMEOUT_S / 0.007,
+                                                               abs=0.01)
+    parsed = BrokerConfig.from_json({**configs["h1"], "secret": "00" * 16})
+    assert parsed.link_timeout_s == configs["h1"]["link_timeout_s"]
+    default = BrokerConfig.from_json({**configs["a0"], "secret": "00" * 16})
+    assert (default.link_timeout_s, default.connect_timeout_s) == (LINK_TIMEOUT_S,
+                                                                   CONNECT_TIMEOUT_S)
+
+    class Hosts:
+        def __init__(self) -> None:
+            self.cpu_limits = {"i1": 0.007}
+
+    run = BrokerRun(Hosts(), tmp_path)  # type: ignore[arg-type]
+    assert run._client_config("i1")["connect_timeout_s"] == configs["i1"]["connect_timeout_s"]
+    assert "connect_timeout_s" not in run._client_config("a0")

@@ -40,7 +40,9 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   cores); we pass share / cores and then check (and, for rounding, correct) the quota
   the kernel holds; :meth:`Emulation.set_cpu_share` changes a limited host's share on
   the running network. :meth:`Emulation.cpu_sampler` measures what each limited host
-  actually used from its cgroup's ``cpuacct.usage``.
+  actually used from its cgroup's ``cpuacct.usage``. The limit is the broker's: a
+  process started with ``popen(..., cpu_limited=False)`` (the runners' clients) runs in
+  the host's namespace outside the cgroup.
 """
 
 from __future__ import annotations
@@ -421,10 +423,18 @@ class Emulation:
                     if out.strip():
                         raise RuntimeError(f"queue limit on {intf.name} failed: {out.strip()}")
 
-    def popen(self, host: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    def popen(self, host: str, argv: list[str], *, cpu_limited: bool = True,
+              **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start a process on a Mininet host; it is ended by pid at teardown (and, as a
-        member of the run's cgroup, by the next run if this one is killed)."""
-        proc = self.net[host].popen(argv, **kwargs)
+        member of the run's cgroup, by the next run if this one is killed). With
+        ``cpu_limited`` false, a process on a CPU-limited host runs in the host's network
+        namespace but outside its CPU cgroup, as on any other host."""
+        node = self.net[host]
+        if not cpu_limited and host in self.cpu_limits:
+            # Mininet's CPULimitedHost.popen puts the process in the host's cgroup with
+            # mnexec -g; a plain Host's mnexec (namespace only) leaves it in ours.
+            kwargs["mncmd"] = ["mnexec", "-da", str(node.pid)]
+        proc = node.popen(argv, **kwargs)
         self.procs.append(proc)
         return proc
 

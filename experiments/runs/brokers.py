@@ -26,7 +26,7 @@ from experiments.emulation.network import Emulation
 from experiments.plan import RunPlan, pair_figures
 from experiments.progress import log
 from nodes.auth import new_secret
-from nodes.broker import read_status, wait_until_ready
+from nodes.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, read_status, wait_until_ready
 from nodes.client import read_group_status
 from nodes.messages import MsgType, message_to_json
 from nodes.runfolder import (
@@ -70,13 +70,27 @@ def dormant_brokers(plan: RunPlan) -> frozenset[str]:
     return frozenset(op.broker for op in plan.workload.ops if op.msg.type is MsgType.JOIN)
 
 
+def cpu_timeouts(share: float) -> dict[str, float]:
+    """A broker's dial and keepalive timeouts (s) when it or a neighbour runs on ``share``
+    of a core (``broker.cpu``): the defaults over the share. The timeouts bound how long
+    a peer may take to answer; a broker at a share f does everything 1/f times as slowly
+    and stalls for whole CFS periods (143 ms at 0.007), so at the defaults OctopiA's
+    overwhelmed i1 (0.007 core) was declared dead by its neighbours after 5 s of
+    silence, could not finish a HELLO in 3 s, and lost the notifications queued on the
+    dropped links, where the simulator's slow broker only delays them."""
+    return {"connect_timeout_s": round(CONNECT_TIMEOUT_S / share, 3),
+            "link_timeout_s": round(LINK_TIMEOUT_S / share, 3)}
+
+
 def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir: Path
                    ) -> dict[str, dict[str, Any]]:
     """One broker config (see :mod:`nodes.broker`) per broker of the plan: each overlay
     neighbour with the address to dial and the edge's delay and loss from the plan (which
     the broker applies itself when ``emulate_link``, where the kernel has no netem), and a
     bulk workload's per-stream cap (``stream_mbps``) as each link's ``rate_mbps``, which
-    the broker always applies itself (pacing, :mod:`nodes.overlay_link`).
+    the broker always applies itself (pacing, :mod:`nodes.overlay_link`). A CPU-limited
+    broker and its neighbours get timeouts stretched to the smallest share among them
+    (:func:`cpu_timeouts`).
 
     With links on demand (``plan.links``) a broker has no fixed neighbours (on a modelled
     underlay, ``transit-stub``, it keeps the overlay's edges, the servers' latency MST that
@@ -93,6 +107,7 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
     dormant = dormant_brokers(plan)
     # A bulk workload's per-stream cap: every agent-to-agent link paced to it in the broker.
     stream_mbps = plan.bulk.stream_mbps if plan.bulk is not None else None
+    cpu = plan.broker.cpu
     configs = {}
     for b in plan.overlay.nodes:
         neighbours = {}
@@ -108,6 +123,9 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
             "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": plan.spec.seed,
             "window_ms": plan.window_ms, "write_buffer_bytes": plan.broker.write_buffer_bytes,
         }
+        share = min([cpu.get(x, 1.0) for x in (b, *neighbours)])
+        if share < 1.0:
+            configs[b].update(cpu_timeouts(share))
         if on_demand:
             peers = {}
             for p in plan.overlay.nodes:
@@ -138,8 +156,12 @@ class BrokerRun:
         write_config(path, config)
         err = open(stderr_path(self.out_dir, name), "wb")  # noqa: SIM115 - child owns it
         try:
+            # broker.cpu limits the broker, as the simulator's processing model does
+            # (clients' operations cost no broker time there): a client process on a
+            # CPU-limited host runs outside the limit, or at OctopiA's 0.007 core the
+            # HRP client alone would take a quarter of its broker's share.
             return self.emu.popen(host, [sys.executable, "-m", module, "--config", str(path)],
-                                  stdout=err, stderr=err)
+                                  cpu_limited=module != "nodes.client", stdout=err, stderr=err)
         finally:
             err.close()
 
@@ -220,8 +242,12 @@ class BrokerRun:
     def _client_config(self, broker: str) -> dict[str, Any]:
         """What every client on ``broker``'s host has in its config: its broker, over the
         host's loopback, the log folder and the run's secret."""
+        share = getattr(self.emu, "cpu_limits", {}).get(broker)
         return {"broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
-                "log_dir": str(self.out_dir), "secret": self.secret}
+                "log_dir": str(self.out_dir), "secret": self.secret,
+                # a slow broker answers a client's HELLO as slowly as a neighbour's
+                **({"connect_timeout_s": cpu_timeouts(share)["connect_timeout_s"]}
+                   if share is not None else {})}
 
     def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
         """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;
