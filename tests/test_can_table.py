@@ -171,8 +171,9 @@ def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -
         for corners, point in [([0.0, 1.0] * d, [0.5] * d), *probes]:  # the whole space too
             region = box(corners)
             for paper in (True, False):
-                assert t.propagation(region, paper=paper) == propagation(want, own, region,
-                                                                         paper)
+                rule = propagation(want, own, region, paper)
+                assert t.propagation(region, paper=paper) == rule
+                assert t.propagation(region, paper=paper, python_pairs=0) == rule  # arrays
             if want:
                 peers, d2, holds = t.nearest(tuple(point))
                 assert (peers, (d2, 0 if holds else 1)) == greedy_next(want, tuple(point))

@@ -332,6 +332,23 @@ def test_dials_to_dormant_and_dead_nodes_fail_after_a_round_trip(tmp_path: Path)
     assert states == ["dormant", "joined", "left"]
 
 
+def test_a_frame_in_flight_to_a_node_that_left_is_dropped_there(tmp_path: Path) -> None:
+    w = _script([
+        (1.0, "a", [["send", "b", 7]]),
+        (2.0, "a", [["send", "b", 8]]),  # arrives at 2.01, after b has left
+        (2.005, "b", MsgType.LEAVE),
+    ])
+    EVENTS.clear()
+    simulate(_bare(["a", "b", "c"]), w, Scripted, seed=0, out_dir=tmp_path,
+             on_demand=LinkModel(latency_ms=10.0), window_ms=10_000.0)
+    events = [e for e in EVENTS if not e[2].startswith(("client", "stats"))]
+    assert (1.03, "b", "arrived a HEARTBEAT 7") in events
+    assert not any(what == "arrived a HEARTBEAT 8" for _, _, what in events)
+    drops = [(r["t_mono"], r["link"], r["msg_id"], r["reason"])
+             for r in _records(tmp_path, "b", Ev.DROP)]
+    assert drops == [(2.01, "a", 8, "dormant")]
+
+
 @pytest.mark.parametrize(("steps", "message"), [
     ([(1.0, "a", [["send", "zz", 1]])], "no such broker"),
     ([(1.0, "a", [["send", "a", 1]])], "itself"),
