@@ -17,7 +17,8 @@ uses several denominators, readings 2.5 item 14):
   ``depth.mean`` (Fig. 10) and ``depth.ranked`` (Fig. 9, deepest first);
 - ``over_time``: per bucket of ``series_docs`` documents, all spurious over all received
   (Fig. 17's "fraction of useless documents" against documents);
-- ``reorganization``: requests, the root's rounds and decisions (granted, refused, stale),
+- ``reorganization``: requests, the root's rounds and decisions (granted, refused, stale;
+  "given up": a change that waited on a node that had died), re-joins after failures,
   moves per round with requests (Fig. 21's "moves per reorganization", a round being
   one), the share of a round's requests granted (Fig. 22), and per granted request the
   requester's spurious share after over before (Fig. 18's ratio).
@@ -61,7 +62,7 @@ def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | N
     rounds = (root or {}).get("rounds", [])
     decisions = (root or {}).get("decisions", [])
     outcomes = {o: sum(d["outcome"] == o for d in decisions)
-                for o in ("granted", "refused", "stale")}
+                for o in ("granted", "refused", "stale", "given up")}
     granted_by_round: dict[int, int] = {}
     for d in decisions:
         if d["outcome"] == "granted":
@@ -94,7 +95,8 @@ def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | N
             "granted_share_per_round": _mean([granted_by_round.get(r[0], 0) / r[1]
                                               for r in asked]),
             "queried_per_search": _mean([d["queried"] for d in decisions
-                                         if d["outcome"] != "stale"]),
+                                         if d["outcome"] in ("granted", "refused")]),
+            "rejoins": sum(n.get("rejoins", 0) for n in nodes),
             "ratio": value_stats(ratios), "ratios": ratios,
             "ratio_below_1_pct": (100 * sum(r < 1 for r in ratios) / len(ratios)
                                   if ratios else None)},

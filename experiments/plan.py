@@ -103,6 +103,7 @@ from topologies.links import LinkParams
 from topologies.registry import build_graph
 
 SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no duration_s)
+REPAIRS = 5  # CoDD with heartbeats: its phase has room for this many more repairs
 
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
@@ -129,6 +130,7 @@ MEGHDOOT_DEFAULTS: dict[str, Any] = {
 CODD_DEFAULTS: dict[str, Any] = {
     "kind": "codd", "n_documents": 10000, "interest": "classes", "selectivity": 0.2,
     "k": 20, "c": 4, "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
+    "crash_fraction": 0.0,
 }
 # The Kyra paper's worked example (nodes.workloads.kyra_example): Fig. 1's subscriptions,
 # then these events (0-9) published at this server (a figure letter).
@@ -224,7 +226,16 @@ class RunPlan:
         if self.duration_s is not None:
             return self.duration_s
         last = max((op.t_s for op in self.workload.ops), default=0.0) if self.workload else 0.0
-        return last + SETTLE_S
+        return last + SETTLE_S + self.repair_s()
+
+    def repair_s(self) -> float:
+        """Room after the last operation for CoDD's failure repairs (0 without its
+        heartbeats): :data:`REPAIRS` of them one after another, each given up after at
+        most two detection times, ``(failure_periods + 1) * heartbeat_s``."""
+        if self.workload_kind != "codd":
+            return 0.0
+        return max((REPAIRS * 2 * (a.params.get("failure_periods", 0) + 1)
+                    * a.params.get("heartbeat_s", 0.0) for a in self.algorithms), default=0.0)
 
     def describe(self) -> dict[str, Any]:
         """The plan as plain data: ``pubsublab plan --json`` and every run's manifest."""
@@ -634,7 +645,7 @@ def build_codd_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Wo
             names, p["n_documents"], seed=spec.seed, interest=p["interest"],
             selectivity=p["selectivity"], k=p["k"], c=p["c"], cf=p["cf"],
             buckets_per_node=p["buckets_per_node"], step_s=p["step_s"],
-            leave_fraction=p["leave_fraction"])
+            leave_fraction=p["leave_fraction"], crash_fraction=p["crash_fraction"])
     except ValueError as exc:  # "field: bad value ...; allowed: ..."
         raise SpecError(f"workload.{exc}") from None
 
@@ -766,10 +777,16 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
             if links != "on-demand":
                 raise SpecError("routing.links: a codd workload builds its trees while it "
                                 "runs; allowed: on-demand")
-            if wparams["leave_fraction"] and "codd-siena" in spec.routing.algorithms:
-                raise SpecError("workload.leave_fraction: the Siena emulation places servers "
-                                "and clients as they arrive and has no leave; allowed: 0 "
-                                "with codd-siena")
+            for churn in ("leave_fraction", "crash_fraction"):
+                if wparams[churn] and "codd-siena" in spec.routing.algorithms:
+                    raise SpecError(f"workload.{churn}: the Siena emulation places servers "
+                                    "and clients as they arrive and has no leave or repair; "
+                                    "allowed: 0 with codd-siena")
+            deaf = [a.name for a in algorithms if not a.params.get("heartbeat_s")]
+            if wparams["crash_fraction"] and deaf:
+                raise SpecError(f"workload.crash_fraction: {', '.join(deaf)} would never find "
+                                "a crashed node; allowed: 0, or routing.params.heartbeat_s "
+                                "> 0 (failure detection)")
             workload = build_codd_workload(spec, graph, wparams)
         if kind == "kyra-example":
             workload = build_kyra_example_workload(graph, wparams)

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
-from nodes.core import Action, Arrived, Deliver, FromClient, Send
+from nodes.core import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.cores import CORES, resolve_params
-from nodes.cores.codd import VARIANTS, CoddCore, overlay_params, tree_problems
+from nodes.cores.codd import VARIANTS, CoddCore, overlay_params
+from nodes.cores.codd_invariants import tree_problems
 from nodes.messages import Message, MsgType
 from nodes.sim import LinkModel, SimResult, simulate
 from nodes.workloads.codd import codd_workload
@@ -31,25 +32,29 @@ from topologies.peers import peer_names
 
 class CheckedNode(CoddCore):
     """A node whose root checks the whole tree each time it finishes a change (a join,
-    a move or a leave: the moment no filter is being changed)."""
+    a move, a leave or a repair: the moment no filter is being changed). Before the
+    first crash the tree must be whole; after it, failures may be pending."""
 
     def __init__(self, everyone: dict[str, CoddCore], broker: str, params: Mapping[str, Any]
                  ) -> None:
         super().__init__(broker, (), params)
         self.everyone = everyone
+        self.crashes_s: Mapping[str, float] = params.get("crashes_s", {})
         self.changes = 0
         everyone[broker] = self
 
-    def _done(self) -> list[Action]:
+    def _finish(self, moved: bool) -> list[Action]:
         self.changes += 1
-        assert tree_problems(self.everyone) == []
-        return super()._done()
+        dead = {x for x, t in self.crashes_s.items() if t <= self._now_s}
+        assert tree_problems(self.everyone, dead, settled=not dead) == []
+        return super()._finish(moved)
 
 
 def run(w: Workload, params: Mapping[str, Any], core: str = "codd"
         ) -> tuple[SimResult, dict[str, CoddCore]]:
     """Simulate ``w`` with the registry's ``core`` (a CoDD variant) and ``params`` (those
-    the variant does not take are dropped)."""
+    the variant does not take are dropped), then long enough for every failure to be
+    repaired; the tree must then be whole, every surviving node in it."""
     names = sorted(set(w.clients.values()))
     graph = nx.Graph()
     graph.add_nodes_from(names)
@@ -58,13 +63,19 @@ def run(w: Workload, params: Mapping[str, Any], core: str = "codd"
     resolved = {**resolve_params(core, CORES[core].params, taken), **fixed}
     derived = overlay_params(graph)
     everyone: dict[str, CoddCore] = {}
+    crashes_s = w.meta.get("crashes_s", {})
 
     def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> CoddCore:
-        return CheckedNode(everyone, broker, {**resolved, **derived[broker]})
+        return CheckedNode(everyone, broker, {**resolved, **derived[broker],
+                                              "crashes_s": crashes_s})
 
     result = simulate(graph, w, factory, seed=1, on_demand=LinkModel(latency_ms=1.0),
-                      log_messages=False, until_s=w.ops[-1].t_s + 10.0)
-    assert tree_problems(everyone) == []
+                      log_messages=False, until_s=w.ops[-1].t_s + 40.0)
+    dead = set(crashes_s)
+    assert tree_problems(everyone, dead) == []
+    stray = [n for n, c in everyone.items() if n not in dead and not c.departed
+             and not c._left and c.client is not None and (not c.attached or c.parent is None)]
+    assert stray == []  # every surviving member is in the tree
     return result, everyone
 
 
@@ -75,29 +86,52 @@ def assert_exactly_once(result: SimResult, w: Workload) -> int:
     return sum(map(len, want.values()))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 30), d=st.integers(20, 300), seed=st.integers(0, 10**6),
        interest=st.sampled_from(["classes", "stock"]),
        leave_fraction=st.sampled_from([0.0, 0.3, 1.0]),
+       crash_fraction=st.sampled_from([0.0, 0.0, 0.1, 0.3]),
+       heartbeats=st.booleans(),
        fanout=st.integers(1, 4), timeout_docs=st.integers(3, 30),
        threshold_pct=st.sampled_from([0.0, 10.0, 40.0]), cutoff=st.integers(0, 3),
        delta_pct=st.sampled_from([0.0, 20.0]),
        core=st.sampled_from(["codd", "codd", "codd-nr", "codd-flood"]),
        window_docs=st.sampled_from([10, 10000]))
 def test_random_schedules_deliver_exactly_once_and_keep_the_tree(
-        n: int, d: int, seed: int, interest: str, leave_fraction: float, fanout: int,
+        n: int, d: int, seed: int, interest: str, leave_fraction: float,
+        crash_fraction: float, heartbeats: bool, fanout: int,
         timeout_docs: int, threshold_pct: float, cutoff: int, delta_pct: float,
         core: str, window_docs: int) -> None:
+    # Crashes need heartbeats, and a window that still holds what orphans missed;
+    # heartbeats without crashes must change nothing that is delivered.
+    if crash_fraction:
+        heartbeats, window_docs = True, 10000
     w = codd_workload(peer_names(n), d, seed=seed, interest=interest,
-                      leave_fraction=leave_fraction, k=5, c=1, cf=25)
+                      leave_fraction=leave_fraction, crash_fraction=crash_fraction,
+                      k=5, c=1, cf=25)
     result, nodes = run(w, {"fanout": fanout, "timeout_docs": timeout_docs,
                             "threshold_pct": threshold_pct, "cutoff": cutoff,
-                            "delta_pct": delta_pct, "window_docs": window_docs}, core)
-    assert_exactly_once(result, w)
+                            "delta_pct": delta_pct, "window_docs": window_docs,
+                            "heartbeat_s": 0.5 if heartbeats else 0.0}, core)
+    crashed = {f"q-{x}" for x in w.meta["crashes_s"]}
+    want = expected_deliveries(w)
+    if crashed:  # a node that crashes while cut off by an earlier crash dies before
+        # the replay that would bring what it missed: it may miss, never get more.
+        for key, subs in result.deliveries.items():
+            assert len(subs) == len(set(subs)) and set(subs) <= want.get(key, set())
+        want = {k: v - crashed for k, v in want.items()}
+        got = {k: sorted(set(v) - crashed) for k, v in result.deliveries.items()
+               if set(v) - crashed}
+        assert got == {k: sorted(v) for k, v in want.items() if v}  # survivors: exact
+    else:
+        assert_exactly_once(result, w)
     root = nodes[w.meta["root"]]
+    if crashed:  # orphans re-join, and changes may be given up and asked again
+        return
     joins, leaves = n - 1, len(w.meta["leaves_s"])
     granted = sum(x["outcome"] == "granted" for x in root.decisions)
     assert root.changes >= joins + leaves + granted  # every change was checked
+    assert sum(c.rejoins for c in nodes.values()) == 0  # no false alarm
 
 
 def test_siena_emulation_and_codd_deliver_exactly_once_at_100_nodes() -> None:
@@ -142,6 +176,7 @@ class Pump:
         self.root = self.nodes[min(names)]
         self.trace: list[tuple[str, str, str]] = []
         self.delivered: list[tuple[str, int]] = []
+        self.dead: set[str] = set()  # crashed: what is sent to them is lost
         self.t = 0.0
 
     def run(self, at: str, actions: list[Action]) -> None:
@@ -150,13 +185,24 @@ class Pump:
             src, action = queue.popleft()
             if isinstance(action, Deliver):
                 self.delivered.append((action.client, action.msg.payload["seq"]))
-            if not isinstance(action, Send):
+            if not isinstance(action, Send) or (action.msg.type is MsgType.HEARTBEAT and (
+                    action.link in self.dead)):
                 continue
             msg = action.msg
             if msg.type is MsgType.TREE:
                 self.trace.append((src, action.link, msg.payload["op"]))
+            if action.link in self.dead:
+                continue
             out = self.nodes[action.link].handle(Arrived(src, msg), self.t)
             queue.extend((action.link, a) for a in out)
+
+    def tick(self, seconds: float) -> None:
+        """Let ``seconds`` pass: every live node's heartbeat timer fires each second."""
+        for _ in range(round(seconds)):
+            self.t += 1.0
+            for n, core in sorted(self.nodes.items()):
+                if n not in self.dead:
+                    self.run(n, core.handle(TimerFired("heartbeat"), self.t))
 
     def client(self, node: str, msg: Message) -> None:
         self.run(node, self.nodes[node].handle(FromClient(msg.origin, msg), self.t))
@@ -169,7 +215,7 @@ class Pump:
 
     def publish(self, seq: int, to: Sequence[str]) -> None:
         bits = sum(1 << sorted(self.nodes).index(n) for n in to)
-        self.t = seq * 0.1
+        self.t = max(self.t, seq * 0.1)
         self.client(self.root.broker, Message(MsgType.PUBLISH, seq + 1, "producer", payload={
             "seq": seq, "t_s": self.t, "to": format(bits, "x")}))
 
@@ -283,3 +329,78 @@ def test_the_siena_emulation_with_leaves_is_refused_before_anything_starts() -> 
         compile_plan(spec)
     compile_plan(load_spec("codd-nodes", ["workload.leave_fraction=0.2",
                                           "routing.algorithms=[codd,codd-nr]"]))
+
+
+def test_crashes_without_heartbeats_or_with_the_siena_emulation_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"crash_fraction.*codd-siena"):
+        compile_plan(load_spec("codd-failures", ["routing.algorithms=[codd,codd-siena]",
+                                                 "workload.leave_fraction=0"]))
+    with pytest.raises(SpecError, match=r"crash_fraction: codd, codd-nr would never find"):
+        compile_plan(load_spec("codd-failures", ["routing.params.heartbeat_s=0",
+                                                 "routing.algorithms=[codd,codd-nr]"]))
+    plan = compile_plan(load_spec("codd-failures"))
+    last = max(op.t_s for op in plan.workload.ops)
+    assert plan.phase_s() == pytest.approx(last + 2.0 + 5 * 2 * 4 * 0.5)  # room to repair
+
+
+# ---- failures (ours: heartbeats, orphans re-join with their subtrees) ---------------------
+
+
+def chain(names: str, crash: str, **params: Any) -> Pump:
+    """A chain R - names[0] - names[1] ... (fanout 1), heartbeats every second, a node
+    silent for over two seconds found failed; then the nodes in ``crash`` crash."""
+    p = Pump(["R", *names], fanout=1, heartbeat_s=1.0, failure_periods=2)
+    for n in names:
+        p.join(n)
+    for seq in range(3):
+        p.publish(seq, list(names))
+    p.tick(1)  # every node's heartbeats start
+    p.dead |= set(crash)
+    p.ops()
+    return p
+
+
+def test_an_orphan_re_joins_with_its_subtree_and_gets_what_it_missed_once() -> None:
+    p = chain("abcd", crash="b")
+    for seq in range(3, 6):  # c and d are cut off: these reach a alone
+        p.publish(seq, ["a", "c", "d"])
+    p.tick(8)
+    ops = p.ops()
+    assert ("a", "R", "lost") in ops and ("c", "R", "add") in ops  # found from both sides
+    # The loss first (the purge of b and what hung under it), then the re-join, once
+    # held for one detection time; while held, the root serves the cut-off subtree.
+    purge, rejoin = ops.index(("R", "a", "purge")), ops.index(("R", "a", "add"))
+    assert purge < rejoin and ("c", "R", "serve") in ops[:rejoin]
+    assert p.nodes["c"].parent == "a" and p.nodes["d"].parent == "c"
+    assert p.nodes["R"].children["a"].members == {"a": None, "c": None, "d": None}
+    assert tree_problems(p.nodes, dead={"b"}) == []
+    for n in "cd":  # every document once, the missed ones from the root
+        assert sorted(s for c, s in p.delivered if c == f"q-{n}") == list(range(6))
+    p.publish(6, ["d"])
+    assert ("q-d", 6) in p.delivered  # through the tree again
+    # the re-join's replay starts where the serving while cut off ended: no copy twice
+    assert p.nodes["c"].duplicates == p.nodes["d"].duplicates == 0
+
+
+def test_two_failures_on_one_path_leave_no_stale_name_in_any_filter() -> None:
+    p = chain("abcde", crash="bd")  # c is cut off from above and e from c
+    for seq in range(3, 6):
+        p.publish(seq, ["c", "e"])
+    p.tick(12)
+    assert tree_problems(p.nodes, dead={"b", "d"}) == []  # settled: whole again
+    members = p.nodes["R"].children["a"].members
+    assert set(members) == {"a", "c", "e"}  # b and d purged, c and e placed
+    for n in "ce":
+        assert sorted(s for c, s in p.delivered if c == f"q-{n}") == list(range(6))
+    assert p.root.decisions == [] and sum(p.nodes[n].rejoins for n in "ce") == 2
+
+
+def test_a_leave_stalled_by_a_failure_is_given_up_and_asked_again() -> None:
+    p = chain("abc", crash="c")  # c crashes; b leaves before anyone finds c silent
+    p.client("b", Message(MsgType.UNSUBSCRIBE, 2, "q-b", payload={"sub_id": 1, "at_s": 1.5}))
+    assert ("b", "c", "addresult") in p.ops()  # b's heir is c, dead: the leave stalls
+    p.tick(12)
+    outcomes = [(d["change"], d["outcome"]) for d in p.root.decisions]
+    assert outcomes == [("leave", "given up")]  # given up once b reported c lost
+    assert p.nodes["b"]._left and not p.nodes["a"].children  # b's second try ended it
+    assert tree_problems(p.nodes, dead={"c"}) == []

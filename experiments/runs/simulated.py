@@ -57,8 +57,9 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         **({"nodes": node_names(plan)} if log_messages else {}),
     }
     summaries = {}
-    # Meghdoot's peers report their loads on a timer for ever: its phase bounds the run.
-    timers = plan.workload_kind == "meghdoot"
+    # Meghdoot's peers report their loads on a timer for ever, as CoDD's nodes send
+    # heartbeats: the phase bounds the run.
+    timers = plan.workload_kind == "meghdoot" or plan.repair_s() > 0
     # The algorithms are counted alike: the first one's pace sets the estimate.
     progress = TimeLeft(f"simulating {plan.name}", [(a.name, 1.0) for a in plan.algorithms],
                         log, seconds=False)

@@ -82,7 +82,9 @@ Ours, where the paper is silent (stated):
   (``done`` to the root) where its last message lands: a join's ``add_query`` at the
   root, a move's ``moved`` at the old parent, a leave's ``remove`` at the parent; so
   when the root starts the next one, no filter is being changed.
-- Failures (heartbeats, orphans re-joining) are not built yet.
+- **Failures** (ours; the paper has none): heartbeats, orphans that re-join with their
+  subtrees, losses purged, cut-off nodes served by the root; see
+  :mod:`nodes.cores.codd_repair`.
 
 Records: ``codd_node`` (per consumer, at the end) and ``codd_root`` (rounds and
 reorganization decisions); see :meth:`CoddCore.final_records`.
@@ -96,8 +98,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Deliver, Event, FromClient, Record, Send
+from nodes.core import (
+    Action,
+    Arrived,
+    Deliver,
+    Event,
+    FromClient,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
 from nodes.cores.actions import unhandled
+from nodes.cores.codd_repair import HEARTBEAT, Repair
 from nodes.cores.multicast_groups import unit_draw
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
@@ -115,6 +128,11 @@ TREE_PARAMS = (
           minimum=1),
     Param("series_docs", "int", 100, "", "documents per bucket of a node's received and "
           "spurious counts over time", minimum=1),
+    Param("heartbeat_s", "float", 0.0, "s", "interval of the heartbeats between parent "
+          "and child (0: no failure detection; see nodes.cores.codd_repair)", minimum=0),
+    Param("failure_periods", "int", 3, "", "heartbeat intervals without one from a parent "
+          "(a child) after which it is taken for failed: the child re-joins with its "
+          "subtree (the parent reports it lost)", minimum=1),
 )
 REORGANIZATION_PARAMS = (
     Param("timeout_docs", "int", 200, "", "r: documents a node receives between two checks "
@@ -186,7 +204,7 @@ class _Bfs:
     queried: int = 0
 
 
-class CoddCore:
+class CoddCore(Repair):
     """One CoDD node (see the module docstring)."""
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
@@ -198,6 +216,19 @@ class CoddCore:
         self.fanout: int = params["fanout"]
         self.window_docs: int = params["window_docs"]
         self.series_docs: int = params["series_docs"]
+        # failures (module docstring)
+        self.heartbeat_s: float = params.get("heartbeat_s", 0.0)
+        self.failure_periods: int = params.get("failure_periods", 3)
+        self._detect_s = (self.failure_periods + 1) * self.heartbeat_s
+        self._ticking = False
+        self._now_s = 0.0  # the time of the event being handled
+        self._heard_parent_s = 0.0  # when the parent was last heard from
+        self._tree_seq = -1  # the last document that came down the tree (not a replay)
+        self.rejoins = 0
+        self._heard_child_s: dict[str, float] = {}  # when each child was last heard from
+        self._lost: set[str] = set()  # children reported silent to the root
+        self._orphaned_from: str | None = None  # the parent found dead
+        self._served_upto: int | None = None  # cut off: the root served us up to here
         self.tree: str = params.get("tree", "codd")
         self.reorganize = bool(params.get("reorganize", True)) and self.tree == "codd"
         self.forward_all = params.get("forward", "filter") == "all"
@@ -234,11 +265,22 @@ class CoddCore:
         self._leave_rest: list[str] = []
         self._heir: str | None = None  # the child that takes a leaving node's place
         self._left = False  # the leave protocol has ended (a leaf, removed)
+        self._leave_cid: int | None = None  # the root's number of this node's leave
+        self._leave_pending = False  # ask to leave again once re-joined
+        self.departed = False  # the broker left the overlay (its LEAVE op)
         # the root
         self._window: deque[tuple[int, float, Any, Message]] = deque()
+        self._losses: deque[tuple[str, dict[str, Any]]] = deque()  # first
+        self._held: list[tuple[float, str, dict[str, Any]]] = []  # re-joins, when ready
         self._ops: deque[tuple[str, dict[str, Any]]] = deque()  # joins and leaves
         self._reorgs: deque[tuple[str, dict[str, Any]]] = deque()  # after them
         self._busy: tuple[str, dict[str, Any]] | None = None
+        self._cid = 0  # the number of the root's current (or last) change
+        self._busy_since_s = 0.0  # when the root started its current change
+        self._busy_seq = -1  # the last document published when it started
+        self._moves_log: deque[tuple[int, int]] = deque()  # [first, last] seq of moves
+        self._waiting_s: dict[str, float] = {}  # nodes waiting for a place: last heard
+        self._served: dict[str, int] = {}  # cut-off subtrees: served up to this seq
         self._batch: dict[str, dict[str, Any]] = {}
         self._bfs: _Bfs | None = None
         self._pumping = False  # the root is starting queued changes (no re-entry)
@@ -296,16 +338,29 @@ class CoddCore:
     # ---- events -----------------------------------------------------------------------
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
+        self._now_s = now_s
         if isinstance(event, Arrived):
             msg = event.msg
             if msg.type is MsgType.PUBLISH:
-                return self._document(msg)
-            if msg.type is MsgType.TREE:
-                return self._tree_op(event.link, msg)
-            return [unhandled(msg)]
-        if isinstance(event, FromClient):
-            return self._from_client(event.client, event.msg)
-        return []  # timers, statistics windows, links coming and going
+                out = self._document(msg)
+            elif msg.type is MsgType.TREE:
+                out = self._tree_op(event.link, msg)
+            elif msg.type is MsgType.HEARTBEAT:
+                self._heard(event.link, now_s)
+                out = []
+            else:
+                out = [unhandled(msg)]
+        elif isinstance(event, FromClient):
+            out = self._from_client(event.client, event.msg)
+        elif isinstance(event, TimerFired) and event.name == HEARTBEAT:
+            return self._tick(now_s)
+        else:
+            return []  # statistics windows, links coming and going
+        if self.heartbeat_s > 0 and not self._ticking:
+            self._ticking = True
+            self._heard_parent_s = now_s
+            out.append(SetTimer(HEARTBEAT, self.heartbeat_s))
+        return out
 
     def _from_client(self, client: str, msg: Message) -> list[Action]:
         t, p = msg.type, msg.payload
@@ -317,13 +372,20 @@ class CoddCore:
         if t is MsgType.JOIN and not self.attached and self._join_at is None:
             self._join_at = float(p.get("from_s", 0.0))
             return self._join()
-        if (t is MsgType.UNSUBSCRIBE and client == self.client and self.attached
-                and not self._leaving):  # the consumer leaves: the leave protocol starts
+        if t is MsgType.UNSUBSCRIBE and client == self.client and not self._leaving:
+            # the consumer leaves: the leave protocol starts (once placed, if a failure
+            # held up the join)
             self.left_s = float(p.get("at_s", math.inf))
             self._leaving = True
-            return [Send(self.root, self._tree_msg("leave_req", node=self.broker))]
+            return self._ask_leave()
         if t is MsgType.LEAVE:  # the broker leaves the overlay, once the tree let it go
-            return [] if self._left else [Record("codd_left_early", {})]
+            self.departed = True  # the runtime stops it now: its children will find it
+            if self._left:
+                return []
+            # Before its leave ended (the root was busy repairing): the root drops its
+            # changes, and the others repair around it as around a crash.
+            return [Record("codd_left_early", {}),
+                    Send(self.root, self._tree_msg("departed", node=self.broker))]
         if t is MsgType.PUBLISH and self.broker == self.root:
             return self._produce(msg)
         return [unhandled(msg, "not a CoDD client operation here")]
@@ -381,6 +443,7 @@ class CoddCore:
         if p.get("catchup"):
             self.catchup += 1
             return out
+        self._tree_seq = max(self._tree_seq, seq)
         out += self._forward(msg, seq, doc)
         self._since += 1
         if self._since >= self.timeout_docs:
@@ -464,6 +527,8 @@ class CoddCore:
         return handler(link, p)
 
     def _on_add(self, link: str, p: Mapping[str, Any]) -> list[Action]:
+        if self.broker == self.root and p.get("purpose") == "rejoin" and "want" not in p:
+            return self._enqueue("rejoin", dict(p))
         if self.broker == self.root and "want" not in p:  # a join starts here
             return self._enqueue("join", dict(p))
         return self._descend(p)
@@ -473,7 +538,8 @@ class CoddCore:
         # A node whose own leave is queued still takes a child: its leave hands it on.
         if len(self.children) < self.fanout:
             return [Send(node, self._tree_msg("addresult", parent=self.broker,
-                                              purpose=p.get("purpose", "join")))]
+                                              purpose=p.get("purpose", "join"),
+                                              cid=p.get("cid"), dead=p.get("dead")))]
         want = int(p["want"], 16)
         seen = self._win(want & self.received_bits)
         best: tuple[int, int, int, str] | None = None
@@ -487,105 +553,144 @@ class CoddCore:
         return [Send(best[3], self._tree_msg("add", **onward))]
 
     def _on_addresult(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        parent = p["parent"]
-        move = self.attached
+        parent, purpose = p["parent"], p.get("purpose", "join")
+        if purpose == "rejoin" and (self.parent is not None or self._left):
+            return [Send(self.root, self._tree_msg("done", cid=p["cid"]))]  # placed already
+        move = self.attached and purpose != "rejoin"
         self.parent = parent
+        self._heard_parent_s = self._now_s
         self.attached = True
         if move:
             self.moves += 1
-        return [Send(parent, self._tree_msg("addchild", members=self.subtree(),
-                                            purpose=p.get("purpose", "join")))]
+        out = [Send(parent, self._tree_msg("addchild", members=self.subtree(), purpose=purpose,
+                                           cid=p.get("cid"), dead=p.get("dead")))]
+        if self._leave_pending:
+            self._leave_pending = False
+            out += self._ask_leave()
+        return out
 
     def _on_addchild(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        return self._added(link, p["members"], p["purpose"])
+        self._heard_child_s[link] = self._now_s
+        self._lost.discard(link)
+        return self._added(link, p)
 
     def _on_add_query(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        return self._added(link, p["members"], p["purpose"])
+        return self._added(link, p)
 
-
-    def _added(self, child: str, members: Mapping[str, Any], purpose: str) -> list[Action]:
-        """``members`` now live under ``child``. Where some lived under another child,
-        this node is the common ancestor of a move's old and new places: the switch
-        point, which drops them from the old path (``moved``, top-down behind the
+    def _added(self, child: str, p: Mapping[str, Any]) -> list[Action]:
+        """``p["members"]`` now live under ``child``. Where some lived under another
+        child, this node is the common ancestor of a move's old and new places: the
+        switch point, which drops them from the old path (``moved``, top-down behind the
         documents already sent there); otherwise the parent is told."""
+        members = p["members"]
         old: dict[str, list[str]] = {}
         for name in members:
             o = self.where.get(name)
             if o is not None and o != child:
                 old.setdefault(o, []).append(name)
+        change = {k: p.get(k) for k in ("purpose", "cid", "dead")}
         out: list[Action] = []
         for o, names in sorted(old.items()):
-            out += self._drop(o, names, purpose)
+            out += self._drop(o, names, change)
         self._put(child, members)
         if old:
             return out
         if self.parent is not None:
             return [Send(self.parent, self._tree_msg("add_query", members=dict(members),
-                                                     purpose=purpose))]
-        if purpose == "join" and self._busy is not None:  # the root: the join is complete
-            return self._catch_up(self._busy[1]) + self._done()
-        return []
+                                                     **change))]
+        if self.broker == self.root and change["purpose"] in ("join", "rejoin"):
+            return self._complete(change["cid"], names=list(members))
+        return []  # an orphan: its re-join carries these members up
 
-    def _drop(self, child: str, names: Sequence[str], purpose: str) -> list[Action]:
+    def _drop(self, child: str, names: Sequence[str], change: Mapping[str, Any]
+              ) -> list[Action]:
         """Drop ``names`` from ``child``'s subtree: the child itself when it is one of
-        them (it moved or left), else pass the news down to it."""
+        them (it moved or left), or the failed node an orphan left; else pass the news
+        down to it."""
+        purpose, cid = change["purpose"], change["cid"]
         gone = child in names
         self._take(child, names)
+        if purpose == "rejoin" and child == change["dead"]:  # the failed node's parent
+            return self._done_remote(cid, names=list(names))
         if not gone:
-            return [Send(child, self._tree_msg("moved", names=list(names), purpose=purpose))]
+            return [Send(child, self._tree_msg("moved", names=list(names), **change))]
         if purpose == "reorganize":  # the old parent: the move is complete
             if self._request_share is not None:
                 self._request_share = -abs(self._request_share)  # our request was granted
-            return self._done_remote()
-        if purpose == "leave" and self._leaving:
+            return self._done_remote(cid)
+        if purpose == "leave" and self._leaving and cid == self._leave_cid:
             return self._leave_next()
         return []
 
     def _take(self, child: str, names: Sequence[str]) -> None:
+        """Drop ``names`` from ``child``'s entry; all of it when the child is one of
+        them (a child that moves or leaves takes its whole subtree)."""
         ch = self.children[child]
-        if child in names:  # a child that moves or leaves takes its whole subtree
-            names = list(ch.members)
-        for name in names:
-            q = ch.members.pop(name)
-            del self.where[name]
-            if q is None:
-                ch.mask &= ~(1 << self._bit_of[name])
-            else:
-                self._index.remove((name, 0))
-        if not ch.members:
-            del self.children[child]
+        self._take_names(child, list(ch.members) if child in names else names)
 
     def _on_moved(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        names = p["names"]
         by_child: dict[str, list[str]] = {}
-        for name in names:
-            by_child.setdefault(self.where[name], []).append(name)
+        for name in p["names"]:
+            if name in self.where:  # else dropped already (a failure's purge)
+                by_child.setdefault(self.where[name], []).append(name)
+        change = {k: p.get(k) for k in ("purpose", "cid", "dead")}
         out: list[Action] = []
         for o, sub in sorted(by_child.items()):
-            out += self._drop(o, sub, p["purpose"])
+            out += self._drop(o, sub, change)
+        if not by_child and change["purpose"] == "rejoin":
+            out += self._done_remote(change["cid"], names=list(p["names"]))
         return out
 
     def _on_remove(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        node = p["node"]
-        o = self.where[node]
+        node, cid = p["node"], p.get("cid")
+        o = self.where.get(node)
+        if o is None:  # purged already (its parent failed)
+            return self._done_remote(cid)
         self._take(o, [node])
         if o == node:
-            return self._done_remote()
-        return [Send(o, self._tree_msg("remove", node=node))]
+            return self._done_remote(cid)
+        return [Send(o, self._tree_msg("remove", node=node, cid=cid))]
 
-    def _done_remote(self) -> list[Action]:
+    def _done_remote(self, cid: int | None, **extra: Any) -> list[Action]:
         if self.broker == self.root:
-            return self._done()
-        return [Send(self.root, self._tree_msg("done"))]
+            return self._complete(cid, **extra)
+        return [Send(self.root, self._tree_msg("done", cid=cid, **extra))]
 
     def _on_done(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        return self._done()
+        return self._complete(p.get("cid"), names=p.get("names", ()))
 
     # ---- the root's queue of tree changes ----------------------------------------------
 
     def _enqueue(self, kind: str, p: dict[str, Any]) -> list[Action]:
-        (self._reorgs if kind == "reorganize" else self._ops).append((kind, p))
+        if kind in ("join", "rejoin"):
+            self._waiting_s[p["node"]] = self._now_s
+        if kind == "rejoin":
+            self._held = [h for h in self._held if h[2]["node"] != p["node"]]
+            self._held.append((self._now_s + self._detect_s, kind, p))
+        else:
+            {"reorganize": self._reorgs, "lost": self._losses}.get(kind, self._ops).append(
+                (kind, p))
         return self._next()
+
+    def _pop_change(self) -> tuple[str, dict[str, Any]] | None:
+        """Losses, then re-joins whose hold is over, then joins and leaves, then
+        reorganizations, but none while a re-join is held (a tree with a subtree cut off
+        is no basis for one, and the re-join must not wait behind it). A join or re-join
+        of a node that stopped beating while it waited is dropped."""
+        if self._losses:
+            return self._losses.popleft()
+        self._held = [h for h in self._held if not self._silent(h[2]["node"])]
+        ready = [h for h in self._held if h[0] <= self._now_s]
+        if ready:
+            self._held.remove(ready[0])
+            return ready[0][1], ready[0][2]
+        while self._ops and self._ops[0][0] == "join" and self._silent(self._ops[0][1]["node"]):
+            self._ops.popleft()
+        if self._ops:
+            return self._ops.popleft()
+        if self._reorgs and not self._held:
+            return self._reorgs.popleft()
+        return None
 
     def _next(self) -> list[Action]:
         out: list[Action] = []
@@ -593,29 +698,52 @@ class CoddCore:
             return out
         self._pumping = True
         try:
-            while self._busy is None and (self._ops or self._reorgs):
-                self._busy = (self._ops or self._reorgs).popleft()
-                kind, p = self._busy
-                out += getattr(self, f"_start_{kind}")(p)
+            while self._busy is None:
+                change = self._pop_change()
+                if change is None:
+                    break
+                self._busy = change
+                self._cid += 1
+                self._busy_since_s, self._busy_seq = self._now_s, self.last_seq
+                out += getattr(self, f"_start_{change[0]}")(change[1])
         finally:
             self._pumping = False
         return out
 
-    def _done(self) -> list[Action]:
+    def _complete(self, cid: int | None, names: Sequence[str] = ()) -> list[Action]:
+        """The current change ``cid`` has ended (a late message of a given-up change
+        ends nothing): a join's newcomer gets its catch-up, a re-joined subtree its
+        replay."""
+        if self._busy is None or cid != self._cid:
+            return []
+        kind, p = self._busy
+        out: list[Action] = []
+        if kind == "join":
+            out += self._catch_up(p)
+        elif kind == "rejoin":
+            out += self._replay({**self._known(names), **p["members"]}, self._rejoin_after(p))
+        return out + self._finish(moved=kind in ("rejoin", "leave", "reorganize"))
+
+    def _finish(self, moved: bool) -> list[Action]:
+        """Log a move's span of documents (for replays) and start the next change."""
+        if moved:
+            self._moves_log.append((self._busy_seq, self.last_seq))
+            while self._moves_log and self._moves_log[0][1] < self.last_seq - self.window_docs:
+                self._moves_log.popleft()
         self._busy = None
         return self._next()
-
 
     def _start_join(self, p: dict[str, Any]) -> list[Action]:
         node = p["node"]
         if self.tree == "siena":
-            return [Send(node, self._tree_msg("addresult", parent=self._siena_parent(node)))]
+            return [Send(node, self._tree_msg("addresult", parent=self._siena_parent(node),
+                                              cid=self._cid))]
         want = 0
         query, bit = self._query_of(p["query"]), self._bit_of[node]
         for seq, _t, doc, _msg in self._window:
             if self._accepts(query, bit, doc):
                 want |= 1 << seq
-        return self._descend({**p, "want": format(want, "x")})
+        return self._descend({**p, "want": format(want, "x"), "cid": self._cid})
 
     def _siena_parent(self, node: str) -> str:
         """The Siena emulation's place for a newcomer (module docstring)."""
@@ -631,16 +759,12 @@ class CoddCore:
         return self.root if k < f else self._servers[(k - f) // f]
 
     def _catch_up(self, join: Mapping[str, Any]) -> list[Action]:
-        """The documents a newcomer wants that were published from its ``from_s`` on,
-        sent straight to it (it keeps the first copy of each)."""
-        node, from_s = join["node"], float(join["from_s"])
-        query, bit = self._query_of(join["query"]), self._bit_of[node]
-        out: list[Action] = []
-        for _seq, t_s, doc, msg in self._window:
-            if t_s >= from_s and self._accepts(query, bit, doc):
-                out.append(Send(node, Message(msg.type, msg.msg_id, msg.origin, 1,
-                                              {**msg.payload, "catchup": True})))
-        return out
+        """The documents a newcomer wants that were published from its ``from_s`` on
+        (after those served to it while it waited), sent straight to it (it keeps the
+        first copy of each)."""
+        node = join["node"]
+        return self._replay({node: join["query"]}, self._served.get(node, -1),
+                            float(join["from_s"]))
 
     def _on_reorganize(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         if not self._gone.intersection((p["node"], p["requester"])):
@@ -661,24 +785,30 @@ class CoddCore:
 
     def _start_reorganize(self, p: dict[str, Any]) -> list[Action]:
         if self._gone.intersection((p["node"], p["requester"])):  # asked before leaving
-            return self._done()
+            return self._finish(moved=False)
         self._bfs = _Bfs(p["node"], p["requester"], p["overhead"])
-        return [Send(p["requester"], self._tree_msg("check", node=p["node"]))]
+        return [Send(p["requester"], self._tree_msg("check", node=p["node"], cid=self._cid))]
 
     def _on_check(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        node = p["node"]
-        if node not in self.children or self._leaving:
-            return [Send(link, self._tree_msg("checked", ok=False))]
+        node, cid = p["node"], p["cid"]
+        if node not in self.children or self._leaving or node in self._lost:
+            return [Send(link, self._tree_msg("checked", ok=False, cid=cid))]
         return [Send(link, self._tree_msg(
             "checked", ok=True, recv=format(self._win(self.children[node].sent), "x"),
-            current=self._current_cost(node), members=sorted(self.children[node].members)))]
+            current=self._current_cost(node), members=sorted(self.children[node].members),
+            cid=cid))]
+
+    def _current(self, p: Mapping[str, Any]) -> _Bfs | None:
+        """The search a reply belongs to (None: a late reply to a given-up one)."""
+        return self._bfs if p.get("cid") == self._cid else None
 
     def _on_checked(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        b = self._bfs
-        assert b is not None
+        b = self._current(p)
+        if b is None:
+            return []
         if not p["ok"]:
             self._decided(b, "stale")
-            return self._done()
+            return self._finish(moved=False)
         b.recv, b.current = int(p["recv"], 16), p["current"]
         b.exclude = frozenset(p["members"])
         b.frontier = [self.broker]
@@ -695,7 +825,7 @@ class CoddCore:
             if x == self.broker:
                 b.replies[x] = self._overhead_for(b.recv)
             else:
-                out.append(Send(x, self._tree_msg("getoverhead", recv=recv)))
+                out.append(Send(x, self._tree_msg("getoverhead", recv=recv, cid=self._cid)))
         if len(b.replies) == len(b.frontier):
             out += self._bfs_decide_level()
         return out
@@ -704,15 +834,18 @@ class CoddCore:
         """compute_overhead(this node, n) for a node n that received ``recv``: the
         documents n would newly bring here; whether there is room; the children."""
         ov = popcount(recv & ~self._win(self.received_bits))
-        return ov, len(self.children) < self.fanout and not self._leaving, sorted(self.children)
+        return ov, len(self.children) < self.fanout and not self._leaving, sorted(
+            c for c in self.children if c not in self._lost)
 
     def _on_getoverhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         ov, spare, kids = self._overhead_for(int(p["recv"], 16))
-        return [Send(link, self._tree_msg("overhead", ov=ov, spare=spare, kids=kids))]
+        return [Send(link, self._tree_msg("overhead", ov=ov, spare=spare, kids=kids,
+                                          cid=p["cid"]))]
 
     def _on_overhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        b = self._bfs
-        assert b is not None
+        b = self._current(p)
+        if b is None or link not in b.frontier:
+            return []
         b.replies[link] = (p["ov"], p["spare"], p["kids"])
         if len(b.replies) < len(b.frontier):
             return []
@@ -739,9 +872,11 @@ class CoddCore:
             b.best_ov <= (1 - self.delta) * b.current)
         self._decided(b, "granted" if granted else "refused")
         if not granted:
-            return self._done()
+            return self._finish(moved=False)
+        assert self._busy is not None
+        self._busy[1]["members"] = sorted(b.exclude)  # replayed to if it is given up
         return [Send(b.node, self._tree_msg("addresult", parent=b.best,
-                                            purpose="reorganize"))]
+                                            purpose="reorganize", cid=self._cid))]
 
     def _decided(self, b: _Bfs, outcome: str) -> None:
         self.decisions.append({
@@ -753,41 +888,63 @@ class CoddCore:
 
     # ---- leaving ----------------------------------------------------------------------
 
+    def _ask_leave(self) -> list[Action]:
+        if self.parent is None:  # not placed yet, or an orphan: once (re-)placed
+            self._leave_pending = True
+            return []
+        self._leave_rest = []
+        return [Send(self.root, self._tree_msg("leave_req", node=self.broker,
+                                               members=sorted(self.subtree())))]
+
     def _on_leave_req(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         self._gone.add(p["node"])
         return self._enqueue("leave", dict(p))
 
     def _start_leave(self, p: dict[str, Any]) -> list[Action]:
-        return [Send(p["node"], self._tree_msg("leave_go"))]
+        return [Send(p["node"], self._tree_msg("leave_go", cid=self._cid))]
 
     def _on_leave_go(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        if not self.children:
+        self._leave_cid = p["cid"]
+        if self.parent is None:  # orphaned since it asked: again once re-joined
+            self._leave_pending = True
+            return [Send(self.root, self._tree_msg("done", cid=p["cid"]))]
+        live = [c for c in self.children if c not in self._lost]
+        if not live:
             return self._leave_ready()
+        if self._heir is not None and self._heir not in self.children:
+            # Asked again after a failure held up the first try, whose heir has taken
+            # this node's place already: the rest re-join under it (a second heir would
+            # leave the parent a child over its fanout).
+            self._leave_rest = sorted(live)
+            return self._leave_next()
         own = self._win(self.own_bits)
-        heir = max(self.children, key=lambda c: (popcount(self._win(self.children[c].sent)
-                                                          & own),
-                                                 len(self.children[c].members), c))
-        self._leave_rest = sorted(c for c in self.children if c != heir)
+        heir = max(live, key=lambda c: (popcount(self._win(self.children[c].sent) & own),
+                                        len(self.children[c].members), c))
+        self._leave_rest = sorted(c for c in live if c != heir)
         self._heir = heir
-        return [Send(heir, self._tree_msg("addresult", parent=self.parent, purpose="leave"))]
-
+        return [Send(heir, self._tree_msg("addresult", parent=self.parent, purpose="leave",
+                                          cid=self._leave_cid))]
 
     def _leave_next(self) -> list[Action]:
         """The next child re-joins with seed set {the heir}; when none is left, this
-        node, now a leaf, is removed."""
-        if self._leave_rest:
+        node, now a leaf (but for children found silent), is removed."""
+        while self._leave_rest:
             c = self._leave_rest.pop(0)
+            if c not in self.children:  # purged meanwhile (it failed)
+                continue
             want = format(self._win(self.children[c].sent), "x")
             return [Send(self._heir, self._tree_msg("add", node=c, want=want,
-                                                    purpose="leave"))]
+                                                    purpose="leave", cid=self._leave_cid))]
         return self._leave_ready()
 
     def _leave_ready(self) -> list[Action]:
         self._left = True
-        return [Send(self.root, self._tree_msg("leave_ready", node=self.broker))]
+        return [Send(self.root, self._tree_msg("leave_ready", node=self.broker,
+                                               cid=self._leave_cid))]
 
     def _on_leave_ready(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         return self._on_remove(link, p)
+
 
     # ---- results ----------------------------------------------------------------------
 
@@ -795,7 +952,7 @@ class CoddCore:
         """Plain counts (summed over nodes by the summary)."""
         return {"received": self.received, "spurious": self.spurious,
                 "duplicates": self.duplicates, "requests": self.requests,
-                "moves": self.moves, "catchup": self.catchup}
+                "moves": self.moves, "catchup": self.catchup, "rejoins": self.rejoins}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
         """``codd_node`` for a consumer (its place in the tree, the documents it received
@@ -816,54 +973,6 @@ class CoddCore:
             "catchup": self.catchup, "hops_sum": self.hops_sum,
             "series": [[k, *v] for k, v in sorted(self.series.items())],
             "series_docs": self.series_docs, "requests": self.requests, "moves": self.moves,
+            "rejoins": self.rejoins,
             "ratios": self.ratios, "from_s": self.from_s if self.from_s < math.inf else None,
             "left_s": self.left_s if self.left_s < math.inf else None})]
-
-
-def tree_problems(cores: Mapping[str, CoddCore]) -> list[str]:
-    """Where the tree the cores hold breaks CoDD's invariants (empty: none): one parent
-    each, agreeing with the parent's children; the fanout respected; no cycle; every
-    child's members exactly its subtree's nodes with their queries; ``where`` and the
-    bit masks agreeing with the members. For quiescent moments (no change under way)."""
-    problems: list[str] = []
-    root = next(iter(cores.values())).root
-    attached = {n for n, c in cores.items()
-                if n == root or (c.attached and c.parent and not c._left)}
-    for n in attached - {root}:
-        parent = cores[n].parent
-        if parent not in cores or n not in cores[parent].children:
-            problems.append(f"{n}: its parent {parent} does not list it")
-    for n, c in cores.items():
-        if len(c.children) > c.fanout and c.tree == "codd":
-            problems.append(f"{n}: {len(c.children)} children > fanout {c.fanout}")
-        for child in c.children:
-            if cores[child].parent != n:
-                problems.append(f"{n}: child {child} names {cores[child].parent} as parent")
-    for n in attached:  # walk up: reaches the root within len(cores) steps
-        seen, x = set(), n
-        while x != root and x not in seen and x in cores:
-            seen.add(x)
-            x = cores[x].parent
-        if x != root:
-            problems.append(f"{n}: no path to the root (cycle or dangling parent)")
-    if problems:
-        return problems
-
-    def subtree(n: str) -> dict[str, Any]:
-        out = {n: cores[n].query_json}
-        for child in cores[n].children:
-            out.update(subtree(child))
-        return out
-
-    for n, c in cores.items():
-        for child, ch in c.children.items():
-            want = subtree(child)
-            if ch.members != want:
-                problems.append(f"{n}: child {child}'s filter holds {sorted(ch.members)}, "
-                                f"its subtree is {sorted(want)}")
-            mask = sum(1 << c._bit_of[m] for m, q in want.items() if q is None)
-            if ch.mask != mask or any(c.where.get(m) != child for m in want):
-                problems.append(f"{n}: child {child}'s bits or member index disagree")
-        if set(c.where) != {m for ch in c.children.values() for m in ch.members}:
-            problems.append(f"{n}: member index has entries of no child")
-    return problems

@@ -54,6 +54,9 @@ Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4)
   leaves the overlay (a LEAVE from ``j-<x>``, ``msg_id`` 2; both runtimes stop a node
   at its LEAVE). Arrivals and leaves fall between documents, never on one, so the
   oracle's verdict does not hang on a race (document 0 apart, above).
+- **Crashes** (``crash_fraction``): that share of the consumers that can leave and do not
+  is drawn at random and crashes (a CRASH from ``j-<x>``, ``msg_id`` 2) at a time drawn as
+  a leave's; its membership ends there. The core's heartbeats must be on to recover.
 
 ``meta``: the parameters, ``root``, ``nodes`` (the bit order of ``to``), ``addressed``
 (the client of each bit, ``None`` for the root), ``membership`` (the root from 0, each
@@ -107,11 +110,12 @@ def codd_workload(
     buckets_per_node: int = 1,
     step_s: float = 0.1,
     leave_fraction: float = 0.0,
+    crash_fraction: float = 0.0,
 ) -> Workload:
     """The workload of the module docstring; ValueError (one line, naming the argument and
     what is allowed) for bad arguments."""
     _check_args(nodes, n_documents, interest, selectivity, k, c, cf, buckets_per_node,
-                step_s, leave_fraction)
+                step_s, leave_fraction, crash_fraction)
     rng = random.Random(f"{seed}/codd")
     names = sorted(nodes)
     root, consumers = names[0], names[1:]
@@ -136,6 +140,8 @@ def codd_workload(
         queries = {x: uniform_subscription(rng, symbols) for x in consumers}
 
     leaves = _leaves(rng, first_doc, d, step_s, leave_fraction)
+    crashes = _leaves(rng, {x: a for x, a in first_doc.items() if x not in leaves}, d, step_s,
+                      crash_fraction)
 
     timed: list[tuple[float, int, ClientOp]] = []
     clients = {PRODUCER: root}
@@ -149,6 +155,9 @@ def codd_workload(
                                          "from_s": subscribes[x] + settle_s}))))
         timed.append((subscribes[x], _ARRIVE, ClientOp(subscribes[x], q, x, Message(
             MsgType.SUBSCRIBE, 1, q, payload=payload))))
+        if x in crashes:
+            timed.append((crashes[x], _LEAVE, ClientOp(crashes[x], j, x, Message(
+                MsgType.CRASH, 2, j, payload={}))))
         if x in leaves:
             t = leaves[x]
             timed.append((t, _LEAVE, ClientOp(t, q, x, Message(
@@ -193,12 +202,14 @@ def codd_workload(
     membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
     for x in consumers:
         left = leaves.get(x)
-        membership[x] = [[arrivals[x], None if left is None else left + LEAVE_GRACE_S]]
+        end = crashes.get(x, None if left is None else left + LEAVE_GRACE_S)
+        membership[x] = [[arrivals[x], end]]
     meta: dict[str, Any] = {
         "system": "codd", "seed": seed, "interest": interest,
         "selectivity_asked": selectivity, "selectivity": reached / (d * m),
         "k": k, "c": c, "cf": cf, "buckets_per_node": buckets_per_node,
         "n_documents": d, "step_s": step_s, "leave_fraction": leave_fraction,
+        "crash_fraction": crash_fraction, "crashes_s": dict(sorted(crashes.items())),
         "root": root, "nodes": names,
         "addressed": [None if x == root else f"q-{x}" for x in names],
         "membership": membership, "settle_s": settle_s,
@@ -272,7 +283,7 @@ def _shuffle(rng: random.Random, members: list[set[str]], c: int) -> list[int]:
 
 def _check_args(nodes: Sequence[str], n_documents: int, interest: str, selectivity: float,
                 k: int, c: int, cf: int, buckets_per_node: int, step_s: float,
-                leave_fraction: float) -> None:
+                leave_fraction: float, crash_fraction: float) -> None:
     def integer(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
@@ -297,6 +308,8 @@ def _check_args(nodes: Sequence[str], n_documents: int, interest: str, selectivi
          f"an integer 1..k ({k})"),
         ("step_s", step_s, number(step_s) and step_s > 0, "a number > 0"),
         ("leave_fraction", leave_fraction, number(leave_fraction) and 0 <= leave_fraction <= 1,
+         "a number in [0, 1]"),
+        ("crash_fraction", crash_fraction, number(crash_fraction) and 0 <= crash_fraction <= 1,
          "a number in [0, 1]"),
     )
     for name, value, ok, allowed in checks:
