@@ -1,9 +1,12 @@
 """CoDD in the simulator and on hand-made trees: exactly the documents the timing-aware
-oracle expects, each once, through joins, leaves and reorganization moves (hypothesis
-schedules); the tree's invariants (one parent each, fanout, no cycle, every aggregate
-filter exactly its subtree's queries) every time the root finishes a change; and the
-paper's protocol traces (a join that descends two levels, a leave that promotes a
-child, a reorganization that moves a node to a better parent)."""
+oracle expects, each once, through joins, leaves, reorganization moves and crashes
+(hypothesis schedules; a crashed node may miss what it was owed while cut off, never a
+survivor); the tree's invariants (one parent each, fanout, no cycle, every aggregate
+filter exactly its subtree's queries) every time the root finishes a change, and whole
+again once failures are repaired; the paper's protocol traces (a join that descends two
+levels, a leave that promotes a child, a reorganization that moves a node to a better
+parent); and ours for failures (an orphan re-joins, two failures on one path, a leave
+a failure stalls)."""
 
 from __future__ import annotations
 
