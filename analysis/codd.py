@@ -16,7 +16,10 @@ uses several denominators, readings 2.5 item 14):
   over time, weighted by the documents it received at each depth (item 15);
   ``depth.mean`` (Fig. 10) and ``depth.ranked`` (Fig. 9, deepest first);
 - ``over_time``: per bucket of ``series_docs`` documents, all spurious over all received
-  (Fig. 17's "fraction of useless documents" against documents);
+  (Fig. 17's "fraction of useless documents" against documents), and the same share over
+  the first and the last fifth of the buckets and the last over the first (Fig. 17's
+  "decays appreciably toward the end"; ours over every node, the paper's over interior
+  nodes with positive overhead);
 - ``reorganization``: requests, the root's rounds and decisions (granted, refused, stale;
   "given up": a change that waited on a node that had died), re-joins after failures,
   moves per round with requests (Fig. 21's "moves per reorganization", a round being
@@ -41,6 +44,21 @@ import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _fifths(buckets: Mapping[int, Sequence[int]]) -> dict[str, float | None]:
+    """All spurious over all received in the first and the last fifth of the buckets
+    (by document order), and the last over the first."""
+    keys = sorted(buckets)
+    fifth = max(1, len(keys) // 5)
+
+    def share(part: Sequence[int]) -> float | None:
+        received = sum(buckets[k][0] for k in part)
+        return sum(buckets[k][1] for k in part) / received if received else None
+
+    first, last = share(keys[:fifth]), share(keys[-fifth:])
+    return {"first_fifth": first, "last_fifth": last,
+            "last_over_first": last / first if first and last is not None else None}
 
 
 def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | None
@@ -80,7 +98,8 @@ def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | N
                   "ranked": sorted(depth, reverse=True)},
         "over_time": {"series_docs": series_docs,
                       "buckets": [[k, b[1] / b[0] if b[0] else None]
-                                  for k, b in sorted(buckets.items())]},
+                                  for k, b in sorted(buckets.items())],
+                      **_fifths(buckets)},
         "documents": {"received": received, "spurious": sum(n["spurious"] for n in got),
                       "delivered": sum(n["delivered"] for n in nodes),
                       "duplicates": sum(n["duplicates"] for n in nodes),

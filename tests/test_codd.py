@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analysis.codd import codd_metrics
 from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
 from nodes.core import Action, Arrived, Deliver, FromClient, Send, TimerFired
@@ -407,3 +408,20 @@ def test_a_leave_stalled_by_a_failure_is_given_up_and_asked_again() -> None:
     assert outcomes == [("leave", "given up")]  # given up once b reported c lost
     assert p.nodes["b"]._left and not p.nodes["a"].children  # b's second try ended it
     assert tree_problems(p.nodes, dead={"c"}) == []
+
+
+def test_the_over_time_fifths_compare_the_end_of_the_stream_with_its_start() -> None:
+    def node(series: list[list[int]], children: int) -> dict[str, Any]:
+        received, spurious = sum(s[1] for s in series), sum(s[2] for s in series)
+        return {"received": received, "spurious": spurious, "children": children,
+                "hops_sum": received, "series": series, "series_docs": 100,
+                "delivered": received - spurious, "duplicates": 0, "catchup": 0,
+                "requests": 0, "moves": 0, "ratios": [], "rejoins": 0}
+
+    # ten buckets: the first two (a fifth) 1 useless of 10, the last two 4 of 10
+    a = node([[k, 10, 1 if k < 2 else 4 if k >= 8 else 2] for k in range(10)], 1)
+    b = node([[k, 10, 1 if k < 2 else 4 if k >= 8 else 3] for k in range(10)], 0)
+    over_time = codd_metrics([a, b], None)["over_time"]
+    assert over_time["first_fifth"] == pytest.approx(0.1)
+    assert over_time["last_fifth"] == pytest.approx(0.4)
+    assert over_time["last_over_first"] == pytest.approx(4.0)
