@@ -535,6 +535,11 @@ class CoddCore(Repair):
 
     def _descend(self, p: Mapping[str, Any]) -> list[Action]:
         node = p["node"]
+        if self.parent is None and self.broker != self.root:
+            # An orphan takes no one while its own place is being repaired (whoever
+            # joined under it would stay cut off): the change is given up and asked
+            # again.
+            return []
         # A node whose own leave is queued still takes a child: its leave hands it on.
         if len(self.children) < self.fanout:
             return [Send(node, self._tree_msg("addresult", parent=self.broker,
@@ -581,26 +586,33 @@ class CoddCore(Repair):
         """``p["members"]`` now live under ``child``. Where some lived under another
         child, this node is the common ancestor of a move's old and new places: the
         switch point, which drops them from the old path (``moved``, top-down behind the
-        documents already sent there); otherwise the parent is told."""
+        documents already sent there); otherwise the parent is told. Members this node
+        did not know (after a failure, a re-joining subtree may hold both: newcomers
+        that joined it while it was cut off, and names purged above) go on up either
+        way."""
         members = p["members"]
         old: dict[str, list[str]] = {}
         for name in members:
             o = self.where.get(name)
             if o is not None and o != child:
                 old.setdefault(o, []).append(name)
+        unknown = {n: q for n, q in members.items() if n not in self.where}
         change = {k: p.get(k) for k in ("purpose", "cid", "dead")}
         out: list[Action] = []
         for o, names in sorted(old.items()):
             out += self._drop(o, names, change)
         self._put(child, members)
-        if old:
+        if old and not unknown:
             return out
+        if old:
+            members = unknown
         if self.parent is not None:
-            return [Send(self.parent, self._tree_msg("add_query", members=dict(members),
-                                                     **change))]
+            out.append(Send(self.parent, self._tree_msg("add_query", members=dict(members),
+                                                        **change)))
+            return out
         if self.broker == self.root and change["purpose"] in ("join", "rejoin"):
-            return self._complete(change["cid"], names=list(members))
-        return []  # an orphan: its re-join carries these members up
+            return out + self._complete(change["cid"], names=list(members))
+        return out  # an orphan: its re-join carries these members up
 
     def _drop(self, child: str, names: Sequence[str], change: Mapping[str, Any]
               ) -> list[Action]:
