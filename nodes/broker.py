@@ -165,6 +165,15 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   that dials us is accepted (``reason: accepted``) and the core gets ``LinkUp`` before
   the first message that arrives on it. A ``Send`` to a name that is neither a neighbour
   nor a peer is a core bug (``ValueError``, as before).
+- **The handshake pays the link's delay** where this broker adds it (``emulate_link``):
+  the kernel's handshake crosses the emulated network at once, while netem (or the
+  modelled underlay the delay stands for) would hold SYN and SYN-ACK for a link delay
+  each. So, as the simulator times a dial, the dialler's side comes up two link delays
+  after the dial began (its messages wait on the queue meanwhile) and the acceptor's side
+  three after the HELLO came (the dialler's ACK and HELLO crossing; the acceptor's own
+  messages for the dialler wait on its queue meanwhile, not on a second dial). Delays are
+  taken as symmetric (the underlay's are). Without this, a pair's first message on a
+  transit-stub underlay arrived a round trip (up to hundreds of ms) sooner than simulated.
 - **Failing.** A peer that cannot be reached (connection refused: its process is dead;
   no answer within ``connect_timeout_s``; or it turned us away because it is dormant):
   a ``link`` record ``dial_failed`` with the reason (and no ``retry_in_s``: nothing is
@@ -608,6 +617,15 @@ class Broker:
                 return
             name, role = peer
             if role == "broker":
+                wait_s = 3 * self._handshake_delay_s(name)
+                if wait_s > 0:  # the dialler's ACK and HELLO crossing (module docstring)
+                    link = self._links.get(name) or self._new_peer_link(name)
+                    if not link.up:
+                        link.hold()
+                    # Our own dial, if any, is superseded now, not once we are up: its
+                    # 'crossed' refusal must not outlast connect_timeout_s and fail the link.
+                    self._dialling.pop(name, None)
+                    await asyncio.sleep(wait_s)
                 await self._run_link(name, reader, writer)
             else:
                 await self._run_client(name, reader, writer)
@@ -775,7 +793,8 @@ class Broker:
     async def _dial_on_demand(self, name: str) -> None:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.config.connect_timeout_s
+        began = loop.time()
+        give_up = began + self.config.connect_timeout_s
         while True:
             try:
                 reader, writer = await dial(self.config.peers[name].addr, self._hello,
@@ -795,11 +814,21 @@ class Broker:
                 del self._dialling[name]
                 self._dial_failed(name, str(exc) or type(exc).__name__)
                 return
+        # SYN and SYN-ACK over the link's delay (module docstring).
+        await asyncio.sleep(began + 2 * self._handshake_delay_s(name) - loop.time())
         if self._dialling.get(name) is task:
             del self._dialling[name]
         # The peer accepted this connection, so it is the current one on its side: use it
         # even if its own connection got here first (then ours replaces it).
         await self._run_link(name, reader, writer, dialled=True)
+
+    def _handshake_delay_s(self, name: str) -> float:
+        """One way of a peer link's delay in seconds where this broker adds it (a link
+        opened on demand; 0 otherwise): what each handshake crossing waits."""
+        nb = self.config.peers.get(name)
+        if not self.config.emulate_link or nb is None or name in self.config.neighbours:
+            return 0.0
+        return nb.delay_ms / 1000.0
 
     def _dial_failed(self, name: str, reason: str) -> None:
         log_now(self._log, Ev.LINK, link=name, role="broker", state="dial_failed",

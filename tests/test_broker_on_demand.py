@@ -283,6 +283,45 @@ def test_leave_disconnects_and_dormant_peers_refuse(tmp_path: Path, spawn: Spawn
     assert not any(records(tmp_path, n, "error") for n in ("a", "b", "c"))
 
 
+def test_a_dial_on_demand_pays_the_links_delay(tmp_path: Path, spawn: Spawn) -> None:
+    """Where the broker adds the link delay itself (emulate_link, 100 ms one way), a dial
+    on demand takes what the simulator charges: the dialler's side up two delays after
+    its Send, the acceptor's three, and the first message there after the acceptor's
+    LinkUp, three delays after it was sent. (The kernel's handshake alone takes a
+    millisecond here: a pair's first message used to skip the round trip.)"""
+    delay_s = 0.1
+    mesh = Mesh(tmp_path, ["a", "b"])
+    configs = {}
+    for n in mesh.names:
+        cfg = mesh.config(n, dormant=n == "b")
+        cfg["peers"] = {p: {"addr": addr, "delay_ms": delay_s * 1000}
+                        for p, addr in cfg["peers"].items()}
+        configs[n] = {**cfg, "emulate_link": True}
+    brokers = {n: spawn("broker", n, configs[n]) for n in mesh.names}
+    for n in mesh.names:
+        wait_for(lambda n=n: status(tmp_path, n).get("state") == "running", 15, f"{n} running")
+    ops = {"cb": ("b", [_join("cb", "a", 0.2)])}
+    clients = mesh.clients(spawn, ops, time.time() + 1.0, 1.5)
+    assert clients.wait(timeout=20) == 0
+    _stop(brokers)
+
+    # b's JOIN to a opened the link: its 'configured' record is the Send that dialled.
+    dial = records(tmp_path, "b", "link", state="configured", link="a")[0]["t_wall"]
+    (b_up,) = records(tmp_path, "b", "link", state="up", link="a")
+    (a_up,) = records(tmp_path, "a", "link", state="up", link="b")
+    assert (b_up["reason"], a_up["reason"]) == ("dialled", "accepted")
+    slack_s = 0.15  # a loaded 2-core machine's scheduling
+    assert 2 * delay_s <= b_up["t_wall"] - dial < 2 * delay_s + slack_s
+    assert 3 * delay_s <= a_up["t_wall"] - dial < 3 * delay_s + slack_s
+    join = records(tmp_path, "a", "recv", link="b", type="JOIN")[0]
+    assert 3 * delay_s <= join["t_wall"] - dial < 3 * delay_s + slack_s
+    log = read_log(tmp_path, "a")
+    seen = next(i for i, r in enumerate(log) if r["ev"] == "record"
+                and r.get("kind") == "seen" and r.get("peer") == "b")
+    assert seen < log.index(join)  # LinkUp reached a's core before b's first message
+    assert not any(records(tmp_path, n, "error") for n in mesh.names)
+
+
 # ---- the dial race, played by the test against one broker ----------------------------------
 
 
