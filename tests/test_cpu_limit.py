@@ -131,10 +131,10 @@ def test_a_process_started_outside_the_limit_runs_free_in_the_hosts_namespace() 
     try:
         emu.start()
         limited, free = emu.popen("pc1", BUSY), emu.popen("pc1", BUSY, cpu_limited=False)
+        time.sleep(0.3)  # mnexec joins the namespace (and cgroup) after the fork returns
         host_ns = os.readlink(f"/proc/{emu.net['pc1'].pid}/ns/net")
         namespaces = [os.readlink(f"/proc/{p.pid}/ns/net") for p in (limited, free)]
         groups = [Path(f"/proc/{p.pid}/cgroup").read_text() for p in (limited, free)]
-        time.sleep(0.3)
         c0 = [_proc_cpu_s(p.pid) for p in (limited, free)]
         time.sleep(2.0)
         shares = [(_proc_cpu_s(p.pid) - c) / 2.0 for p, c in zip((limited, free), c0,
