@@ -55,7 +55,8 @@ def format_plan(plan: RunPlan) -> str:
                     f"{m['selectivity_asked']:g} asked" if m["interest"] == "classes"
                     else "Meghdoot-template stock queries")
         lines.append(f"workload codd: {m['n_documents']} documents from root {m['root']} to "
-                     f"{len(m['nodes']) - 1} consumers ({len(m['leaves_s'])} leave), "
+                     f"{len(m['nodes']) - 1} consumers ({len(m['leaves_s'])} leave, "
+                     f"{len(m.get('crashes_s', {}))} crash), "
                      f"{interest}, {m['selectivity']:.4f} measured; {w['ops']} operations, "
                      f"phase {d['phase_s']:g} s")
     else:

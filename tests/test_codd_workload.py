@@ -269,7 +269,8 @@ def test_plan_builds_the_papers_defaults_over_the_brokers() -> None:
     plan = compile_plan(parse_spec(_spec()), netem=False)
     assert {k: v for k, v in CODD_DEFAULTS.items() if k != "kind"} == {
         "n_documents": 10000, "interest": "classes", "selectivity": 0.2, "k": 20, "c": 4,
-        "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0}
+        "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
+        "crash_fraction": 0.0}
     assert plan.workload == codd_workload(sorted(plan.overlay.nodes), 10000, seed=3)
     assert plan.links == "on-demand"
 
@@ -287,6 +288,7 @@ def test_plan_builds_the_papers_defaults_over_the_brokers() -> None:
     ("step_s", 0, "a number > 0"),
     ("leave_fraction", 1.5, r"a number in \[0, 1\]"),
     ("leave_fraction", True, r"a number in \[0, 1\]"),
+    ("crash_fraction", -0.1, r"a number in \[0, 1\]"),
 ])
 def test_plan_refuses_bad_values_in_one_line(field: str, value: Any, allowed: str) -> None:
     with pytest.raises(SpecError, match=rf"^workload\.{field}: bad value .*; allowed: "
