@@ -41,7 +41,7 @@ KIND_TYPES: dict[str, tuple[pa.DataType, str, tuple[type, ...]]] = {
 # ``matching_ms`` (emulated runs only; summary.json reads it from the logs). Columns
 # would change the schema of the stored log_events tables.
 IN_EXTRA = frozenset({"matching_ms", "index", "sha256", "duplicate", "delay_ms", "loss_pct",
-                      "emulated", "retry_in_s", "stage", "peer", "addr"})
+                      "emulated", "rate_mbps", "retry_in_s", "stage", "peer", "addr"})
 # The columns: (field, Arrow type, Spark DDL type, Python types accepted), in the order
 # of nodes.logs.LOG_FIELDS.
 LOG_COLUMNS: tuple[tuple[str, pa.DataType, str, tuple[type, ...]], ...] = tuple(

@@ -782,12 +782,12 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                     raise SpecError(f"workload.{churn}: the Siena emulation places servers "
                                     "and clients as they arrive and has no leave or repair; "
                                     "allowed: 0 with codd-siena")
+            workload = build_codd_workload(spec, graph, wparams)  # checks the values
             deaf = [a.name for a in algorithms if not a.params.get("heartbeat_s")]
             if wparams["crash_fraction"] and deaf:
                 raise SpecError(f"workload.crash_fraction: {', '.join(deaf)} would never find "
                                 "a crashed node; allowed: 0, or routing.params.heartbeat_s "
                                 "> 0 (failure detection)")
-            workload = build_codd_workload(spec, graph, wparams)
         if kind == "kyra-example":
             workload = build_kyra_example_workload(graph, wparams)
         if kind == "stock":

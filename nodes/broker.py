@@ -574,7 +574,8 @@ class Broker:
         for name, nb in sorted(self.config.neighbours.items()):
             log_now(self._log, Ev.LINK, link=name, role="broker", state="configured",
                     delay_ms=nb.delay_ms, loss_pct=nb.loss_pct,
-                    emulated=self.config.emulate_link, rate_mbps=nb.rate_mbps)
+                    emulated=self.config.emulate_link,
+                    **({} if nb.rate_mbps is None else {"rate_mbps": nb.rate_mbps}))
             if self.name < name:
                 self._spawn(self._dial_loop(name))
         if self.config.peers:

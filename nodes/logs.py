@@ -18,7 +18,8 @@ and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
 - ``queue``: one statistics window of the output queue to ``link``: ``count_in``,
   ``count_out``, ``queue_len``, ``flushed``, ``window_ms``;
 - ``link``: a connection to ``link`` (``role`` broker or client) changed ``state``
-  (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated``; ``up`` with ``peer``
+  (``configured`` with ``delay_ms``, ``loss_pct``, ``emulated`` and, when the broker
+  paces the link to a per-stream cap, ``rate_mbps``; ``up`` with ``peer``
   and, for links opened on demand, ``reason`` ``dialled``, ``accepted`` or ``replaced``;
   ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``;
   ``refused``: a dialler turned away, with ``peer``, ``reason`` ``crossed`` or
@@ -49,7 +50,8 @@ an absent field):
   ``window_ms`` (float);
 - ``kind`` (str, of a ``record``), ``state``, ``reason``, ``role`` (str);
 - ``matching_ms`` (float), ``index`` (int), ``sha256`` (str), ``duplicate`` (bool),
-  ``delay_ms``, ``loss_pct`` (float), ``emulated`` (bool), ``retry_in_s`` (float),
+  ``delay_ms``, ``loss_pct``, ``rate_mbps`` (float), ``emulated`` (bool),
+  ``retry_in_s`` (float),
   ``stage``, ``peer``, ``addr`` (str): as above.
 """
 
@@ -123,6 +125,8 @@ LOG_FIELDS: tuple[LogField, ...] = (
     LogField("delay_ms", "float", "link configured: one-way delay, ms"),
     LogField("loss_pct", "float", "link configured: loss, percent"),
     LogField("emulated", "bool", "link configured: the broker applies delay and loss"),
+    LogField("rate_mbps", "float", "link configured: the per-stream cap the broker paces "
+             "the link to, Mbit/s (absent: none)"),
     LogField("retry_in_s", "float", "link dial_failed: seconds until the next attempt"),
     LogField("stage", "str", "error: listen | handshake | read | core | dial"),
     LogField("peer", "str", "link up, error: the remote end (name or ip:port)"),
