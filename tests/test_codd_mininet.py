@@ -14,14 +14,14 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from experiments.plan import compile_plan
+from experiments.plan import RunPlan, compile_plan
 from experiments.runs.emulated import broker_phase
 from experiments.runs.simulated import on_demand_links
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.log_summary import client_receipts
 from nodes.logs import Ev, iter_jsonl
-from nodes.sim import simulate
+from nodes.sim import SimResult, simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -44,6 +44,22 @@ def _pairs(deliveries: dict) -> list:
     return sorted((key, sub) for key, subs in deliveries.items() for sub in subs)
 
 
+def _simulated(plan: RunPlan) -> SimResult:
+    """CoDD-R on the plan's workload in the simulator (the Mininet run's twin)."""
+    alg = plan.algorithm("codd")
+    overlay = nx.Graph()
+    overlay.add_nodes_from(plan.overlay.nodes)
+    return simulate(overlay, plan.workload, "codd", dict(alg.params), derived=alg.derived,
+                    seed=plan.spec.seed, until_s=plan.phase_s(),
+                    on_demand=on_demand_links(plan), log_messages=False)
+
+
+def _parents(plan: RunPlan, out: Path) -> dict[str, str]:
+    """Each consumer's parent, from its final ``codd_node`` record."""
+    return {b: r["parent"] for b in plan.overlay.nodes
+            for r in iter_jsonl(out / f"{b}.jsonl", Ev.RECORD) if r.get("kind") == "codd_node"}
+
+
 def test_codd_on_16_nodes_in_mininet_agrees_with_the_oracle_and_the_simulator(
         tmp_path: Path) -> None:
     plan = compile_plan(parse_spec(SPEC))
@@ -52,12 +68,7 @@ def test_codd_on_16_nodes_in_mininet_agrees_with_the_oracle_and_the_simulator(
     expected = _pairs(expected_deliveries(workload))
     assert len(expected) > 300, "the workload should exercise many deliveries"
 
-    alg = plan.algorithm("codd")
-    overlay = nx.Graph()
-    overlay.add_nodes_from(plan.overlay.nodes)
-    simulated = simulate(overlay, workload, "codd", dict(alg.params), derived=alg.derived,
-                         seed=plan.spec.seed, until_s=plan.phase_s(),
-                         on_demand=on_demand_links(plan), log_messages=False)
+    simulated = _simulated(plan)
     assert _pairs(simulated.deliveries) == expected
 
     run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
@@ -73,11 +84,7 @@ def test_codd_on_16_nodes_in_mininet_agrees_with_the_oracle_and_the_simulator(
     # Every consumer that did not leave names a parent that is the root or another
     # consumer that did not leave: the tree the records describe is whole.
     left = set(workload.meta["leaves_s"])
-    parents = {}
-    for b in plan.overlay.nodes:
-        for r in iter_jsonl(out / f"{b}.jsonl", Ev.RECORD):
-            if r.get("kind") == "codd_node":
-                parents[b] = r["parent"]
+    parents = _parents(plan, out)
     stayed = {b for b in parents if b not in left}
     root = workload.meta["root"]
     assert all(parents[b] == root or parents[b] in stayed for b in stayed)
@@ -101,12 +108,7 @@ def test_codd_survivors_of_killed_nodes_in_mininet_get_exactly_their_documents(
         return [(k, sub) for k, sub in _pairs(deliveries) if sub not in crashed]
 
     expected = survivors(expected_deliveries(workload))
-    alg = plan.algorithm("codd")
-    overlay = nx.Graph()
-    overlay.add_nodes_from(plan.overlay.nodes)
-    simulated = simulate(overlay, workload, "codd", dict(alg.params), derived=alg.derived,
-                         seed=plan.spec.seed, until_s=plan.phase_s(),
-                         on_demand=on_demand_links(plan), log_messages=False)
+    simulated = _simulated(plan)
     assert survivors(simulated.deliveries) == expected
 
     run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
@@ -117,11 +119,7 @@ def test_codd_survivors_of_killed_nodes_in_mininet_get_exactly_their_documents(
     assert all(set(subs) <= want.get(k, set()) for k, subs in got.items())  # none extra
     summary = json.loads((out / "summary.json").read_text())
     assert summary["codd"]["reorganization"]["rejoins"] > 0  # orphans did re-join
-    parents = {}
-    for b in plan.overlay.nodes:
-        for r in iter_jsonl(out / f"{b}.jsonl", Ev.RECORD):
-            if r.get("kind") == "codd_node":
-                parents[b] = r["parent"]
+    parents = _parents(plan, out)
     gone = set(workload.meta["leaves_s"]) | set(workload.meta["crashes_s"])
     stayed = {b for b in parents if b not in gone}
     root = workload.meta["root"]

@@ -110,7 +110,7 @@ from nodes.core import (
     TimerFired,
 )
 from nodes.cores.actions import unhandled
-from nodes.cores.codd_repair import HEARTBEAT, Repair
+from nodes.cores.codd_repair import HEARTBEAT, MOVES, Repair
 from nodes.cores.multicast_groups import unit_draw
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
@@ -734,7 +734,7 @@ class CoddCore(Repair):
             out += self._catch_up(p)
         elif kind == "rejoin":
             out += self._replay({**self._known(names), **p["members"]}, self._rejoin_after(p))
-        return out + self._finish(moved=kind in ("rejoin", "leave", "reorganize"))
+        return out + self._finish(moved=kind in MOVES)
 
     def _finish(self, moved: bool) -> list[Action]:
         """Log a move's span of documents (for replays) and start the next change."""
@@ -750,12 +750,17 @@ class CoddCore(Repair):
         if self.tree == "siena":
             return [Send(node, self._tree_msg("addresult", parent=self._siena_parent(node),
                                               cid=self._cid))]
+        return self._descend({**p, "want": self._wanted({node: p["query"]}), "cid": self._cid})
+
+    def _wanted(self, members: Mapping[str, Any]) -> str:
+        """The window's documents some of ``members`` (name -> query) wants, as hex bits
+        over seq (the extensional statistics a descent compares children by)."""
+        queries = [(self._query_of(q), self._bit_of[m]) for m, q in members.items()]
         want = 0
-        query, bit = self._query_of(p["query"]), self._bit_of[node]
         for seq, _t, doc, _msg in self._window:
-            if self._accepts(query, bit, doc):
+            if any(self._accepts(q, bit, doc) for q, bit in queries):
                 want |= 1 << seq
-        return self._descend({**p, "want": format(want, "x"), "cid": self._cid})
+        return format(want, "x")
 
     def _siena_parent(self, node: str) -> str:
         """The Siena emulation's place for a newcomer (module docstring)."""

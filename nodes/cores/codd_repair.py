@@ -61,6 +61,8 @@ from nodes.core import Action, Send, SetTimer
 from nodes.messages import Message, MsgType
 
 HEARTBEAT = "heartbeat"  # the timer's name
+# The root's changes that move a subtree (and may bring documents out of order there).
+MOVES = frozenset({"rejoin", "leave", "reorganize"})
 
 
 class Repair:
@@ -115,18 +117,20 @@ class Repair:
                 lost = {"dead": c, "reporter": self.broker}
                 out += (self._enqueue("lost", lost) if self.broker == self.root
                         else [Send(self.root, self._tree_msg("lost", **lost))])
-        if self.broker == self.root and self._busy is not None:
-            # A change waits on a dead node: given up after two detection times, or
-            # after one when a loss is waiting (likely the node it waits on).
-            waited_s = now_s - self._busy_since_s
-            kind, p = self._busy
-            if (waited_s > 2 * self._detect_s or (self._losses and waited_s > self._detect_s)
-                    or (kind in ("join", "rejoin") and self._silent(p["node"]))):
-                out += self._give_up()
         if self.broker == self.root:
+            if self._busy is not None and self._stalled(now_s - self._busy_since_s):
+                out += self._give_up()
             out += self._next()
         out.append(SetTimer(HEARTBEAT, self.heartbeat_s))
         return out
+
+    def _stalled(self, waited_s: float) -> bool:
+        """Whether the root's current change waits on a dead node: after two detection
+        times, after one when a loss is waiting (likely the node it waits on), at once
+        when the node it places stopped beating."""
+        kind, p = self._busy
+        return (waited_s > 2 * self._detect_s or bool(self._losses and waited_s > self._detect_s)
+                or (kind in ("join", "rejoin") and self._silent(p["node"])))
 
     def _ask_served(self) -> list[Action]:
         """While cut off (an orphan, or a node that left whose parent failed) or not
@@ -154,8 +158,7 @@ class Repair:
     def _ask_rejoin(self) -> list[Action]:
         return [Send(self.root, self._tree_msg(
             "add", node=self.broker, purpose="rejoin", dead=self._orphaned_from,
-            members=self.subtree(),
-            since=self._tree_seq))]
+            members=self.subtree(), since=self._tree_seq))]
 
     def _on_lost(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         return self._enqueue("lost", dict(p))
@@ -207,12 +210,7 @@ class Repair:
             self._lost.discard(child)
 
     def _start_rejoin(self, p: dict[str, Any]) -> list[Action]:
-        want = 0
-        queries = [(self._query_of(q), self._bit_of[m]) for m, q in p["members"].items()]
-        for seq, _t, doc, _msg in self._window:
-            if any(self._accepts(q, bit, doc) for q, bit in queries):
-                want |= 1 << seq
-        return self._descend({"node": p["node"], "want": format(want, "x"),
+        return self._descend({"node": p["node"], "want": self._wanted(p["members"]),
                               "purpose": "rejoin", "cid": self._cid, "dead": p["dead"]})
 
     def _replay(self, members: Mapping[str, Any], after_seq: int,
@@ -262,7 +260,7 @@ class Repair:
             out += self._replay(self._known(p["members"]), self._busy_seq)
         if kind in ("join", "rejoin", "leave"):
             out.append(Send(p["node"], self._tree_msg("retry", change=kind)))
-        return out + self._finish(moved=kind in ("rejoin", "leave", "reorganize"))
+        return out + self._finish(moved=kind in MOVES)
 
     def _on_departed(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         """A node left the overlay before its leave ended: drop its queued changes, and
