@@ -24,7 +24,8 @@ every poll::
     {"pid": int, "t_wall": float, "polls": int,
      "connected": {dpid: {"address": "ip:port", "since_wall": float}},
      "switches": {dpid: {"name": str | null, "connections": int, "packet_ins": int,
-                         "packet_ins_dropped": int, "flows_installed": int,
+                         "packet_ins_multicast": int, "packet_ins_dropped": int,
+                         "flows_installed": int,
                          "macs": int, "macs_evicted": int}}}
 
 Port statistics: every ``poll_s`` seconds a port-stats request goes to every connected
@@ -117,6 +118,10 @@ class SwitchCounters:
     name: str | None = None
     connections: int = 0
     packet_ins: int = 0
+    # Multicast and broadcast frames never get a flow, so they reach the controller for
+    # as long as hosts send them (IPv6 neighbour discovery, ARP requests): counted apart,
+    # a unicast packet-in is the sign of a missing flow.
+    packet_ins_multicast: int = 0
     packet_ins_dropped: int = 0
     flows_installed: int = 0
     macs: int = 0
@@ -252,6 +257,8 @@ class L2Monitor(BaseApp):
         dp = msg.datapath
         c = self._counters(dp.id)
         c.packet_ins += 1
+        if msg.data and msg.data[0] & 1:
+            c.packet_ins_multicast += 1
         bucket = self.buckets.get(dp.id)
         if bucket is None or not bucket.take(time.monotonic()):
             c.packet_ins_dropped += 1

@@ -276,13 +276,16 @@ class TestOnTheGigabitCluster:
         emu, ctl = cluster
         assert ping_rtts_ms(emu.net, "pc2", "pc4", 1)[0] is not None  # flows in place
         dpid = emu.net["s1"].dpid
-        before = switch_counters(ctl.out_dir, dpid)["packet_ins"]
+        before = switch_counters(ctl.out_dir, dpid)
         rtts = ping_rtts_ms(emu.net, "pc2", "pc4", 50, interval_s=0.02)
-        after = switch_counters(ctl.out_dir, dpid)["packet_ins"]
+        after = switch_counters(ctl.out_dir, dpid)
         assert None not in rtts
-        # 100 ICMP packets crossed the switch; the few packet-ins left are the hosts' own
-        # multicast (IPv6 neighbour discovery), which is flooded without a flow.
-        assert after - before < 10, (before, after)
+        # 100 ICMP packets crossed the switch and none reached the controller: the only
+        # unicast frames were pc2's and pc4's, whose flows were in place. The hosts' own
+        # multicast (IPv6 neighbour discovery, flooded without a flow) still arrives, as
+        # many as the machine's timing makes: once 10 in this window, under load.
+        unicast = [c["packet_ins"] - c["packet_ins_multicast"] for c in (before, after)]
+        assert unicast[1] == unicast[0], (before, after)
         mac2, mac4 = emu.net["pc2"].MAC(), emu.net["pc4"].MAC()
         pair = [f for f in _dump_flows("s1") if f"dl_src={mac2},dl_dst={mac4}" in f]
         n_packets = int(re.search(r"n_packets=(\d+)", pair[0]).group(1)) if pair else 0
