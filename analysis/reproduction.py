@@ -35,6 +35,11 @@ A row's ``direction`` (value rows) is the paper's claim about its number, which 
 must share: ``{above: ALG}`` / ``{below: ALG}`` (the same figure of another algorithm of
 the same runs), ``{above: N}`` / ``{below: N}`` (a bound), ``{within: [LO, HI]}``.
 ``ratio`` is ours over the paper's and ``within_2x`` says whether it lies in [0.5, 2].
+
+Beside another runtime: a reproduction in one runtime can carry the rows of an earlier one
+of the same paper and scale in the other (``pubsublab reproduce --beside``); each row then
+has a ``beside`` entry (that runtime's ours, ratio, direction, 2x and conditions), the page
+a second group of columns, and each figure the other runtime's curves dashed.
 """
 
 from __future__ import annotations
@@ -52,12 +57,14 @@ from typing import Any
 import matplotlib
 
 from analysis.paper_figures import metric
-from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
+from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, REPRODUCTION_PAGE, SUMMARY
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
 RELATIVE = ("reduction", "increase", "factor", "ratio", "difference")
+# What a row carries of the other runtime's row (``beside``).
+BESIDE_KEYS = ("ours", "ratio", "direction_agrees", "within_2x", "conditions", "scale")
 COMPARES = (*RELATIVE, "value", "percent")
 PICKS = ("mean", "max", "min")
 
@@ -81,6 +88,35 @@ def load_point(run_dir: Path, x: float | None) -> Point:
     if not summaries:
         raise ValueError(f"{run_dir}: no {SUMMARY} in any algorithm folder")
     return Point(x, run_dir, manifest, summaries)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """An earlier reproduction shown beside this one: its runtime (``simulated`` or
+    ``emulated``), its folder, its points by experiment and its rows as it wrote them."""
+
+    runtime: str
+    folder: Path
+    points: Mapping[str, Sequence[Point]]
+    rows: Sequence[Mapping[str, Any]]
+
+
+def load_reproduction(folder: Path) -> tuple[dict[str, Any], dict[str, list[Point]]]:
+    """An earlier reproduction's result (its ``reproduction.json``) and its points, read
+    back from the run folders that result lists."""
+    result = json.loads((folder / REPRODUCTION_INDEX).read_text(encoding="utf-8"))
+    points: dict[str, list[Point]] = {}
+    for run in result["runs"]:
+        points.setdefault(run["experiment"], []).append(
+            load_point(folder / run["run_dir"], run["x"]))
+    return result, points
+
+
+def with_beside(rows: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
+                runtime: str) -> list[dict[str, Any]]:
+    """``rows`` each with the same row of another runtime under ``beside``."""
+    return [{**row, "beside": {"runtime": runtime, **{k: o[k] for k in BESIDE_KEYS}}}
+            for row, o in zip(rows, other, strict=True)]
 
 
 def _paths(y: str | Sequence[str]) -> list[tuple[str, ...]]:
@@ -236,9 +272,11 @@ def _png(fig: Any) -> str:
 
 
 def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
-               points: Sequence[Point]) -> str:
+               points: Sequence[Point],
+               beside: tuple[str, str, Sequence[Point]] | None = None) -> str:
     """Our curves for one row on the paper's axes (x in the paper's units), as a base64
-    PNG; a value row also shows the paper's number as a dashed line."""
+    PNG; a value row also shows the paper's number as a dashed line. ``beside``: (this
+    runtime, the other runtime, the other's points), drawn in the same colours, dashed."""
     spec = row["ours"]
     exp = paper["experiments"][spec["experiment"]]
     per_ours = 1.0 if spec.get("series") else (exp.get("x") or {}).get("paper_per_ours", 1.0)
@@ -248,17 +286,25 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
     legend = paper.get("legend", {})
     y_factor = 100.0 if spec["compare"] == "percent" else 1.0
     fig, ax = plt.subplots(figsize=(3.6, 2.6))
-    curves = {a: curve(points, spec, a) for a in algorithms}
-    single = all(len(c) <= 1 for c in curves.values())
-    for alg, c in curves.items():
-        name = legend.get(alg, alg)
+    runs = [("", points, "-", "o", 1.0)]
+    if beside is not None:
+        this, other, other_points = beside
+        runs = [(f" ({this})", points, "-", "o", 1.0),
+                (f" ({other})", other_points, "--", "x", 0.5)]
+    curves = [(alg, suffix, curve(pts, spec, alg), ls, marker, alpha)
+              for suffix, pts, ls, marker, alpha in runs for alg in algorithms]
+    single = all(len(c) <= 1 for _, _, c, *_ in curves)
+    for alg, suffix, c, ls, marker, alpha in curves:
+        name = legend.get(alg, alg) + suffix
         # One colour per algorithm on every figure of the page: its place in the legend.
         color = f"C{list(legend).index(alg) if alg in legend else len(legend)}"
         if single:
-            ax.bar([name], [c[0][1] * y_factor if c else 0.0], color=color)
+            ax.bar([name], [c[0][1] * y_factor if c else 0.0], color=color, alpha=alpha)
         else:
-            ax.plot([x * per_ours for x, _ in c], [y * y_factor for _, y in c], marker="o",
-                    ms=3, color=color, label=name)
+            ax.plot([x * per_ours for x, _ in c], [y * y_factor for _, y in c], ls=ls,
+                    marker=marker, ms=3, color=color, label=name)
+    if single and beside is not None:
+        ax.tick_params(axis="x", labelrotation=30)
     if spec["compare"] in ("value", "percent") and row["paper"] is not None:
         ax.axhline(row["paper"], color="k", ls="--", lw=1, label="paper")
     at = spec.get("pick")
@@ -320,24 +366,42 @@ img { display: block; }
 
 def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                points: Mapping[str, Sequence[Point]], out_dir: Path, *, runtime: str,
-               quick: bool) -> Path:
+               quick: bool, beside: Beside | None = None) -> Path:
     """``out_dir/reproduction.html``: one self-contained page (figures inline as base64
-    PNG) with the rows, our figure beside each, and links to the run folders."""
+    PNG) with the rows, our figure beside each, and links to the run folders; with
+    ``beside``, the other runtime's numbers in their own columns and curves."""
     e = html.escape
     scale = "quick scale (tests and CI)" if quick else "the specs' stated scale"
+    shown = (f"<b>{e(runtime)}</b>, beside <b>{e(beside.runtime)}</b> (the reproduction "
+             f"in <a href='{e(beside.folder.as_uri())}/'>{e(beside.folder.name)}</a>)"
+             if beside else f"<b>{e(runtime)}</b>")
+    other = (f"<th>Ours, {e(beside.runtime)}</th><th>Ours / paper, {e(beside.runtime)}"
+             f"</th><th>Direction agrees, {e(beside.runtime)}</th>"
+             f"<th>Within 2x, {e(beside.runtime)}</th>" if beside else "")
     body = [f"<h1>Reproduction: {e(paper['title'])}</h1>",
-            f"<p>Runtime: <b>{e(runtime)}</b>; {scale}. The paper's numbers are quoted from "
+            f"<p>Runtime: {shown}; {scale}. The paper's numbers are quoted from "
             "the seed text "
             f"<code>{e(paper['seed'])}</code> with their places (hover a paper's number); "
             "ours come from the runs listed below. Rows whose direction differs from the "
-            "paper's or whose ratio lies outside 2x are shaded.</p>",
+            f"paper's or whose ratio lies outside 2x{' (in ' + e(runtime) + ')' if beside else ''}"
+            " are shaded.</p>",
             "<table id='rows'><tr><th>Figure / section</th><th>Metric</th><th>Paper</th>"
             "<th>Ours</th><th>Unit</th><th>Ours / paper</th><th>Direction agrees</th>"
-            "<th>Within 2x</th><th>Scale and conditions</th><th>Why</th>"
+            f"<th>Within 2x</th>{other}<th>Scale and conditions</th><th>Why</th>"
             "<th>Our figure</th></tr>"]
     for spec, row in zip(paper["rows"], rows, strict=True):
         differs = not (row["direction_agrees"] and row["within_2x"])
-        png = row_figure(paper, spec, points[row["experiment"]])
+        png = row_figure(paper, spec, points[row["experiment"]],
+                         (runtime, beside.runtime, beside.points[row["experiment"]])
+                         if beside else None)
+        b = row.get("beside")
+        cells = (f"<td class='num'>{_fmt(b['ours'])}</td><td class='num'>{_fmt(b['ratio'])}"
+                 f"</td><td>{_fmt(b['direction_agrees'])}</td><td>{_fmt(b['within_2x'])}"
+                 "</td>" if beside and b else "")
+        # The other runtime's scale and conditions, where they are not this one's.
+        also = (f"<br><i>{e(b['runtime'])}</i>: {e(b['scale'])}; {e(b['conditions'])}"
+                if b and (b["scale"], b["conditions"]) != (row["scale"], row["conditions"])
+                else "")
         body.append(
             f"<tr class='{'differs' if differs else 'agrees'}'>"
             f"<td>{e(row['figure'])}</td><td>{e(row['metric'])}</td>"
@@ -345,7 +409,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<td class='num'>{_fmt(row['ours'])}</td><td>{e(row['unit'])}</td>"
             f"<td class='num'>{_fmt(row['ratio'])}</td>"
             f"<td>{_fmt(row['direction_agrees'])}</td><td>{_fmt(row['within_2x'])}</td>"
-            f"<td class='cond'>{e(row['scale'])}; {e(row['conditions'])}</td>"
+            f"{cells}<td class='cond'>{e(row['scale'])}; {e(row['conditions'])}{also}</td>"
             f"<td class='why'>{e(row['why'])}</td>"
             f"<td><img alt='{e(row['figure'])}: {e(row['metric'])}' "
             f"src='data:image/png;base64,{png}'></td></tr>")
@@ -355,7 +419,12 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                 "<th>Run folder</th><th>Runtime</th><th>Seed</th><th>Scale</th>"
                 "<th>Git revision</th><th>Measured selectivity</th>"
                 "<th>Advertisements a subscription overlaps</th></tr>")
-    for r in run_records(points, out_dir):
+    records = run_records(points, out_dir)
+    if beside:
+        # The other runtime's runs, linked where they lie (another reproduction folder).
+        records += [{**r, "run_dir": str(beside.folder / r["run_dir"])}
+                    for r in run_records(beside.points, beside.folder)]
+    for r in records:
         git = r.get("git") or {}
         rev = (git.get("commit") or "unknown")[:12] + (" (modified)" if git.get("dirty")
                                                         else "")
@@ -378,10 +447,17 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a plain-text table (``pubsublab reproduce`` without ``--json``)."""
-    head = ("figure", "metric", "paper", "ours", "unit", "ours/paper", "direction", "2x")
-    cells = [head] + [(r["figure"], r["metric"], _fmt(r["paper_value"]), _fmt(r["ours"]),
-                       r["unit"], _fmt(r["ratio"]), _fmt(r["direction_agrees"]),
-                       _fmt(r["within_2x"])) for r in rows]
+    head: tuple[str, ...] = ("figure", "metric", "paper", "ours", "unit", "ours/paper",
+                             "direction", "2x")
+    cells = [(r["figure"], r["metric"], _fmt(r["paper_value"]), _fmt(r["ours"]),
+              r["unit"], _fmt(r["ratio"]), _fmt(r["direction_agrees"]),
+              _fmt(r["within_2x"])) for r in rows]
+    if rows and "beside" in rows[0]:
+        short = rows[0]["beside"]["runtime"][:3]  # sim / emu
+        head += (f"ours {short}", f"ours/paper {short}", f"direction {short}", f"2x {short}")
+        cells = [(*c, *(_fmt(r["beside"][k]) for k in BESIDE_KEYS[:4]))
+                 for c, r in zip(cells, rows, strict=True)]
+    cells = [head, *cells]
     widths = [min(48, max(len(str(c[i])) for c in cells)) for i in range(len(head))]
     return "\n".join("  ".join(str(c)[:w].ljust(w) for c, w in zip(line, widths, strict=True))
                      .rstrip() for line in cells)

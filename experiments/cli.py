@@ -166,7 +166,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from experiments.reproduce import reproduce
 
     resume = Path(args.resume) if args.resume else None
-    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out), resume)
+    beside = Path(args.beside) if args.beside else None
+    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out), resume,
+                          beside)
     _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
     return 0
 
@@ -373,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an earlier reproduction folder of this paper (same runtime and "
                          "scale): its finished points are read, not run again; the rest "
                          "run into it and the page is written anew")
+    rp.add_argument("--beside", metavar="FOLDER",
+                    help="an earlier reproduction folder of this paper and scale in the "
+                         "other runtime: its numbers go in their own columns and its "
+                         "curves, dashed, on our figures (read, not run again); e.g. "
+                         "sudo pubsublab reproduce octopia --runtime emulated --beside "
+                         "runs/<stamp>-reproduce-octopia-sim")
     rp.add_argument("--quick", action="store_true",
                     help="the smaller scale the data file states (about a minute each)")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,

@@ -14,6 +14,10 @@ smaller scale the data file states for tests and CI. Everything goes into one fo
 ``runtime``: ``sim`` runs the points in the simulator; ``emulated`` in Mininet (root),
 except experiments the data file marks ``simulated_only`` (LBDD's 100..500-node depth
 sweep), which run in the simulator and say so in the page's run list.
+
+``beside``: an earlier reproduction folder of the same paper and scale in the other
+runtime, whose rows and curves the page and the JSON show next to this one's (read from
+its run folders, nothing run again).
 """
 
 from __future__ import annotations
@@ -27,7 +31,16 @@ from typing import Any
 
 import yaml
 
-from analysis.reproduction import Point, headline_rows, load_point, run_records, write_page
+from analysis.reproduction import (
+    Beside,
+    Point,
+    headline_rows,
+    load_point,
+    load_reproduction,
+    run_records,
+    with_beside,
+    write_page,
+)
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.spec import PAPERS, PAPERS_DIR, SpecError, load_spec
@@ -44,9 +57,18 @@ def load_paper(name: str) -> dict[str, Any]:
     return yaml.safe_load((PAPERS_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
 
 
-def _points(exp: Mapping[str, Any], quick: bool) -> list[tuple[float | None, list[str]]]:
-    """(x, spec overrides) of every run of one experiment at the chosen scale."""
-    mode = exp["quick" if quick else "full"]
+def _mode(exp: Mapping[str, Any], quick: bool, emulated: bool) -> Mapping[str, Any]:
+    """The scale an experiment runs at: ``quick``; else, in Mininet, ``emulated`` where
+    the data file gives one (fewer points or a smaller workload that 2 cores emulate
+    faithfully, with its own ``conditions``); else ``full``."""
+    if quick:
+        return exp["quick"]
+    return exp["emulated"] if emulated and "emulated" in exp else exp["full"]
+
+
+def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
+            ) -> list[tuple[float | None, list[str]]]:
+    """(x, spec overrides) of every run of one experiment at the scale ``mode``."""
     overrides = [*exp.get("set", []), *mode.get("set", [])]
     x = exp.get("x")
     if x is None:
@@ -105,20 +127,61 @@ def _resume_folder(resume: Path, paper_name: str, runtime: str, quick: bool) -> 
     return resume.resolve()
 
 
+def _shown(runtime: str) -> str:
+    """A --runtime value as manifests and pages name it."""
+    return "emulated" if runtime == "emulated" else "simulated"
+
+
+def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
+                figures: list[tuple[str, str]]) -> Beside:
+    """The reproduction ``folder`` to show beside this one, checked to be of the same
+    paper and scale in the other runtime, with the rows (figure, metric) of the data file
+    now, and read back (SpecError in one line if not)."""
+    want = f"a folder of `reproduce {paper_name}{' --quick' if quick else ''}`"
+    try:
+        result, points = load_reproduction(folder)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(f"--beside {folder}: not {want} that finished "
+                        f"({type(exc).__name__}: {exc})") from None
+    if (result.get("paper"), bool(result.get("quick"))) != (paper_name, quick):
+        scale = "--quick" if result.get("quick") else "full scale"
+        raise SpecError(f"--beside {folder}: a reproduction of {result.get('paper')!r} at "
+                        f"{scale}; wanted {want}")
+    if result.get("runtime") == runtime:
+        raise SpecError(f"--beside {folder}: runtime {runtime} as this one; wanted the "
+                        f"other runtime")
+    if [(r["figure"], r["metric"]) for r in result["rows"]] != figures:
+        raise SpecError(f"--beside {folder}: its rows are not the paper data file's now "
+                        f"(written from another version of it); reproduce it again")
+    return Beside(_shown(result["runtime"]), folder.resolve(), points, result["rows"])
+
+
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
-              resume: Path | None = None) -> tuple[Path, dict[str, Any]]:
+              resume: Path | None = None, beside: Path | None = None
+              ) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
     earlier reproduction folder of the same paper, runtime and scale: each point that has
     a finished run there (the same resolved spec) is read instead of run again, the others
-    run into it, and the page is written anew."""
+    run into it, and the page is written anew. With ``beside``, an earlier reproduction of
+    the same paper and scale in the other runtime: its rows go beside ours (each row's
+    ``beside``) and its folder into the result's ``beside``."""
     if runtime not in RUNTIMES:
         raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
     paper = load_paper(paper_name)
+    other = (load_beside(beside, paper_name, runtime, quick,
+                         [(r["figure"], r["metric"]) for r in paper["rows"]])
+             if beside is not None else None)
     experiments: dict[str, Any] = paper["experiments"]
+    modes = {name: _mode(exp, quick, _emulated(runtime, exp))
+             for name, exp in experiments.items()}
+    # The rows state the conditions of the scale the points ran at.
+    paper = {**paper, "experiments": {
+        name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
+        for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
     todo = {name: [(x, compile_plan(load_spec(exp["spec"], overrides)))
-                   for x, overrides in _points(exp, quick)]
+                   for x, overrides in _points(exp, modes[name])]
             for name, exp in experiments.items()}
     if runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
@@ -127,8 +190,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     steps = [(f"{name} run {i} of {len(pts)}" + (f" at {x:g}" if x is not None else ""), est)
              for name, pts in todo.items()
              for i, ((x, _), est) in enumerate(zip(pts, _estimates(
-                 experiments[name]["quick" if quick else "full"], len(pts),
-                 _emulated(runtime, experiments[name])), strict=True), 1)]
+                 modes[name], len(pts), _emulated(runtime, experiments[name])),
+                 strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
@@ -161,12 +224,16 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                                             label=label)
             points[name].append(load_point(run_dir, x))
             progress.finish()
-    shown = "emulated" if runtime == "emulated" else "simulated"
+    shown = _shown(runtime)
     rows = headline_rows(paper, points, shown)
+    if other is not None:
+        rows = with_beside(rows, other.rows, other.runtime)
     result = {"paper": paper_name, "runtime": runtime, "quick": quick, "rows": rows,
-              "runs": run_records(points, folder)}
+              "runs": run_records(points, folder),
+              **({"beside": str(other.folder)} if other is not None else {})}
     write_json(folder / REPRODUCTION_INDEX, result)
-    page = write_page(paper, rows, points, folder, runtime=shown, quick=quick)
+    page = write_page(paper, rows, points, folder, runtime=shown, quick=quick,
+                      beside=other)
     log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
         f" page {page}")
     return folder, {**result, "page": str(page)}

@@ -194,3 +194,76 @@ def test_resume_reads_the_finished_points_and_writes_the_same_rows(
     assert res.stderr.strip().splitlines() == [
         f"pubsublab: error: --resume {folder}: not a folder of `reproduce lbdd` "
         f"(--quick, sim), named <stamp>-reproduce-lbdd-sim-quick"]
+
+
+def test_beside_refuses_another_paper_the_same_runtime_or_no_reproduction(
+        reproduced: dict[str, dict], tmp_path: Path) -> None:
+    """A wrong --beside folder is refused in one line before anything runs."""
+    megh = Path(reproduced["meghdoot"]["page"]).parent
+    cases = [
+        (["lbdd", "--quick", "--beside", str(megh)],
+         f"--beside {megh}: a reproduction of 'meghdoot' at --quick; wanted a folder of "
+         "`reproduce lbdd --quick`"),
+        (["meghdoot", "--beside", str(megh)],
+         f"--beside {megh}: a reproduction of 'meghdoot' at --quick; wanted a folder of "
+         "`reproduce meghdoot`"),
+        (["meghdoot", "--quick", "--beside", str(megh)],
+         f"--beside {megh}: runtime sim as this one; wanted the other runtime"),
+        (["meghdoot", "--quick", "--beside", str(tmp_path)],
+         f"--beside {tmp_path}: not a folder of `reproduce meghdoot --quick` that finished "
+         f"(FileNotFoundError: [Errno 2] No such file or directory: "
+         f"'{tmp_path / 'reproduction.json'}')"),
+    ]
+    out = tmp_path / "out"
+    for args, message in cases:
+        res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", *args,
+                              "--out", str(out)],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().splitlines() == [f"pubsublab: error: {message}"]
+    assert not out.exists() or not any(out.iterdir())  # nothing started
+
+
+@pytest.mark.root
+def test_emulated_beside_simulated_shows_both_runtimes(reproduced: dict[str, dict],
+                                                       tmp_path: Path) -> None:
+    """Kyra's quick reproduction in Mininet beside the simulated one: each row carries the
+    simulated row's numbers unchanged, the page has both groups of columns, both runs'
+    folders and, per row, one figure with both runtimes' curves."""
+    sim = reproduced["kyra"]
+    sim_folder = Path(sim["page"]).parent
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "kyra",
+                          "--runtime", "emulated", "--quick", "--beside", str(sim_folder),
+                          "--out", str(tmp_path), "--json"],
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    emu = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (emu["runtime"], emu["beside"]) == ("emulated", str(sim_folder.resolve()))
+    assert len(emu["rows"]) == len(sim["rows"])
+    for row, other in zip(emu["rows"], sim["rows"], strict=True):
+        assert row["figure"] == other["figure"]
+        assert row["beside"] == {"runtime": "simulated",
+                                 **{k: other[k] for k in ("ours", "ratio", "direction_agrees",
+                                                          "within_2x", "conditions", "scale")}}
+    # The Mininet experiment's rows ran emulated; the simulated-only ones say so.
+    ran = {r["conditions"].rsplit("; ", 1)[-1] for r in emu["rows"]}
+    assert ran == {"emulated", "simulated"}
+    driver = _browser(tmp_path)
+    try:
+        driver.get(Path(emu["page"]).as_uri())
+        head = driver.execute_script(
+            "return [...document.querySelectorAll('#rows tr')[0].cells].map(c => c.innerText)")
+        assert head[8:12] == ["Ours, simulated", "Ours / paper, simulated",
+                              "Direction agrees, simulated", "Within 2x, simulated"]
+        body_rows = driver.execute_script(
+            "return [...document.querySelectorAll('#rows tr')].slice(1).map("
+            "tr => [...tr.cells].map(td => td.innerText.trim()))")
+        assert [cells[8] not in ("", "-") for cells in body_rows] == [True] * len(body_rows)
+        images = driver.execute_script(
+            "return [...document.images].map(i => [i.complete, i.naturalWidth])")
+        assert len(images) == len(emu["rows"]) and all(c and w > 200 for c, w in images)
+        run_links = driver.execute_script(
+            "return [...document.querySelectorAll('#runs a')].map(a => a.href)")
+        assert len(run_links) == 2 * (len(emu["runs"]) + len(sim["runs"]))
+    finally:
+        driver.quit()
