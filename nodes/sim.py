@@ -170,6 +170,7 @@ import math
 import random
 import resource
 import time
+from array import array
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -242,7 +243,11 @@ _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
-SIZE_CACHE_MAX = 65_536  # frame sizes remembered (see _Sim.size_cache)
+# Frame sizes remembered (see _Sim.size_cache). A message's copies are sized within a
+# few link delays of each other: over the first tenth of the 10,000-peer Meghdoot stream
+# 4,096 sized as few frames as 65,536 (48,940), which kept 28 MB of payloads alive at a
+# fifth of it (zone grants carry whole tables).
+SIZE_CACHE_MAX = 4_096
 
 
 @dataclass
@@ -548,14 +553,17 @@ class _Sim:
         self.link_dst = [bidx[b] for _, b, _, _, _ in directed]
         self.link_src_name = [a for a, _, _, _, _ in directed]
         self.link_dst_name = [b for _, b, _, _, _ in directed]
-        self.s_per_byte = [0.0 if bw is None else 8.0 / (bw * 1e6) for _, _, bw, _, _ in directed]
-        self.delay_s = [d / 1000.0 for _, _, _, d, _ in directed]
+        # Per-link numbers in typed arrays, not lists: a list holds a float or int object
+        # per link (24-28 bytes beside its 8), and 10,000 peers open millions of links.
+        self.s_per_byte = array("d", [0.0 if bw is None else 8.0 / (bw * 1e6)
+                                      for _, _, bw, _, _ in directed])
+        self.delay_s = array("d", [d / 1000.0 for _, _, _, d, _ in directed])
         self.loss_p = [p / 100.0 for _, _, _, _, p in directed]
         self.link_rng = [
             random.Random(f"{seed}:{a}:{b}") if p > 0 else None for a, b, _, _, p in directed
         ]
         n_links = len(directed)
-        self.busy_until = [0.0] * n_links
+        self.busy_until = array("d", [0.0]) * n_links
         nic_default = None if on_demand is None else on_demand.nic_mbps
         nics = [overlay.nodes[b].get("nic_mbps", nic_default) for b in brokers]
         self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (_link_number("nic_mbps", bw, 1e-9,
@@ -575,7 +583,7 @@ class _Sim:
         # ---- links on demand (none of this is used without on_demand)
         self.on_demand = on_demand
         self.n_fixed = n_links  # links from here on were opened on demand
-        self.link_rev = [self.out_links[bidx[b]][a] for a, b, _, _, _ in directed]
+        self.link_rev = array("q", [self.out_links[bidx[b]][a] for a, b, _, _, _ in directed])
         self.waiting: dict[int, list[Message]] = {}  # sides not up yet -> Sends held
         self.close_when_up: set[int] = set()  # Disconnected before they came up
         self.closed: set[int] = set()  # sides closed: no Send takes them again
@@ -608,15 +616,17 @@ class _Sim:
             self.buffer_msgs = processing.buffer_msgs
         # Per broker: messages waiting to be handled, as (link, message, client) with
         # link None for a client's operation; whether it is handling one; the frames of
-        # its window (in flight to it or in its buffer); its busy time (s).
-        self.inbuf: list[deque[tuple[int | None, Message, str]]] = [deque() for _ in brokers]
+        # its window (in flight to it or in its buffer); its busy time (s). The queues
+        # exist with the model only (a deque costs 600 bytes, two per broker).
+        queues = len(brokers) if processing is not None else 0
+        self.inbuf: list[deque[tuple[int | None, Message, str]]] = [deque() for _ in range(queues)]
         self.serving = [False] * len(brokers)
         self.occupied = [0] * len(brokers)
         self.busy_s = [0.0] * len(brokers)
         # Frames a full window holds in their senders' output queues, per link, and per
         # receiving broker the links holding frames for it, served in turn.
         self.held: dict[int, deque[Message]] = {}
-        self.blocked: list[deque[int]] = [deque() for _ in brokers]
+        self.blocked: list[deque[int]] = [deque() for _ in range(queues)]
 
         # ---- clients
         clashes = sorted(set(workload.clients) & set(bidx))
@@ -1294,13 +1304,13 @@ class _Sim:
         self.link_dst += (b, a)
         self.link_src_name += (na, nb)
         self.link_dst_name += (nb, na)
-        self.s_per_byte += (s_ab, s_ba)
-        self.delay_s += (d_ab, d_ba)
+        self.s_per_byte.extend((s_ab, s_ba))
+        self.delay_s.extend((d_ab, d_ba))
         self.loss_p += (0.0, 0.0)
         self.link_rng += (None, None)
-        self.busy_until += (0.0, 0.0)
+        self.busy_until.extend((0.0, 0.0))
         self.count_in += (0, 0)
-        self.link_rev += (ab + 1, ab)
+        self.link_rev.extend((ab + 1, ab))
         return ab
 
     def _push(self, t: float, kind: int, a: Any, b: Any) -> None:

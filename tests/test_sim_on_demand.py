@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import networkx as nx
 import pytest
@@ -24,6 +25,7 @@ from nodes.core import (
     LinkStats,
     LinkUp,
     Send,
+    SetTimer,
     TimerFired,
 )
 from nodes.frames import frame_size
@@ -412,3 +414,53 @@ def test_churn_workload_meta() -> None:
     for op in w.ops:
         if op.msg.type not in (MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH):
             assert op.broker in _members_at(w, op.t_s), op
+
+
+# ---- (d) memory per link ----------------------------------------------------------------
+
+class _DialsAll:
+    """On its client's op, sends one HEARTBEAT to every other node of NODES; on the
+    timer it sets then (after every link is up and every frame has arrived), notes the
+    memory traced in TRACED."""
+
+    NODES: ClassVar[tuple[str, ...]] = ()
+    TRACED: ClassVar[list[int]] = []
+
+    def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]):
+        self.broker = broker
+
+    def handle(self, event: Event, now_s: float) -> list[Action]:
+        if isinstance(event, TimerFired):
+            self.TRACED.append(tracemalloc.get_traced_memory()[0])
+            return []
+        if not isinstance(event, FromClient):
+            return []
+        if not self.TRACED:  # the first op: nothing opened yet
+            self.TRACED.append(tracemalloc.get_traced_memory()[0])
+        msg = Message(MsgType.HEARTBEAT, 1, self.broker)
+        return [*(Send(b, msg) for b in self.NODES if b != self.broker),
+                SetTimer("count", 60.0)]
+
+
+def test_an_idle_link_opened_on_demand_costs_under_200_bytes() -> None:
+    # 10,000 Meghdoot peers open millions of links and never close them: each link's
+    # figures are kept without a float or int object of its own (171 bytes a link here;
+    # 259 when they were lists).
+    n = 150
+    nodes = tuple(f"n{i:03d}" for i in range(n))
+    _DialsAll.NODES, _DialsAll.TRACED = nodes, []
+    ops = tuple(ClientOp(1.0 + i * 0.001, f"c{b}", b, Message(MsgType.PUBLISH, 1, f"c{b}", 0,
+                                                               {"attrs": {"x": 1}}))
+                for i, b in enumerate(nodes))
+    w = Workload(SCHEMA, {f"c{b}": b for b in nodes}, ops, {})
+    # Figures computed per pair, as the peers topology's are (a new float each).
+    model = LinkModel(latency_ms=lambda a, b: 0.5 + 0.5, link_mbps=lambda a, b: 500.0 * 2)
+    tracemalloc.start()
+    try:
+        result = simulate(_bare(nodes), w, _DialsAll, seed=0, on_demand=model)
+    finally:
+        tracemalloc.stop()
+    assert result.links_opened == n * (n - 1)  # every side of every pair came up
+    links = result.links_opened
+    grown = _DialsAll.TRACED[-1] - _DialsAll.TRACED[0]
+    assert grown / links < 200, f"{grown / links:.0f} bytes a link"
