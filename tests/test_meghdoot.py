@@ -234,6 +234,25 @@ def test_a_load_report_carries_the_k_heaviest_peers_heard_of() -> None:
     assert reports[0]["top"] == [["y", 9.0], ["z", 7.0], ["x", 6.0]]
 
 
+def test_the_neighbours_hearing_one_load_report_keep_one_record_of_it() -> None:
+    """In the simulator a report's copies share their payload: its readers share one
+    record of it (10,000 peers hold millions), and a later report is read anew."""
+    readers = []
+    for name in ("p1", "p2", "p3"):
+        core = MeghdootCore(name, (), {"seed_peer": name})
+        core._set_nbrs({"p0": can.whole(core.space.dims)})
+        readers.append(core)
+    whole = can.zone_to_json(can.whole(readers[0].space.dims))
+    report = Message(MsgType.LOAD, 1, "p0", 0, {"load": [7, 3, 4], "top": [], "zone": whole})
+    for core in readers:
+        core.handle(Arrived("p0", report), 1.0)
+    kept = [core.nbr_load["p0"] for core in readers]
+    assert kept[0] == (7.0, 3, 4) and all(k is kept[0] for k in kept)
+    later = Message(MsgType.LOAD, 2, "p0", 0, {"load": [9, 5, 4], "top": [], "zone": whole})
+    readers[0].handle(Arrived("p0", later), 2.0)
+    assert readers[0].nbr_load["p0"] == (9.0, 5, 4) and readers[1].nbr_load["p0"] == kept[1]
+
+
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
     w = meghdoot_workload(peer_names(60), 600, 600, seed=5, join_probability=0.3)
     # Plain CAN joins: many zones, whatever the loads (none are reported here).

@@ -232,6 +232,26 @@ class _Report(NamedTuple):
     subs: int  # subscriptions stored
 
 
+# The report last read and the list it was read from (kept alive here, so the identity
+# test cannot meet a new list at a freed one's address). In the simulator a report's
+# copies share one payload and reach the sender's neighbours one after another: they
+# then share one _Report too, where each made its own, about 100 bytes for each of the
+# millions of (peer, neighbour) pairs of 10,000 peers. Each emulated broker decodes its
+# own list: no sharing there, the same values either way.
+_last_report: tuple[Sequence[float], _Report] | None = None
+
+
+def _report_of(values: Sequence[float]) -> _Report:
+    """The :class:`_Report` of a report's ``[load, spread, subs]``."""
+    global _last_report
+    if _last_report is not None and _last_report[0] is values:
+        return _last_report[1]
+    load, spread, subs = values
+    report = _Report(float(load), int(spread), int(subs))
+    _last_report = (values, report)
+    return report
+
+
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
     """``(peer, load)`` pairs, heaviest first (ties by name, so every peer ranks alike)."""
     return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
@@ -620,12 +640,12 @@ class MeghdootCore:
     def _heard(self, loads: Mapping[str, Sequence[float]]) -> None:
         """Fresh loads (:meth:`_report`) from a peer's report or of the peers a join
         changed, carried by its zone messages."""
-        for peer, (load, spread, subs) in loads.items():
+        for peer, values in loads.items():
             if peer != self.broker:
                 if peer in self.nbrs or peer in self.group:
-                    self.nbr_load[peer] = _Report(float(load), int(spread), int(subs))
+                    self.nbr_load[peer] = _report_of(values)
                 if peer in self.loaded:
-                    self.loaded[peer] = float(load)
+                    self.loaded[peer] = float(values[0])
 
     def _merge_loaded(self, top: Sequence[Sequence[Any]]) -> None:
         for peer, load in top:
