@@ -177,3 +177,18 @@ def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -
             if want:
                 peers, d2, holds = t.nearest(tuple(point))
                 assert (peers, (d2, 0 if holds else 1)) == greedy_next(want, tuple(point))
+
+
+def test_a_table_holds_at_most_a_quarter_more_rows_than_its_zones() -> None:
+    """The arrays grow by a quarter (at least 8 rows), and a table set anew is exact:
+    10,000 peers' tables doubled left about half their rows unused."""
+    zones = [((i / 1000,), ((i + 1) / 1000,)) for i in range(1000)]
+    t = ZoneTable(1)
+    t.reset(None, {})
+    assert len(t.lo) == 0
+    for i, z in enumerate(zones):
+        t.add(f"p{i:04d}", z)
+        assert len(t) <= len(t.lo) <= len(t) + max(8, len(t) // 4)
+    t.reset(None, {f"p{i:04d}": z for i, z in enumerate(zones[:300])})
+    assert len(t.lo) == len(t) == 300
+    assert t.ordered() == [(z, [f"p{i:04d}"]) for i, z in enumerate(zones[:300])]
