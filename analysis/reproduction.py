@@ -311,6 +311,9 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
     if isinstance(at, Mapping) and not single:
         ax.axvline(float(at["at"]) * per_ours, color="grey", ls=":", lw=1)
     if not single:
+        if max((abs(x) * per_ours for _, _, c, *_ in curves for x, _ in c), default=0) >= 1e4:
+            # Tens of thousands (the burst's notifications a minute) overlap as full numbers.
+            ax.xaxis.set_major_formatter(lambda v, _pos: f"{v / 1000:g}K")
         ax.set_xlabel(x_label, fontsize=8)
         ax.legend(fontsize=6)
     ax.set_ylabel(spec.get("y_label", ""), fontsize=8)
