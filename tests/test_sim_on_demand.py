@@ -5,7 +5,6 @@ rules, fixed overlays untouched, and determinism."""
 from __future__ import annotations
 
 import json
-import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -67,11 +66,8 @@ def test_gossip_on_2000_nodes_delivers_the_oracle_set_once_over_few_links(
     n = 2000
     w = churn_workload(n, n_seeds=100, n_publishers=3, pubs_per_publisher=3,
                        join_gap_s=0.002, settle_s=1.0, seed=3)
-    t0 = time.perf_counter()
     result = simulate(_bare(sorted(w.clients.values())), w, "gossip", seed=1,
                       on_demand=LinkModel(latency_ms=2.0, nic_mbps=100.0), out_dir=tmp_path)
-    took_s = time.perf_counter() - t0
-    assert took_s < 60, f"{n} nodes took {took_s:.1f} s"
 
     delivered = _check_exactly_once(result, w)
     assert delivered > 1000, "workload too selective to test anything"
