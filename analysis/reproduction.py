@@ -334,11 +334,20 @@ def _fmt(v: Any) -> str:
     return html.escape(str(v))
 
 
+def delivery_text(point: Point) -> str:
+    """Whether each algorithm of a run delivered the oracle's set exactly once:
+    ``exactly once``, or per algorithm that did not, its missing and duplicate counts
+    (a run whose numbers stand on fewer deliveries says so beside them)."""
+    off = [f"{alg}: {s.get('missing', 0)} missing, {s.get('duplicates', 0)} twice"
+           for alg, s in point.summaries.items() if s.get("missing") or s.get("duplicates")]
+    return "; ".join(off) or "exactly once"
+
+
 def run_records(points: Mapping[str, Sequence[Point]], page_dir: Path
                 ) -> list[dict[str, Any]]:
     """Each run the page's numbers came from: experiment, x, folder (relative to the
-    page), runtime, seed, scale, git revision, and the workload's measured selectivity
-    and advertisement overlap where it has them."""
+    page), runtime, deliveries (see :func:`delivery_text`), seed, scale, git revision, and
+    the workload's measured selectivity and advertisement overlap where it has them."""
     records = []
     for exp, pts in points.items():
         for p in pts:
@@ -346,7 +355,8 @@ def run_records(points: Mapping[str, Sequence[Point]], page_dir: Path
             meta = (m.get("workload") or {}).get("meta") or {}
             records.append({
                 "experiment": exp, "x": p.x, "run_dir": str(p.run_dir.relative_to(page_dir)),
-                "runtime": m.get("runtime"), "seed": m.get("seed"), "scale": m.get("scale"),
+                "runtime": m.get("runtime"), "deliveries": delivery_text(p),
+                "seed": m.get("seed"), "scale": m.get("scale"),
                 "git": m.get("git"),
                 **{k: meta[k] for k in ("selectivity", "adv_overlap", "selectivity_of")
                    if k in meta},
@@ -419,7 +429,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     body.append("</table><h2>Sources of the paper's numbers</h2><ol>")
     body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
     body.append("</ol><h2>Runs</h2><table id='runs'><tr><th>Experiment</th><th>x</th>"
-                "<th>Run folder</th><th>Runtime</th><th>Seed</th><th>Scale</th>"
+                "<th>Run folder</th><th>Runtime</th><th>Deliveries</th><th>Seed</th><th>Scale</th>"
                 "<th>Git revision</th><th>Measured selectivity</th>"
                 "<th>Advertisements a subscription overlaps</th></tr>")
     records = run_records(points, out_dir)
@@ -435,7 +445,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<tr><td>{e(r['experiment'])}</td><td>{_fmt(r['x'])}</td>"
             f"<td><a href='{e(r['run_dir'])}/'>{e(r['run_dir'])}</a> "
             f"(<a href='{e(r['run_dir'])}/{MANIFEST}'>manifest</a>)</td>"
-            f"<td>{_fmt(r['runtime'])}</td><td>{_fmt(r['seed'])}</td>"
+            f"<td>{_fmt(r['runtime'])}</td><td>{_fmt(r['deliveries'])}</td><td>{_fmt(r['seed'])}</td>"
             f"<td>{_fmt(r['scale'])}</td><td><code>{e(rev)}</code></td>"
             f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")

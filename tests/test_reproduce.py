@@ -267,3 +267,14 @@ def test_emulated_beside_simulated_shows_both_runtimes(reproduced: dict[str, dic
         assert len(run_links) == 2 * (len(emu["runs"]) + len(sim["runs"]))
     finally:
         driver.quit()
+
+
+def test_the_run_list_says_which_runs_missed_deliveries(tmp_path: Path) -> None:
+    from analysis.reproduction import Point, delivery_text
+
+    exact = {"snr": {"missing": 0, "duplicates": 0}, "idr": {"missing": 0, "duplicates": 0}}
+    assert delivery_text(Point(None, tmp_path, {}, exact)) == "exactly once"
+    lossy = {**exact, "tid-static": {"missing": 8, "duplicates": 0},
+             "tid-dynamic": {"missing": 0, "duplicates": 2}}
+    assert delivery_text(Point(None, tmp_path, {}, lossy)) == (
+        "tid-static: 8 missing, 0 twice; tid-dynamic: 0 missing, 2 twice")
