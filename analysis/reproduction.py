@@ -57,14 +57,16 @@ from typing import Any
 import matplotlib
 
 from analysis.paper_figures import metric
-from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, REPRODUCTION_PAGE, SUMMARY
+from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
 RELATIVE = ("reduction", "increase", "factor", "ratio", "difference")
-# What a row carries of the other runtime's row (``beside``).
-BESIDE_KEYS = ("ours", "ratio", "direction_agrees", "within_2x", "conditions", "scale")
+# What a row carries of the other runtime's row (``beside``): its numbers, shown in
+# their own columns, and what they were measured under.
+BESIDE_NUMBERS = ("ours", "ratio", "direction_agrees", "within_2x")
+BESIDE_KEYS = (*BESIDE_NUMBERS, "conditions", "scale")
 COMPARES = (*RELATIVE, "value", "percent")
 PICKS = ("mean", "max", "min")
 
@@ -101,15 +103,14 @@ class Beside:
     rows: Sequence[Mapping[str, Any]]
 
 
-def load_reproduction(folder: Path) -> tuple[dict[str, Any], dict[str, list[Point]]]:
-    """An earlier reproduction's result (its ``reproduction.json``) and its points, read
-    back from the run folders that result lists."""
-    result = json.loads((folder / REPRODUCTION_INDEX).read_text(encoding="utf-8"))
+def reproduction_points(folder: Path, result: Mapping[str, Any]) -> dict[str, list[Point]]:
+    """The points of an earlier reproduction in ``folder``, read back from the run folders
+    its result (its ``reproduction.json``) lists."""
     points: dict[str, list[Point]] = {}
     for run in result["runs"]:
         points.setdefault(run["experiment"], []).append(
             load_point(folder / run["run_dir"], run["x"]))
-    return result, points
+    return points
 
 
 def with_beside(rows: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
@@ -410,7 +411,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         b = row.get("beside")
         cells = (f"<td class='num'>{_fmt(b['ours'])}</td><td class='num'>{_fmt(b['ratio'])}"
                  f"</td><td>{_fmt(b['direction_agrees'])}</td><td>{_fmt(b['within_2x'])}"
-                 "</td>" if beside and b else "")
+                 "</td>" if b else "")
         # The other runtime's scale and conditions, where they are not this one's.
         also = (f"<br><i>{e(b['runtime'])}</i>: {e(b['scale'])}; {e(b['conditions'])}"
                 if b and (b["scale"], b["conditions"]) != (row["scale"], row["conditions"])
@@ -468,7 +469,7 @@ def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     if rows and "beside" in rows[0]:
         short = rows[0]["beside"]["runtime"][:3]  # sim / emu
         head += (f"ours {short}", f"ours/paper {short}", f"direction {short}", f"2x {short}")
-        cells = [(*c, *(_fmt(r["beside"][k]) for k in BESIDE_KEYS[:4]))
+        cells = [(*c, *(_fmt(r["beside"][k]) for k in BESIDE_NUMBERS))
                  for c, r in zip(cells, rows, strict=True)]
     cells = [head, *cells]
     widths = [min(48, max(len(str(c[i])) for c in cells)) for i in range(len(head))]

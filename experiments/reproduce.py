@@ -36,7 +36,7 @@ from analysis.reproduction import (
     Point,
     headline_rows,
     load_point,
-    load_reproduction,
+    reproduction_points,
     run_records,
     with_beside,
     write_page,
@@ -139,8 +139,8 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     now, and read back (SpecError in one line if not)."""
     want = f"a folder of `reproduce {paper_name}{' --quick' if quick else ''}`"
     try:
-        result, points = load_reproduction(folder)
-    except (OSError, ValueError, KeyError) as exc:
+        result = json.loads((folder / REPRODUCTION_INDEX).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise SpecError(f"--beside {folder}: not {want} that finished "
                         f"({type(exc).__name__}: {exc})") from None
     if (result.get("paper"), bool(result.get("quick"))) != (paper_name, quick):
@@ -150,9 +150,14 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     if result.get("runtime") == runtime:
         raise SpecError(f"--beside {folder}: runtime {runtime} as this one; wanted the "
                         f"other runtime")
-    if [(r["figure"], r["metric"]) for r in result["rows"]] != figures:
+    if [(r["figure"], r["metric"]) for r in result.get("rows", [])] != figures:
         raise SpecError(f"--beside {folder}: its rows are not the paper data file's now "
                         f"(written from another version of it); reproduce it again")
+    try:
+        points = reproduction_points(folder, result)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(f"--beside {folder}: its runs cannot be read back "
+                        f"({type(exc).__name__}: {exc})") from None
     return Beside(_shown(result["runtime"]), folder.resolve(), points, result["rows"])
 
 
@@ -173,8 +178,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                          [(r["figure"], r["metric"]) for r in paper["rows"]])
              if beside is not None else None)
     experiments: dict[str, Any] = paper["experiments"]
-    modes = {name: _mode(exp, quick, _emulated(runtime, exp))
-             for name, exp in experiments.items()}
+    in_mininet = {name: _emulated(runtime, exp) for name, exp in experiments.items()}
+    modes = {name: _mode(exp, quick, in_mininet[name]) for name, exp in experiments.items()}
     # The rows state the conditions of the scale the points ran at.
     paper = {**paper, "experiments": {
         name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
@@ -190,7 +195,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     steps = [(f"{name} run {i} of {len(pts)}" + (f" at {x:g}" if x is not None else ""), est)
              for name, pts in todo.items()
              for i, ((x, _), est) in enumerate(zip(pts, _estimates(
-                 modes[name], len(pts), _emulated(runtime, experiments[name])),
+                 modes[name], len(pts), in_mininet[name]),
                  strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
@@ -203,7 +208,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
         for x, plan in plans:
             progress.start()
             out = folder / name
-            emulated = _emulated(runtime, exp)
+            emulated = in_mininet[name]
             done = (_finished(out, plan, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             if done is not None:
