@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodes.core import Arrived, Event, FromClient, Send, TimerFired
+from nodes.core import Arrived, Event, FromClient, Record, Send, TimerFired
 from nodes.cores import can
 from nodes.cores.meghdoot import MeghdootCore, Runs
 from nodes.messages import Message, MsgType
@@ -225,7 +225,8 @@ def test_a_load_report_carries_the_k_heaviest_peers_heard_of() -> None:
     core = peer_with_loads(0, 0, {"p1": (0, 0), "p2": (0, 0)}, loaded_list=3)
     whole = can.zone_to_json(can.whole(core.space.dims))
     for nbr, top in (("p1", [["x", 5.0], ["y", 9.0]]), ("p2", [["z", 7.0], ["x", 6.0]])):
-        load = Message(MsgType.LOAD, 1, nbr, 0, {"load": [1, 0, 1], "top": top, "zone": whole})
+        load = Message(MsgType.LOAD, 1, nbr, 0,
+                       {"loads": {nbr: [1, 0, 1]}, "top": top, "zone": whole})
         core.handle(Arrived(nbr, load), 1.0)
     out = core.handle(TimerFired("load"), 2.0)
     reports = [a.msg.payload for a in out if isinstance(a, Send)]
@@ -243,14 +244,77 @@ def test_the_neighbours_hearing_one_load_report_keep_one_record_of_it() -> None:
         core._set_nbrs({"p0": can.whole(core.space.dims)})
         readers.append(core)
     whole = can.zone_to_json(can.whole(readers[0].space.dims))
-    report = Message(MsgType.LOAD, 1, "p0", 0, {"load": [7, 3, 4], "top": [], "zone": whole})
+    report = Message(MsgType.LOAD, 1, "p0", 0,
+                     {"loads": {"p0": [7, 3, 4]}, "top": [], "zone": whole})
     for core in readers:
         core.handle(Arrived("p0", report), 1.0)
     kept = [core.nbr_load["p0"] for core in readers]
     assert kept[0] == (7.0, 3, 4) and all(k is kept[0] for k in kept)
-    later = Message(MsgType.LOAD, 2, "p0", 0, {"load": [9, 5, 4], "top": [], "zone": whole})
+    later = Message(MsgType.LOAD, 2, "p0", 0,
+                    {"loads": {"p0": [9, 5, 4]}, "top": [], "zone": whole})
     readers[0].handle(Arrived("p0", later), 2.0)
     assert readers[0].nbr_load["p0"] == (9.0, 5, 4) and readers[1].nbr_load["p0"] == kept[1]
+
+
+def _two_zones(**params: Any) -> tuple[list[MeghdootCore], list[MeghdootCore]]:
+    """Replicas p1, p2, p3 of the lower half of the space and q1, q2 of the upper half,
+    each peer's tables exact."""
+    lower, upper = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    zones = {"p1": lower, "p2": lower, "p3": lower, "q1": upper, "q2": upper}
+    cores = {}
+    for name, zone in zones.items():
+        core = MeghdootCore(name, (), {"seed_peer": "p1", **params})
+        core.zone = zone
+        core.group = {q for q, z in zones.items() if z == zone}
+        core._set_nbrs({q: z for q, z in zones.items() if z != zone})
+        cores[name] = core
+    return [cores[p] for p in ("p1", "p2", "p3")], [cores[q] for q in ("q1", "q2")]
+
+
+def _sent(out: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    return {a.link: a.msg.payload for a in out if isinstance(a, Send)}
+
+
+def test_a_replicated_zone_reports_its_loads_once_to_each_neighbour_peer() -> None:
+    (p1, p2, p3), _ = _two_zones()
+    whole = can.zone_to_json(p1.zone)
+    for mate, load in ((p2, [5, 1, 4]), (p3, [6, 2, 4])):
+        report = Message(MsgType.LOAD, 1, mate.broker, 0,
+                         {"loads": {mate.broker: load}, "top": [], "zone": whole})
+        p1.handle(Arrived(mate.broker, report), 1.0)
+    sent = _sent(p1.handle(TimerFired("load"), 2.0))  # p1 reports for the zone
+    assert sorted(sent) == ["p2", "p3", "q1", "q2"]
+    assert list(sent["p2"]["loads"]) == ["p1"]  # its own load to its co-replicas
+    assert sent["q1"]["group"] == ["p1", "p2", "p3"]
+    assert {p: list(x) for p, x in sent["q1"]["loads"].items()} == {
+        "p1": [0, 0, 0], "p2": [5.0, 1, 4], "p3": [6.0, 2, 4]}
+    assert sorted(_sent(p2.handle(TimerFired("load"), 2.0))) == ["p1", "p3"]
+    # Our first reading, every peer to every neighbour peer, as an ablation:
+    (_, p2, _), _ = _two_zones(load_reports="peer")
+    assert sorted(_sent(p2.handle(TimerFired("load"), 2.0))) == ["p1", "p3", "q1", "q2"]
+
+
+def test_a_zone_report_vouches_for_the_replicas_it_names_two_periods_longer() -> None:
+    (p1, _, _), (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3)
+    q1.handle(TimerFired("load"), 0.0)  # every peer's silence counts from here
+    q1.handle(Arrived("p1", Message(MsgType.LOAD, 1, "p1", 0, {
+        "loads": {"p1": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p1.zone),
+        "group": ["p1", "p2", "p3"]})), 1.0)
+    down = [[r.fields["peer"] for r in q1.handle(TimerFired("load"), t)
+             if isinstance(r, Record) and r.kind == "can_peer_down"] for t in (4.5, 6.5)]
+    # The silent reporter (and q1's silent co-replica) after three periods; the peers
+    # it named two periods later (by then one of them would have noticed and reported).
+    assert down == [["p1", "q2"], ["p2", "p3"]]
+
+
+def test_a_reporter_tells_its_neighbours_of_a_failed_co_replica() -> None:
+    (p1, p2, _), _ = _two_zones(load_period_s=1.0, failure_periods=3)
+    p1.handle(TimerFired("load"), 0.0)
+    p1.handle(Arrived("p2", Message(MsgType.LOAD, 1, "p2", 0, {
+        "loads": {"p2": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p2.zone)})), 2.0)
+    sent = _sent(p1.handle(TimerFired("load"), 3.5))  # p3 silent for 3.5 periods
+    assert sent["q1"] == sent["q2"] == {"update": {"p3": None}}
+    assert p1.group == {"p1", "p2"}
 
 
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
@@ -361,12 +425,15 @@ def _without(w: Workload, t0: float, t1: float, peer: str) -> list[ClientOp]:
         op.broker == peer and op.t_s >= t0)]
 
 
-def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered() -> None:
+@pytest.mark.parametrize("role", ["reporter", "co-replica"])
+def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered(role: str) -> None:
+    """The victim reports its zone's loads to the neighbours (the first of its group by
+    name), or only its own to its co-replicas (then the reporter tells the neighbours)."""
     base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
                              step_s=0.05)
     t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
     victim = min(p.broker for p in _peers_at(base, t_crash) if len(p.group) > 1
-                 and p.broker != "p0000")
+                 and p.broker != "p0000" and (p.broker == min(p.group)) == (role == "reporter"))
     detect_s = 4 * 0.5  # three silent periods, and the period it is noticed in
     ops = _without(base, t_crash, t_crash + detect_s, victim)
     ops.append(ClientOp(t_crash, f"j{victim}", victim,
