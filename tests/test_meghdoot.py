@@ -178,6 +178,16 @@ def test_random_spaces_deliver_exactly_once_while_peers_join(
     assert_exactly_once(result, w)
 
 
+@pytest.mark.parametrize("subs", [1500, 6000])
+def test_a_scaled_stream_reaches_its_peer_bound_at_the_papers_share_of_it(subs: int) -> None:
+    """Events at a tenth of the paper's: its stream is our subscriptions plus ten times
+    our events, and its 199 joins at 10 % a step end at 199 / 0.1 steps of it."""
+    w = meghdoot_workload(peer_names(200), subs, 100, seed=2, events_scale=0.1)
+    joins = [op.t_s for op in w.ops if op.msg.type is MsgType.JOIN]
+    assert len(joins) == 199
+    assert joins[-1] / w.ops[-1].t_s == pytest.approx(199 / 0.1 / (subs + 1000), abs=0.08)
+
+
 def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> None:
     w = meghdoot_workload(peer_names(120), 1500, 1500, seed=4, join_probability=0.2)
     peers: list[CheckedPeer] = []

@@ -10,11 +10,13 @@ Readings (ours, where the paper is silent; ``../shared/READINGS-WAVE2.md`` §1.4
   subscription with probability remaining subscriptions / remaining steps), one step
   every ``step_s``; after each step a new peer joins with probability
   ``join_probability`` until every peer has, half a step later. The paper's is 10 % of
-  a stream of :data:`PAPER_STEPS` (14,029 subscriptions and 115,000 events);
-  ``join_probability="paper"`` scales it by the paper's stream length over ours (capped
-  at 1), so that a peer bound is reached at the same share of the stream as in the
-  paper (10,000 peers at about 77 %): fewer joins per step would leave a scaled stream
-  short of the bound.
+  its stream, whose events ours stand for at ``events_scale`` (its standard stream:
+  14,029 subscriptions and 115,000 events); ``join_probability="paper"`` scales the 10 %
+  by the paper's stream length (our subscriptions plus our events over
+  ``events_scale``) over ours (capped at 1), so that a peer bound is reached at the same
+  share of the stream as in the paper (10,000 peers of the standard stream at about
+  77 %, of 150,000 subscriptions at 38 %): fewer joins per step would leave a scaled
+  stream short of the bound.
   ``order: subs_first`` puts every subscription before every event instead.
 - **Subscriptions** follow Meghdoot's five templates (:data:`MEGHDOOT_TEMPLATES`), each
   from its own client ``s00000..`` on a live peer drawn at random.
@@ -57,7 +59,7 @@ MEGHDOOT_SCHEMA = Schema({"Date": "str", "Symbol": "str", "Open": "float", "High
 EVENT_SETS = ("uniform", "skewed")
 ORDERS = ("interleaved", "subs_first")
 PRICE_TOP, VOLUME_TOP = 500.0, 310_000_000
-PAPER_JOIN_PROBABILITY, PAPER_STEPS = 0.1, 14_029 + 115_000
+PAPER_JOIN_PROBABILITY = 0.1
 N_SYMBOLS, N_DAYS = 100, 1154  # the paper's real set: 100 stocks over 1,154 trading days
 
 
@@ -95,6 +97,7 @@ def meghdoot_workload(
     seed: int,
     events: str = "uniform",
     join_probability: float | str = "paper",
+    events_scale: float = 1.0,
     order: str = "interleaved",
     step_s: float = 0.1,
     n_symbols: int = N_SYMBOLS,
@@ -108,8 +111,11 @@ def meghdoot_workload(
         raise ValueError("need distinct peers (at least one), n_subscriptions >= 0, "
                          "n_events >= 0")
     steps = n_subscriptions + n_events
+    if not events_scale > 0:
+        raise ValueError(f"need events_scale > 0, got {events_scale}")
     if join_probability == "paper":
-        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * PAPER_STEPS / max(1, steps))
+        paper_steps = n_subscriptions + n_events / events_scale
+        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * paper_steps / max(1, steps))
     if (isinstance(join_probability, str) or not 0 < join_probability <= 1 or step_s <= 0
             or not 1 <= n_symbols <= 500 or n_days < 1):
         raise ValueError("need 0 < join_probability <= 1 (or 'paper'), step_s > 0, "
