@@ -464,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Mininet (root); analysis: pcap to Parquet packets/s with "
                                    "Spark beside tshark and scapy; meghdoot: milliseconds "
                                    "per operation of the meghdoot-peers stream at 1,000 "
-                                   "and 3,000 peers (its first 30 %).")
+                                   "and 3,000 peers (its first 30 %), load reports by zone "
+                                   "beside load reports by peer.")
     b.add_argument("which", choices=["matching", "sim", "broker", "chain", "controller",
                                      "analysis", "meghdoot"])
     bo = b.add_argument_group(

@@ -10,6 +10,11 @@ and the peak memory of the process that ran it (each point in a fresh process, a
 ``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports included). The
 cost per operation grows with the peer count and along the stream, so compare figures
 of one peer count and share only; the machine's other load shows in them too.
+
+Each point runs twice, side by side: with the core's load reports by zone (the default:
+a replicated zone's first peer reports for the group) and by peer (every peer to every
+neighbour peer, our first reading); the table ends with the ratios of the two, per
+peer count.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from experiments.bench.sim import _peak_mib
 SPEC = "meghdoot-peers"
 
 
-def _measure(peers: int, share: float) -> dict[str, Any]:
+READINGS = ("zone", "peer")  # the core's load_reports, ours first
+
+
+def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     """One point, in the (fresh) process that calls it."""
     from experiments.plan import compile_plan
     from experiments.runs.simulated import on_demand_links
@@ -35,7 +43,9 @@ def _measure(peers: int, share: float) -> dict[str, Any]:
     from nodes.sim import simulate
 
     baseline = _peak_mib()
-    plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}"]), netem=False)
+    plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}",
+                                         f"routing.params.load_reports={load_reports}"]),
+                        netem=False)
     ops = plan.workload.ops
     n_ops = max(1, min(len(ops), round(len(ops) * share)))
     until_s = ops[n_ops - 1].t_s  # every op up to this one's time (ties included)
@@ -43,7 +53,8 @@ def _measure(peers: int, share: float) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     def progress(x: float) -> None:
-        print(f"[bench meghdoot] {peers} peers: {x:.1%} of all operations after "
+        print(f"[bench meghdoot] {peers} peers, {load_reports} reports: {x:.1%} of all "
+              f"operations after "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
     result = simulate(plan.overlay, plan.workload, alg.name, dict(alg.params),
@@ -53,34 +64,49 @@ def _measure(peers: int, share: float) -> dict[str, Any]:
     wall_s = time.perf_counter() - t0
     done = sum(1 for op in ops if op.t_s <= until_s)
     ims = sum(result.ims_by_type.values())
-    return {"peers": peers, "share": share, "operations": done, "of_operations": len(ops),
+    return {"peers": peers, "load_reports": load_reports, "share": share,
+            "operations": done, "of_operations": len(ops),
             "wall_s": round(wall_s, 2), "ms_per_operation": round(1000 * wall_s / done, 3),
             "ims": ims, "ims_per_s": round(ims / wall_s),
             "baseline_mib": round(baseline, 1), "peak_mib": round(_peak_mib(), 1)}
 
 
 def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3) -> dict[str, Any]:
-    """Each peer count's point (module docstring), each in a fresh process."""
+    """Each peer count's point with each reading of load reports (module docstring),
+    each in a fresh process; ``ratios``: per peer count, by peer over by zone."""
     ctx = multiprocessing.get_context("spawn")
     points = []
     for peers in peer_counts:
-        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            points.append(pool.submit(_measure, peers, share).result())
+        for reading in READINGS:
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                points.append(pool.submit(_measure, peers, share, reading).result())
+    ratios = []
+    for peers in peer_counts:
+        zone, peer = (next(p for p in points if (p["peers"], p["load_reports"]) == (peers, r))
+                      for r in READINGS)
+        ratios.append({"peers": peers,
+                       **{k: round(peer[k] / zone[k], 2) for k in ("wall_s", "ims", "peak_mib")}})
     return {"spec": SPEC, "events": "uniform", "share": share, "points": points,
+            "ratios": ratios,
             "memory": "VmHWM (peak RSS) of a fresh spawned process, MiB, interpreter "
                       "included"}
 
 
 def format_result(result: dict[str, Any]) -> str:
-    """The benchmark as a table: time per operation at each peer count."""
+    """The benchmark as a table: time per operation at each peer count and reading, then
+    how much more each costs with every peer reporting."""
     lines = [f"{result['spec']}, the first {result['share']:.0%} of its operations "
              f"(peak = {result['memory']}):",
-             f"{'peers':>6} {'ops':>6} {'wall_s':>8} {'ms/op':>8} {'IMs':>9} {'IMs/s':>8} "
-             f"{'peak MiB':>9}"]
+             f"{'peers':>6} {'reports':>7} {'ops':>6} {'wall_s':>8} {'ms/op':>8} {'IMs':>9} "
+             f"{'IMs/s':>8} {'peak MiB':>9}"]
     for p in result["points"]:
-        lines.append(f"{p['peers']:6} {p['operations']:6} {p['wall_s']:8.1f} "
-                     f"{p['ms_per_operation']:8.2f} {p['ims']:9} {p['ims_per_s']:8} "
-                     f"{p['peak_mib']:9.0f}")
+        lines.append(f"{p['peers']:6} {p['load_reports']:>7} {p['operations']:6} "
+                     f"{p['wall_s']:8.1f} {p['ms_per_operation']:8.2f} {p['ims']:9} "
+                     f"{p['ims_per_s']:8} {p['peak_mib']:9.0f}")
+    lines.append("load reports by peer over by zone (wall, IMs, peak):")
+    for r in result["ratios"]:
+        lines.append(f"{r['peers']:6} peers: {r['wall_s']:.2f}x wall, {r['ims']:.2f}x IMs, "
+                     f"{r['peak_mib']:.2f}x peak")
     return "\n".join(lines)
 
 
