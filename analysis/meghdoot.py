@@ -44,7 +44,7 @@ is silent):
   ``group_mismatches`` counts peers whose ``group`` differs from the peers holding the
   same zone; ``volume_sum`` (the unique zones' volumes) is 1 when they tile the space.
   ``neighbour_zones`` and ``neighbour_peers``: per peer, the neighbour zones and the peers
-  holding them (what a load report goes to, with the co-replicas); mean, p50, p95, max
+  holding them (what its zone's load report goes to); mean, p50, p95, max
   (a CAN of equal halvings has 2d neighbour zones in d dimensions).
 - **Hops**: routing hops from the origin peer to the owner of the point, over every
   subscription and event (the records' sparse histograms): count, mean, p50, p95, max.

@@ -317,14 +317,28 @@ def test_a_zone_report_vouches_for_the_replicas_it_names_two_periods_longer() ->
     assert down == [["p1", "q2"], ["p2", "p3"]]
 
 
-def test_a_reporter_tells_its_neighbours_of_a_failed_co_replica() -> None:
-    (p1, p2, _), _ = _two_zones(load_period_s=1.0, failure_periods=3)
+@pytest.mark.parametrize("p3_left", [False, True])
+def test_a_reporter_tells_its_neighbours_of_a_failed_co_replica(p3_left: bool) -> None:
+    (p1, p2, _), (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3)
     p1.handle(TimerFired("load"), 0.0)
     p1.handle(Arrived("p2", Message(MsgType.LOAD, 1, "p2", 0, {
         "loads": {"p2": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p2.zone)})), 2.0)
-    sent = _sent(p1.handle(TimerFired("load"), 3.5))  # p3 silent for 3.5 periods
-    assert sent["q1"] == sent["q2"] == {"update": {"p3": None}}
+    out = p1.handle(TimerFired("load"), 3.5)  # p3 silent for 3.5 periods
+    sent = _sent(out)
+    assert sent["q1"] == sent["q2"] == {"update": {"p3": None}, "failed": ["p3"]}
     assert p1.group == {"p1", "p2"}
+    q1.handle(Arrived("p1", next(a.msg for a in out if isinstance(a, Send)
+                                 and a.link == "q1")), 3.5)
+    assert "p3" not in q1.nbrs
+    if p3_left:  # it had only been slow, then left
+        q1.handle(Arrived("p3", Message(MsgType.ZONE, 3, "p3", 0,
+                                        {"update": {"p3": None}})), 4.0)
+    # A report of p1's naming p3 again (p3 was slow; or p1 sent it before it heard
+    # that p3 left) takes it back, unless p3 left.
+    q1.handle(Arrived("p1", Message(MsgType.LOAD, 9, "p1", 0, {
+        "loads": {}, "top": [], "zone": can.zone_to_json(p1.zone),
+        "group": ["p1", "p2", "p3"]})), 5.0)
+    assert q1.nbrs.get("p3") == (None if p3_left else p1.zone)
 
 
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:

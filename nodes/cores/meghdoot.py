@@ -59,8 +59,8 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   With zone reports, a neighbour hears a replica only through its reporter: a reporter's
   report vouches for the peers it names until two periods after the usual limit (the
   time its co-replicas take to notice a silent reporter, and the next by name to report
-  in its place), and a reporter that declares a co-replica failed, or takes one back,
-  tells its neighbours so. Not
+  in its place), and a reporter that declares a co-replica failed tells its neighbours
+  so; they file it as failed, so that a report naming it again takes it back. Not
   built yet: a lone owner with no sibling to merge with leaves its zone without an owner
   (``can_zone_orphaned``), as does a lone owner's failure (the paper's mirror copies that
   would recover its subscriptions, and the takeover of a zone that merges with no
@@ -610,30 +610,30 @@ class MeghdootCore:
         """A load report: the sender's own, or its zone's (``group``: the peers it
         names, whose loads it carries as last heard)."""
         group = p.get("group", (peer,))
-        out: list[Action] = []
+        zone = can.zone_from_json(p["zone"])
         for member in group:
             if member in self._failed:  # wrongly declared failed (a machine too busy
-                # to report in time): a report that names it brings it back.
+                # to report in time), here or by its reporter: a report naming it
+                # brings it back.
                 self._failed.discard(member)
-                self._update(member, can.zone_from_json(p["zone"]))
-                if member in self.group:
-                    out += self._tell_neighbours({member: p["zone"]})
+                self._update(member, zone)
         if "group" in p:
             vouched_s = now_s + 2 * self.load_period_s
             for member in group:
-                if (member != peer and (member in self.nbrs or member in self.group)
+                if (member != peer and self.nbrs.get(member) == zone
                         and self._heard_s.get(member, -1.0) < vouched_s):
                     self._heard_s[member] = vouched_s
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
-        return out
+        return []
 
-    def _tell_neighbours(self, update: Mapping[str, Any]) -> list[Action]:
-        """A co-replica gone or back, told to the neighbours by the zone's reporter
-        (with zone reports, the neighbours hear of it from no one else)."""
+    def _announce_failed(self, peer: str) -> list[Action]:
+        """A co-replica declared failed, told to the neighbours by the zone's reporter
+        (with zone reports, they hear of it from no one else). They file it as failed,
+        so that a report naming it again (it was only slow) brings it back."""
         if not self._reports_for_zone():
             return []
-        msg = self._msg(MsgType.ZONE, {"update": dict(update)})
+        msg = self._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
         return [Send(q, msg) for q in sorted(self.nbrs)]
 
     def _detect_failures(self, now_s: float) -> list[Action]:
@@ -653,7 +653,7 @@ class MeghdootCore:
             self._failed.add(peer)
             out.append(Record("can_peer_down", {"peer": peer}))
             if mate:
-                out += self._tell_neighbours({peer: None})
+                out += self._announce_failed(peer)
             held = zone == self.zone or any(z == zone for z in self.nbrs.values())
             if not held:
                 out.append(Record("can_zone_orphaned", {"peer": peer,
@@ -870,8 +870,15 @@ class MeghdootCore:
             self._apply_split(lower, str(p["newcomer"]), upper)
             self._share_events(0.5)
         else:
+            failed = p.get("failed", ())
             for peer, zj in p["update"].items():
                 self._update(peer, None if zj is None else can.zone_from_json(zj))
+                if zj is not None or peer == self.broker:
+                    continue
+                if peer in failed:  # as if declared failed here
+                    self._failed.add(peer)
+                else:  # it left: a late report naming it must not bring it back
+                    self._failed.discard(peer)
         self._heard(p.get("loads", {}))
         return []
 
