@@ -304,26 +304,44 @@ def test_a_replicated_zone_reports_its_loads_once_to_each_neighbour_peer() -> No
     assert sorted(_sent(p2.handle(TimerFired("load"), 2.0))) == ["p1", "p3", "q1", "q2"]
 
 
+def _downs(core: MeghdootCore, t_s: float) -> list[str]:
+    """The peers ``core`` declares failed at its load tick at ``t_s``."""
+    return [r.fields["peer"] for r in core.handle(TimerFired("load"), t_s)
+            if isinstance(r, Record) and r.kind == "can_peer_down"]
+
+
 def test_a_zone_report_vouches_for_the_replicas_it_names_two_periods_longer() -> None:
     (p1, _, _), (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3)
-    q1.handle(TimerFired("load"), 0.0)  # every peer's silence counts from here
+    ticks = [k + 0.5 for k in range(8)]
+    downs = [_downs(q1, ticks[0])]  # every peer's silence counts from here
     q1.handle(Arrived("p1", Message(MsgType.LOAD, 1, "p1", 0, {
         "loads": {"p1": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p1.zone),
         "group": ["p1", "p2", "p3"]})), 1.0)
-    down = [[r.fields["peer"] for r in q1.handle(TimerFired("load"), t)
-             if isinstance(r, Record) and r.kind == "can_peer_down"] for t in (4.5, 6.5)]
-    # The silent reporter (and q1's silent co-replica) after three periods; the peers
-    # it named two periods later (by then one of them would have noticed and reported).
-    assert down == [["p1", "q2"], ["p2", "p3"]]
+    downs += [_downs(q1, t) for t in ticks[1:]]
+    # The silent reporter (and q1's silent co-replica) after three more periods; the
+    # peers it named two periods later (by then one of them would have noticed and
+    # reported in its place).
+    assert downs == [[], [], [], [], ["p1", "q2"], [], ["p2", "p3"], []]
+
+
+def test_a_peer_stalled_for_many_periods_declares_no_one_failed_on_waking() -> None:
+    """Silence counts in the detector's own periods: a broker process that got no CPU
+    for 20 periods fires its timer once on waking, then reads what queued up."""
+    _, (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3)
+    assert _downs(q1, 0.5) == [] and _downs(q1, 20.5) == []
+    assert sorted(q1.nbrs) == ["p1", "p2", "p3"] and q1.group == {"q1", "q2"}
+    assert _downs(q1, 21.5) == [] and _downs(q1, 22.5) == []
+    assert _downs(q1, 23.5) == ["p1", "p2", "p3", "q2"]  # still silent: now they are
 
 
 @pytest.mark.parametrize("p3_left", [False, True])
 def test_a_reporter_tells_its_neighbours_of_a_failed_co_replica(p3_left: bool) -> None:
     (p1, p2, _), (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3)
-    p1.handle(TimerFired("load"), 0.0)
-    p1.handle(Arrived("p2", Message(MsgType.LOAD, 1, "p2", 0, {
-        "loads": {"p2": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p2.zone)})), 2.0)
-    out = p1.handle(TimerFired("load"), 3.5)  # p3 silent for 3.5 periods
+    for t in (0.5, 1.5, 2.5, 3.5):  # p2 reports every period, p3 is silent
+        p1.handle(TimerFired("load"), t)
+        p1.handle(Arrived("p2", Message(MsgType.LOAD, 1, "p2", 0, {
+            "loads": {"p2": [0, 0, 0]}, "top": [], "zone": can.zone_to_json(p2.zone)})), t)
+    out = p1.handle(TimerFired("load"), 4.5)  # p3 silent for four of p1's periods
     sent = _sent(out)
     assert sent["q1"] == sent["q2"] == {"update": {"p3": None}, "failed": ["p3"]}
     assert p1.group == {"p1", "p2"}

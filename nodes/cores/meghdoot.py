@@ -53,8 +53,9 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   leaves by telling its co-replicas and neighbours, and a peer that holds its zone alone
   hands it, with its subscriptions, to a neighbour zone it merges with into a box (CAN's
   sibling; each of that zone's replicas takes it). A peer not heard from (any message,
-  load reports included) for ``failure_periods`` load periods is declared failed by its
-  co-replicas and neighbours, who drop it, so its zone lives on in its replicas (a peer
+  load reports included) for ``failure_periods`` load periods, counted in the detector's
+  own periods (ours: a detector stalled by a busy machine does not, on waking, find
+  everyone silent), is declared failed by its co-replicas and neighbours, who drop it, so its zone lives on in its replicas (a peer
   declared failed that reports again is taken back, with the zone its report names).
   With zone reports, a neighbour hears a replica only through its reporter: a reporter's
   report vouches for the peers it names until two periods after the usual limit (the
@@ -138,8 +139,8 @@ PARAMS = (
     Param("max_climb", "int", 16, "", "hops after which a join probe stops (a join must "
           "finish within a workload step)", minimum=0),
     Param("failure_periods", "int", 3, "",
-          "load periods without a message after which a neighbour is declared failed "
-          "(0: no failure detection)", minimum=0),
+          "load periods of its own without a message after which a peer declares a "
+          "neighbour or co-replica failed (0: no failure detection)", minimum=0),
     Param("seen_s", "float", 60.0, "s",
           "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
     Param("bucket_s", "float", 0.1, "s",
@@ -297,7 +298,12 @@ class MeghdootCore:
         self.max_climb = int(params.get("max_climb", 16))
         self.seen_s = float(params.get("seen_s", 60.0))
         self.failure_periods = int(params.get("failure_periods", 3))
-        self._heard_s: dict[str, float] = {}  # peer -> when it was last heard from
+        # Peer -> this peer's load period in which it was last heard from (a count of its
+        # ticks): silence is counted in the detector's own periods, so a detector that
+        # was itself stalled (an overloaded machine) does not, on waking, find everyone
+        # silent: its timer fires once, then it reads what queued up meanwhile.
+        self._heard_tick: dict[str, int] = {}
+        self._ticks = 0
         # Peers announced gone (left or failed): a table handed over by another peer may
         # still list them, and must not bring them back.
         self._departed: set[str] = set()
@@ -388,7 +394,7 @@ class MeghdootCore:
         elif isinstance(event, FromClient):
             out = self._from_client(event.client, event.msg, now_s)
         elif isinstance(event, TimerFired) and event.name == _LOAD_TIMER:
-            return self._tick(now_s)
+            return self._tick()
         else:
             return []  # statistics windows, links coming and going: nothing to do
         if self.zone is not None and not self._ticking and self.load_period_s > 0:
@@ -440,8 +446,9 @@ class MeghdootCore:
     def _arrived(self, peer: str, msg: Message, now_s: float) -> list[Action]:
         t = msg.type
         # Whose silence counts (failures); a reporter may have vouched for it until later.
-        if (peer in self.nbrs or peer in self.group) and self._heard_s.get(peer, -1.0) < now_s:
-            self._heard_s[peer] = now_s
+        if ((peer in self.nbrs or peer in self.group)
+                and self._heard_tick.get(peer, -1) < self._ticks):
+            self._heard_tick[peer] = self._ticks
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
             if t is MsgType.ZONE:
                 return self._zone_msg(msg, now_s)
@@ -470,7 +477,7 @@ class MeghdootCore:
                           _publication(msg.payload))
             return [Deliver(c, pub) for c in msg.payload["clients"]]
         if t is MsgType.LOAD:
-            return self._load_in(peer, msg.payload, now_s)
+            return self._load_in(peer, msg.payload)
         if t is MsgType.JOIN:
             return self._join_probe(msg, now_s)
         if t is MsgType.ZONE:
@@ -573,12 +580,13 @@ class MeghdootCore:
 
     # ---- loads ------------------------------------------------------------------------------
 
-    def _tick(self, now_s: float) -> list[Action]:
+    def _tick(self) -> list[Action]:
         if self.zone is None:  # left: no more reports
             self._ticking = False
             return []
         out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
-        out += self._detect_failures(now_s)
+        self._ticks += 1
+        out += self._detect_failures()
         self.events.rotate()
         self.spread.rotate()
         own = self._report()
@@ -606,7 +614,7 @@ class MeghdootCore:
         """Whether this peer is its zone's reporter: the first of its group by name."""
         return self.load_reports == "zone" and min(self.group) == self.broker
 
-    def _load_in(self, peer: str, p: Mapping[str, Any], now_s: float) -> list[Action]:
+    def _load_in(self, peer: str, p: Mapping[str, Any]) -> list[Action]:
         """A load report: the sender's own, or its zone's (``group``: the peers it
         names, whose loads it carries as last heard)."""
         group = p.get("group", (peer,))
@@ -618,11 +626,11 @@ class MeghdootCore:
                 self._failed.discard(member)
                 self._update(member, zone)
         if "group" in p:
-            vouched_s = now_s + 2 * self.load_period_s
+            vouched = self._ticks + 2
             for member in group:
                 if (member != peer and self.nbrs.get(member) == zone
-                        and self._heard_s.get(member, -1.0) < vouched_s):
-                    self._heard_s[member] = vouched_s
+                        and self._heard_tick.get(member, -1) < vouched):
+                    self._heard_tick[member] = vouched
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
         return []
@@ -636,16 +644,15 @@ class MeghdootCore:
         msg = self._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
         return [Send(q, msg) for q in sorted(self.nbrs)]
 
-    def _detect_failures(self, now_s: float) -> list[Action]:
+    def _detect_failures(self) -> list[Action]:
         """Drop the co-replicas and neighbours not heard from for ``failure_periods``
-        load periods (their load reports double as heartbeats, §4.3)."""
+        of this peer's load periods (their load reports double as heartbeats, §4.3)."""
         if self.failure_periods <= 0:
             return []
-        limit_s = self.failure_periods * self.load_period_s
         out: list[Action] = []
         for peer in sorted(set(self.nbrs) | (self.group - {self.broker})):
-            heard = self._heard_s.setdefault(peer, now_s)
-            if now_s - heard <= limit_s:
+            heard = self._heard_tick.setdefault(peer, self._ticks)
+            if self._ticks - heard <= self.failure_periods:
                 continue
             zone = self.nbrs.get(peer, self.zone)
             mate = peer in self.group
@@ -921,7 +928,7 @@ class MeghdootCore:
             self._nbr_drop(peer)
             self.group.discard(peer)
             self.nbr_load.pop(peer, None)
-            self._heard_s.pop(peer, None)  # if it comes back, its silence counts anew
+            self._heard_tick.pop(peer, None)  # if it comes back, its silence counts anew
 
     # ---- metrics ------------------------------------------------------------------------------
 
