@@ -55,8 +55,9 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   sibling; each of that zone's replicas takes it). A peer not heard from (any message,
   load reports included) for ``failure_periods`` load periods, counted in the detector's
   own periods (ours: a detector stalled by a busy machine does not, on waking, find
-  everyone silent), is declared failed by its co-replicas and neighbours, who drop it, so its zone lives on in its replicas (a peer
-  declared failed that reports again is taken back, with the zone its report names).
+  everyone silent), is declared failed by its co-replicas and neighbours, who drop it,
+  so its zone lives on in its replicas (a peer declared failed that reports again is
+  taken back, with the zone its report names).
   With zone reports, a neighbour hears a replica only through its reporter: a reporter's
   report vouches for the peers it names until two periods after the usual limit (the
   time its co-replicas take to notice a silent reporter, and the next by name to report
