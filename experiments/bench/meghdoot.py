@@ -80,12 +80,10 @@ def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3) -> dict[s
         for reading in READINGS:
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 points.append(pool.submit(_measure, peers, share, reading).result())
-    ratios = []
-    for peers in peer_counts:
-        zone, peer = (next(p for p in points if (p["peers"], p["load_reports"]) == (peers, r))
-                      for r in READINGS)
-        ratios.append({"peers": peers,
-                       **{k: round(peer[k] / zone[k], 2) for k in ("wall_s", "ims", "peak_mib")}})
+    by = {(p["peers"], p["load_reports"]): p for p in points}
+    ratios = [{"peers": n, **{k: round(by[n, "peer"][k] / by[n, "zone"][k], 2)
+                              for k in ("wall_s", "ims", "peak_mib")}}
+              for n in peer_counts]
     return {"spec": SPEC, "events": "uniform", "share": share, "points": points,
             "ratios": ratios,
             "memory": "VmHWM (peak RSS) of a fresh spawned process, MiB, interpreter "

@@ -478,7 +478,8 @@ class MeghdootCore:
                           _publication(msg.payload))
             return [Deliver(c, pub) for c in msg.payload["clients"]]
         if t is MsgType.LOAD:
-            return self._load_in(peer, msg.payload)
+            self._load_in(peer, msg.payload)
+            return []
         if t is MsgType.JOIN:
             return self._join_probe(msg, now_s)
         if t is MsgType.ZONE:
@@ -595,14 +596,12 @@ class MeghdootCore:
         top = [list(px) for px in self._trim_loaded()]
         zone = can.zone_to_json(self.zone)
         mates = sorted(self.group - {self.broker})
-        if self.load_reports == "peer":
+        # Its own report: to its co-replicas, or with peer reports to its neighbours too.
+        own_to = sorted({*self.nbrs, *mates}) if self.load_reports == "peer" else mates
+        if own_to:
             report = self._msg(MsgType.LOAD, {"loads": {self.broker: own}, "top": top,
                                               "zone": zone})
-            return out + [Send(p, report) for p in sorted({*self.nbrs, *mates})]
-        if mates:
-            report = self._msg(MsgType.LOAD, {"loads": {self.broker: own}, "top": top,
-                                              "zone": zone})
-            out += [Send(p, report) for p in mates]
+            out += [Send(p, report) for p in own_to]
         if self._reports_for_zone() and self.nbrs:
             loads = {self.broker: own, **{m: self.nbr_load[m] for m in mates
                                           if m in self.nbr_load}}
@@ -615,7 +614,7 @@ class MeghdootCore:
         """Whether this peer is its zone's reporter: the first of its group by name."""
         return self.load_reports == "zone" and min(self.group) == self.broker
 
-    def _load_in(self, peer: str, p: Mapping[str, Any]) -> list[Action]:
+    def _load_in(self, peer: str, p: Mapping[str, Any]) -> None:
         """A load report: the sender's own, or its zone's (``group``: the peers it
         names, whose loads it carries as last heard)."""
         group = p.get("group", (peer,))
@@ -634,7 +633,6 @@ class MeghdootCore:
                     self._heard_tick[member] = vouched
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
-        return []
 
     def _announce_failed(self, peer: str) -> list[Action]:
         """A co-replica declared failed, told to the neighbours by the zone's reporter
