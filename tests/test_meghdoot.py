@@ -167,7 +167,7 @@ def random_workloads(draw: st.DrawFn) -> tuple[Workload, str]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_workloads(), st.sampled_from(["meghdoot", "can"]),
        st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]),
-       st.sampled_from([("relative", 2.0), ("absolute", 1.0)]))
+       st.sampled_from([("standout", 2.0), ("relative", 2.0), ("absolute", 1.0)]))
 def test_random_spaces_deliver_exactly_once_while_peers_join(
         case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float,
         rule: tuple[str, float]) -> None:
@@ -224,7 +224,13 @@ def test_a_peer_replicates_when_events_not_subscriptions_set_it_above_its_neighb
     assert not peer_with_loads(20, 20, nbrs)._loaded_by_events()  # both alike: split
     assert peer_with_loads(20, 20, nbrs, kappa=1.0)._loaded_by_events()
     assert not peer_with_loads(0, 0, nbrs)._loaded_by_events()  # no events: never
-    assert peer_with_loads(1, 0, nbrs)._loaded_by_events()  # nothing to split by count
+    # A zone storing no subscriptions replicates only in the path of more events than
+    # its neighbours' (the standout rule, the default); the relative rule replicates it
+    # whenever it has any.
+    assert not peer_with_loads(10, 0, nbrs)._loaded_by_events()
+    assert peer_with_loads(40, 0, nbrs)._loaded_by_events()
+    assert peer_with_loads(1, 0, nbrs, replicate_rule="relative")._loaded_by_events()
+    assert not peer_with_loads(10, 60, nbrs, replicate_rule="relative")._loaded_by_events()
     # The absolute rule compares the counts themselves: neighbours play no part.
     assert peer_with_loads(10, 10, {}, replicate_rule="absolute", kappa=1.0)._loaded_by_events()
     assert not peer_with_loads(10, 11, nbrs, replicate_rule="absolute",
