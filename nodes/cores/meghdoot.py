@@ -34,9 +34,8 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   its zone so that both halves hold half its subscriptions
   (:func:`~nodes.cores.can.balanced_cut`; CAN's halving when they cannot be told
   apart); the newcomer gets the upper half, and a replicated zone splits for all its
-  replicas alike. ``join: can`` is the plain CAN join
-  (our ablation): the join is routed to a point drawn from a hash of the newcomer's name,
-  whose owner halves its zone.
+  replicas alike. ``join: can`` is the plain CAN join (our ablation): the join is routed
+  to a point drawn from a hash of the newcomer's name, whose owner halves its zone.
 - **Loads** (§4.2): every ``load_period_s`` a peer reports its load (event messages in
   the last two periods plus subscriptions stored, with its propagation messages and its
   subscriptions apart, for the replicate rule) and its ``loaded_list`` heaviest peers
