@@ -188,8 +188,27 @@ def test_a_scaled_stream_reaches_its_peer_bound_at_the_papers_share_of_it(subs: 
     assert joins[-1] / w.ops[-1].t_s == pytest.approx(199 / 0.1 / (subs + 1000), abs=0.08)
 
 
-def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers() -> None:
-    w = meghdoot_workload(peer_names(120), 1500, 1500, seed=4, join_probability=0.2)
+def test_joins_with_events_stores_every_subscription_first_and_joins_after_events() -> None:
+    """The paper's simulation events read as its published events: the subscriptions
+    come first (stored at the first peer), a join follows only an event, with 10 % scaled
+    by the paper's events over ours (0.2 here), so 199 joins end near event 995."""
+    w = meghdoot_workload(peer_names(200), 300, 2000, seed=2, events_scale=0.5,
+                          order="joins_with_events")
+    kinds = [op.msg.type for op in w.ops]
+    first_event = kinds.index(MsgType.PUBLISH)
+    assert set(kinds[:first_event]) == {MsgType.SUBSCRIBE} and first_event == 300
+    assert MsgType.SUBSCRIBE not in kinds[first_event:]
+    joins = [i for i, k in enumerate(kinds) if k is MsgType.JOIN]
+    assert len(joins) == 199 and w.meta["join_probability"] == pytest.approx(0.2)
+    assert all(kinds[i - 1] is MsgType.PUBLISH for i in joins)
+    events_before_last = kinds[:joins[-1]].count(MsgType.PUBLISH)
+    assert events_before_last == pytest.approx(199 / 0.2, rel=0.15)
+
+
+@pytest.mark.parametrize("order", ["interleaved", "joins_with_events"])
+def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers(order: str) -> None:
+    w = meghdoot_workload(peer_names(120), 1500, 1500, seed=4, join_probability=0.2,
+                          order=order)
     peers: list[CheckedPeer] = []
     result = run(w, {"load_period_s": 1.0}, peers)
     delivered = assert_exactly_once(result, w)

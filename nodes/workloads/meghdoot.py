@@ -17,7 +17,12 @@ Readings (ours, where the paper is silent; ``../shared/READINGS-WAVE2.md`` §1.4
   share of the stream as in the paper (10,000 peers of the standard stream at about
   77 %, of 150,000 subscriptions at 38 %): fewer joins per step would leave a scaled
   stream short of the bound.
-  ``order: subs_first`` puts every subscription before every event instead.
+  ``order: subs_first`` puts every subscription before every event instead, and
+  ``order: joins_with_events`` too, with joins only after events (a reading of the
+  paper's "a new peer joins the system after each simulation event" in which its
+  simulation events are the published events: every subscription is stored at the first
+  peer, and the CAN grows over the events; ``join_probability="paper"`` then scales the
+  10 % by the paper's events over ours).
 - **Subscriptions** follow Meghdoot's five templates (:data:`MEGHDOOT_TEMPLATES`), each
   from its own client ``s00000..`` on a live peer drawn at random.
 - **Events**, from a client ``e-<peer>`` on a live peer drawn at random, carry the seven
@@ -57,7 +62,7 @@ from nodes.workloads.stock import (
 MEGHDOOT_SCHEMA = Schema({"Date": "str", "Symbol": "str", "Open": "float", "High": "float",
                           "Low": "float", "Close": "float", "Volume": "int"})
 EVENT_SETS = ("uniform", "skewed")
-ORDERS = ("interleaved", "subs_first")
+ORDERS = ("interleaved", "subs_first", "joins_with_events")
 PRICE_TOP, VOLUME_TOP = 500.0, 310_000_000
 PAPER_JOIN_PROBABILITY = 0.1
 N_SYMBOLS, N_DAYS = 100, 1154  # the paper's real set: 100 stocks over 1,154 trading days
@@ -114,8 +119,11 @@ def meghdoot_workload(
     if not events_scale > 0:
         raise ValueError(f"need events_scale > 0, got {events_scale}")
     if join_probability == "paper":
-        paper_steps = n_subscriptions + n_events / events_scale
-        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * paper_steps / max(1, steps))
+        if order == "joins_with_events":
+            paper_steps, ours = n_events / events_scale, n_events
+        else:
+            paper_steps, ours = n_subscriptions + n_events / events_scale, steps
+        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * paper_steps / max(1, ours))
     if (isinstance(join_probability, str) or not 0 < join_probability <= 1 or step_s <= 0
             or not 1 <= n_symbols <= 500 or n_days < 1):
         raise ValueError("need 0 < join_probability <= 1 (or 'paper'), step_s > 0, "
@@ -152,7 +160,7 @@ def meghdoot_workload(
     for step in range(steps):
         t = step * step_s
         peer = rng.choice(live)
-        if order == "subs_first":
+        if order != "interleaved":
             is_sub = subs_left > 0
         else:
             is_sub = rng.random() * (subs_left + events_left) < subs_left
@@ -175,7 +183,8 @@ def meghdoot_workload(
             clients[client] = peer
             msg = Message(MsgType.PUBLISH, k + 1, client, payload={"attrs": event})
         ops.append(ClientOp(t, client, peer, msg))
-        if len(live) < n_peers and rng.random() < join_probability:
+        if (len(live) < n_peers and not (is_sub and order == "joins_with_events")
+                and rng.random() < join_probability):
             name = next(joining)
             t_join = t + step_s / 2
             boot = rng.choice(live)
