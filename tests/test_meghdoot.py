@@ -52,7 +52,9 @@ class CheckedPeer(MeghdootCore):
 
 def check_can(peers: Sequence[MeghdootCore]) -> None:
     """Zones tile the space (no overlap, no gap), neighbour tables are exact and
-    symmetric, replica groups are exact and their members store the same subscriptions."""
+    symmetric, replica groups are exact and their members store the same subscriptions,
+    and the same mirror copies: with mirrors, one copy of each stored subscription, at the
+    zone the rule files it in (:func:`can.mirror_point`); without, none."""
     live = [p for p in peers if p.zone is not None]
     zones: dict[can.Zone, list[MeghdootCore]] = {}
     for p in live:
@@ -74,6 +76,23 @@ def check_can(peers: Sequence[MeghdootCore]) -> None:
         assert p._table.own == p.zone, p.broker  # its sides are this zone's
         assert p.group == {q.broker for q in zones[p.zone]}, p.broker
         assert set(p.subs) == set(zones[p.zone][0].subs), p.broker
+    mirrors = mirrors_by_rule(zones) if any(p.mirroring for p in live) else {}
+    for p in live:
+        assert {k: m.target for k, m in p.mirror_subs.items()} == mirrors.get(p.zone, {}), \
+            p.broker
+
+
+def mirrors_by_rule(zones: Mapping[can.Zone, Sequence[MeghdootCore]]
+                    ) -> dict[can.Zone, dict[tuple[str, int], can.Point]]:
+    """Zone -> the mirror copies the rule files in it (subscription key -> target)."""
+    want: dict[can.Zone, dict[tuple[str, int], can.Point]] = {}
+    for zone, holders in zones.items():
+        for key, sub in holders[0].subs.items():
+            target = can.mirror_point(zone, sub.point)
+            if target is not None:
+                at = next(z for z in zones if can.contains(z, target))
+                want.setdefault(at, {})[key] = target
+    return want
 
 
 def _graph(w: Workload) -> nx.Graph:
@@ -449,11 +468,11 @@ def test_routing_hops_grow_as_d_times_the_dth_root_of_n() -> None:
 # ---- failures and leaves ----------------------------------------------------------------
 
 
-def _peers_at(w: Workload, t_s: float) -> list[MeghdootCore]:
+def _peers_at(w: Workload, t_s: float, **params: Any) -> list[MeghdootCore]:
     """The peers as they are at ``t_s`` (the run is deterministic up to then)."""
     peers: list[MeghdootCore] = []
     run(Workload(w.schema, w.clients, tuple(op for op in w.ops if op.t_s < t_s), w.meta),
-        {"load_period_s": 0.5}, peers)
+        {"load_period_s": 0.5, **params}, peers)
     return [p for p in peers if p.zone is not None]
 
 
@@ -502,6 +521,57 @@ def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered(role: s
 def _published(w: Workload, key: tuple[str, int]) -> float:
     return next(op.t_s for op in w.ops if op.msg.type is MsgType.PUBLISH
                 and (op.msg.origin, op.msg.msg_id) == key)
+
+
+# Detection (three silent load periods, and up to two more: a peer's last message may
+# trail its last report by a period) and the coordinator's wait for every neighbour's
+# notice (three of its periods), at load periods of 0.5 s.
+_TAKEOVER_S = (3 + 2 + 3) * 0.5
+
+
+def _lone_owner_crash(*, sibling: bool) -> tuple[Workload, str, float]:
+    """A workload in which the lone owner (not the seed) storing the most subscriptions
+    among those whose zone merges with a neighbour's (``sibling``) or with none crashes
+    half way; no operation during its takeover. The workload, the victim, the crash time."""
+    base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
+                             step_s=0.05)
+    t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
+    lone = [p for p in _peers_at(base, t_crash) if len(p.group) == 1 and p.broker != "p0000"
+            and any(can.merged(p.zone, z) for z in p.nbrs.values()) == sibling]
+    victim = max(lone, key=lambda p: (len(p.subs), p.broker))
+    assert len(victim.subs) >= 10, "too few subscriptions to lose"
+    ops = _without(base, t_crash, t_crash + _TAKEOVER_S, victim.broker)
+    ops.append(ClientOp(t_crash, f"j{victim.broker}", victim.broker,
+                        Message(MsgType.CRASH, 9, f"j{victim.broker}")))
+    return _ended(base, ops, t_crash, [victim.broker]), victim.broker, t_crash
+
+
+@pytest.mark.parametrize(("sibling", "mirrors"), [(True, True), (False, True), (True, False)],
+                         ids=["merged", "adopted", "no-mirrors"])
+def test_a_crashed_lone_owner_s_subscriptions_come_back_from_their_mirror_copies(
+        sibling: bool, mirrors: bool) -> None:
+    """A neighbour zone that merges with the failed zone takes it over, else a replica of
+    a neighbour zone adopts it; either recovers its subscriptions from their mirror
+    copies. Without mirrors the zone and its subscriptions are lost."""
+    w, victim, t_crash = _lone_owner_crash(sibling=sibling)
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 0.5, "mirrors": mirrors}, peers, checked=False)
+    want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
+    got = {k: sorted(v) for k, v in result.deliveries.items()}
+    late = {k for k in want if _published(w, k) > t_crash + _TAKEOVER_S}
+    assert len(late) > 50
+    missed = {k for k in late if got.get(k) != want[k]}
+    if not mirrors:
+        assert missed, "the crash cost nothing: the test shows nothing"
+        return
+    assert not missed
+    survivors = [p for p in peers if p.broker != victim]
+    check_can(survivors)  # one taker: the zones still tile the space; copies by the rule
+    members = {p.broker for p in peers if p.zone is not None} | {victim}
+    subscribed = {(op.msg.origin, op.msg.msg_id) for op in w.ops
+                  if op.msg.type is MsgType.SUBSCRIBE and op.broker in members}
+    assert {k for p in survivors if p.zone is not None for k in p.subs} == subscribed
+    assert result.record_counts.get("can_zone_orphaned", 0) == 0
 
 
 def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> None:
