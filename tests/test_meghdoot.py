@@ -197,6 +197,44 @@ def test_random_spaces_deliver_exactly_once_while_peers_join(
     assert_exactly_once(result, w)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_workloads(), st.sampled_from(["meghdoot", "can"]))
+def test_mirror_copies_follow_their_rule_while_peers_join(case: tuple[Workload, str],
+                                                          join: str) -> None:
+    """With mirrors, :func:`check_can` (before every join and at the end) finds each
+    stored subscription's one mirror copy at the zone the rule names, at every replica."""
+    w, space = case
+    peers: list[MeghdootCore] = []
+    result = run(w, {"space": space, "join": join, "load_period_s": 0.1, "mirrors": True},
+                 peers)
+    assert_exactly_once(result, w)
+    assert all(p.mirroring for p in peers)
+
+
+def test_an_unsubscription_drops_its_mirror_copy() -> None:
+    space = can.Space([can.Attribute("a", "num", 0, 100)])
+    peers = [peer_name(i) for i in range(6)]
+    clients = {f"j{p}": p for p in peers[1:]}
+    ops = [ClientOp(0.05 * i, f"j{p}", p, Message(MsgType.JOIN, 1, f"j{p}",
+                                                  payload={"bootstrap": peers[0]}))
+           for i, p in enumerate(peers[1:])]
+    for i in range(40):  # ranges [i, i + 50]: their reflections in the lower-right half
+        client, peer = f"s{i:02d}", peers[i % len(peers)]
+        clients[client] = peer
+        f = filter_to_json([Predicate("a", "range", i, i + 50)])
+        ops.append(ClientOp(1.0 + 0.01 * i, client, peer,
+                            Message(MsgType.SUBSCRIBE, 1, client, payload={"filter": f})))
+        if i % 2:
+            ops.append(ClientOp(2.0 + 0.01 * i, client, peer,
+                                Message(MsgType.UNSUBSCRIBE, 2, client, payload={"sub_id": 1})))
+    w = Workload(Schema({"a": "float"}), clients, tuple(sorted(ops, key=lambda op: op.t_s)), {})
+    cores: list[MeghdootCore] = []
+    run(w, {"space": space.to_json(), "join": "can", "mirrors": True}, cores)  # checks it
+    live = [p for p in cores if p.zone is not None]
+    assert len({p.zone for p in live}) == 6
+    assert sum(len(p.subs) for p in live) == sum(len(p.mirror_subs) for p in live) == 20
+
+
 @pytest.mark.parametrize("subs", [1500, 6000])
 def test_a_scaled_stream_reaches_its_peer_bound_at_the_papers_share_of_it(subs: int) -> None:
     """Events at a tenth of the paper's: its stream is our subscriptions plus ten times
@@ -592,6 +630,30 @@ def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> No
     assert_exactly_once(result, w)
     by_name = {p.broker: p for p in peers}
     assert by_name[replica].zone is None and by_name[alone].zone is None
+
+
+@pytest.mark.parametrize(("join", "mirrors"), [("meghdoot", False), ("meghdoot", True),
+                                               ("can", True)])
+def test_a_lone_owner_without_a_sibling_leaves_its_zone_to_one_adopter(join: str,
+                                                                     mirrors: bool) -> None:
+    """A replica of a neighbour zone adopts it (Meghdoot's joins make replicas), or with
+    none (plain CAN joins) a lone neighbour that first hands its own zone to its sibling;
+    events are delivered exactly once and the invariants hold at every later join."""
+    base = meghdoot_workload(peer_names(30), 300, 400, seed=7, join_probability=0.5,
+                             step_s=0.05)
+    t_leave = base.ops[len(base.ops) // 2].t_s + 0.01
+    lone = [p for p in _peers_at(base, t_leave, join=join) if len(p.group) == 1
+            and not any(can.merged(p.zone, z) for z in p.nbrs.values())]
+    alone = max(lone, key=lambda p: (len(p.subs), p.broker)).broker
+    ops = [op for op in base.ops if op.broker != alone or op.t_s < t_leave]
+    ops.append(ClientOp(t_leave, f"j{alone}", alone, Message(MsgType.LEAVE, 9, f"j{alone}")))
+    w = _ended(base, ops, t_leave, [alone])
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers)
+    assert_exactly_once(result, w)
+    assert "can_zone_orphaned" not in result.record_counts
+    # The adoption, and with plain CAN joins the adopter's sibling merging its zone.
+    assert result.record_counts["can_took_over"] == (2 if join == "can" else 1)
 
 
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,24 +51,67 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   10,000-peer run's messages. With ``peer`` (our first reading) every peer reports to
   every neighbour peer and co-replica.
 
-- **Leaving and failures** (§4.3), for replicated zones: a peer whose zone has replicas
-  leaves by telling its co-replicas and neighbours, and a peer that holds its zone alone
-  hands it, with its subscriptions, to a neighbour zone it merges with into a box (CAN's
-  sibling; each of that zone's replicas takes it). A peer not heard from (any message,
-  load reports included) for ``failure_periods`` load periods, counted in the detector's
-  own periods (ours: a detector stalled by a busy machine does not, on waking, find
-  everyone silent), is declared failed by its co-replicas and neighbours, who drop it,
-  so its zone lives on in its replicas (a peer declared failed that reports again is
-  taken back, with the zone its report names).
+- **Leaving and failures** (§4.3): a peer whose zone has replicas leaves by telling its
+  co-replicas and neighbours. A peer that holds its zone alone hands it, with its
+  subscriptions and mirror copies, to a neighbour zone it merges with into a box (CAN's
+  sibling; each of that zone's replicas takes it); with none, to an adopter (ours: the
+  paper asks for "a neighbor willing to take over its zone", and a peer of ours holds
+  one zone): the last peer by name of a replicated neighbour zone (zones by their first
+  peer), which leaves its co-replicas for it, else a lone neighbour, the smallest zone
+  first (CAN's choice), that frees itself by handing its own zone to a sibling of its
+  own (one without is passed over; none left: ``can_zone_orphaned``). A peer not heard
+  from (any message, load reports included) for ``failure_periods`` load periods,
+  counted in the detector's own periods (ours: a detector stalled by a busy machine
+  does not, on waking, find everyone silent), is declared failed by its co-replicas and
+  neighbours, who drop it, so its zone lives on in its replicas (a peer declared failed
+  that reports again is taken back, with the zone its report names).
   With zone reports, a neighbour hears a replica only through its reporter: a reporter's
   report vouches for the peers it names until two periods after the usual limit (the
   time its co-replicas take to notice a silent reporter, and the next by name to report
   in its place), and a reporter that declares a co-replica failed tells its neighbours
-  so; they file it as failed, so that a report naming it again takes it back. Not
-  built yet: a lone owner with no sibling to merge with leaves its zone without an owner
-  (``can_zone_orphaned``), as does a lone owner's failure (the paper's mirror copies that
-  would recover its subscriptions, and the takeover of a zone that merges with no
-  neighbour).
+  so; they file it as failed, so that a report naming it again takes it back.
+  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up
+  the zone of the failed peer or find some other peer to hand over the zone") is taken
+  over by the same rule, with ``mirrors`` only: every peer of every neighbour zone
+  routes a notice (its zone, its peers, whether it has a sibling) to the zone's
+  rendezvous point (its centre stepped out of it, as the mirror rule below steps, a
+  point all of them work out alike); the first peer by name of the zone holding it
+  collects them for three of its load periods (each neighbour notices within about two
+  of the first), then names the taker, which gets the notices as the zone's neighbour
+  table. A peer that relays a notice and still lists the failed peer declares it failed
+  at once, so no notice is handed to it. Without mirrors a lone owner's failure leaves
+  its zone without an owner (``can_zone_orphaned``) and its subscriptions lost. Not
+  built: a lone owner declared failed while only slow comes back to a zone held by its
+  taker (the zone would be held twice), so ``failure_periods`` must outlast any stall;
+  and a failed zone none of whose neighbours merges with it, is replicated or can free
+  itself stays orphaned (CAN's search of the partition tree for two sibling zones).
+- **Mirror copies** (§4.3, ``mirrors``): the owner that stores a subscription (the peer
+  it reached, not its co-replicas) routes a copy to its mirror point
+  (:func:`nodes.cores.can.mirror_point`): its reflection ``<h1, l1, ..., hn, ln>``,
+  which lies in the lower-right half where no subscription lies, or, when that falls in
+  the owner's own zone, the reflection stepped out of it
+  (:func:`~nodes.cores.can.step_out`): onto the top face of the first start dimension
+  the zone ends below the top of (the paper's "increasing odd dimensions", 1-based;
+  right in its Fig. 8), else just below the bottom face of the first end dimension it
+  starts above 0 of (down). The paper moves along all odd dimensions at once; ours moves
+  along the first that leaves the zone, so the copy always lands in another zone. The
+  zone there keeps it apart from its subscriptions (never matched), as do its
+  co-replicas; an unsubscription drops it. A split hands the new zone the copies filed
+  in it, and the splitting peer moves the copies whose rule changed with the zone ("if a
+  zone splits, it has to accordingly move the reflection subscriptions"): a drop routed
+  to the old point, the copy to the new. A merge turns the copies of what the merged
+  zone now stores into its subscriptions and moves the rest likewise; a replica gets its
+  zone's copies. A drop removes a copy only if it was filed at the drop's point, so a
+  moved copy's drop and its new filing may arrive in either order. The taker of a failed
+  zone recovers its subscriptions by "querying the reflection of the zone's
+  coordinates": a query routed to each box that holds their copies (the reflected zone,
+  and the face its own reflections step out to: :func:`~nodes.cores.can.mirror_regions`)
+  spreads over the zones meeting it, which send back their copies of subscriptions in
+  the failed zone. The copies the failed peer held come back from their owners: the
+  zones meeting the reflected box (their subscriptions' reflections lie in the failed
+  zone) and the taker's neighbours, told by its update (their reflections may step out
+  into it), file again those whose mirror point lies in it. Every subscription then has
+  one copy, where the rule puts it (``check_can`` in tests/test_meghdoot.py).
 
 Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
 done before the next join starts), as in the paper's sequential simulator.
@@ -942,7 +985,9 @@ class MeghdootCore:
     def _tell(self, peers: Sequence[str], msg: Message, now_s: float) -> list[Action]:
         """``msg`` to ``peers``; this peer's own share is handled here."""
         out: list[Action] = [Send(q, msg) for q in peers if q != self.broker]
-        return out + self._zone_msg(msg, now_s) if self.broker in peers else out
+        if self.broker in peers:
+            out += self._zone_msg(msg, now_s)
+        return out
 
     def _hand_zone(self, peers: Sequence[str], *, stays: bool = False) -> list[Action]:
         """This zone, its subscriptions and mirror copies, to the peers of a zone that
@@ -991,8 +1036,9 @@ class MeghdootCore:
             "update": {self.broker: p["adopt"], leaver: None},
             **({"refill": p["adopt"]} if recover else {})})
         out += [Send(q, update) for q in sorted(told | set(self.nbrs))]
-        out.insert(0, Record("can_took_over", {"from": leaver, "mode": "adopt"}))
-        return out + self._recover(zone, now_s) if recover else out
+        if recover:
+            out += self._recover(zone, now_s)
+        return [Record("can_took_over", {"from": leaver, "mode": "adopt"}), *out]
 
     def _recover(self, zone: Zone, now_s: float) -> list[Action]:
         """Ask for a failed ``zone``'s subscriptions back (§4.3: "querying the reflection
@@ -1026,7 +1072,9 @@ class MeghdootCore:
         if found and p["taker"] != self.broker:
             out.append(Send(str(p["taker"]), self._msg(MsgType.ZONE, {
                 "recovered": found, "failed": p["recover"]})))
-        return out + self._refill(zone, now_s) if p["refill"] else out
+        if p["refill"]:
+            out += self._refill(zone, now_s)
+        return out
 
     def _recovered_in(self, msg: Message, now_s: float) -> list[Action]:
         """A failed zone's subscriptions, sent back from their mirror copies: stored, passed
@@ -1056,7 +1104,7 @@ class MeghdootCore:
         out: list[Action] = []
         if len(self.group) < 2:
             sibling = self._sibling()
-            walk = _adopters(self._zones())
+            walk = _adopters(self._zones()) if sibling is None else []
             if sibling is not None:
                 out += self._hand_zone(sibling[1])
             elif walk:
@@ -1065,7 +1113,7 @@ class MeghdootCore:
                     "nbrs": dict(self.nbrs),
                     "subs": [s.to_json(k) for k, s in self.subs.items()],
                     "mirrors": self._mirrors_json(), "next": walk[1:]})))
-            else:  # the last peer
+            else:  # the last peer: no one is left to hold the space
                 out.append(Record("can_zone_orphaned", {"peer": self.broker,
                                                         "zone": can.zone_to_json(self.zone)}))
         gone = self._msg(MsgType.ZONE, {"update": {self.broker: None}})
@@ -1336,7 +1384,9 @@ class MeghdootCore:
             {"refill": p["takeover"]} if recover else {})})
         out: list[Action] = [Record("can_took_over", {"from": leaver}),
                              *(Send(q, update) for q in sorted(self.nbrs)), *moved]
-        return out + self._recover(given, now_s) if recover else out
+        if recover:
+            out += self._recover(given, now_s)
+        return out
 
     def _update(self, peer: str, zone: Zone | None) -> None:
         """What a peer now holds (None: nothing); this peer files it where it belongs."""
@@ -1365,7 +1415,9 @@ class MeghdootCore:
         return {"subscriptions": len(self.subs), "received": self.received,
                 "duplicates": self.duplicates, "notify_messages": self.notifications,
                 "route_stuck": self.stuck, "joins_split": self.joins["split"],
-                "joins_replicate": self.joins["replicate"]}
+                "joins_replicate": self.joins["replicate"],
+                **({"mirror_copies": len(self.mirror_subs),
+                    "mirror_messages": self.mirror_messages} if self.mirroring else {})}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
         """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
