@@ -567,33 +567,39 @@ def _published(w: Workload, key: tuple[str, int]) -> float:
 _TAKEOVER_S = (3 + 2 + 3) * 0.5
 
 
-def _lone_owner_crash(*, sibling: bool) -> tuple[Workload, str, float]:
+def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float]:
     """A workload in which the lone owner (not the seed) storing the most subscriptions
-    among those whose zone merges with a neighbour's (``sibling``) or with none crashes
-    half way; no operation during its takeover. The workload, the victim, the crash time."""
+    (then mirror copies) among those whose zone merges with a neighbour's (``sibling``) or
+    with none crashes half way; no operation during its takeover. The workload, the
+    victim, the crash time."""
     base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
                              step_s=0.05)
     t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
-    lone = [p for p in _peers_at(base, t_crash) if len(p.group) == 1 and p.broker != "p0000"
+    lone = [p for p in _peers_at(base, t_crash, join=join, mirrors=True)
+            if len(p.group) == 1 and p.broker != "p0000"
             and any(can.merged(p.zone, z) for z in p.nbrs.values()) == sibling]
-    victim = max(lone, key=lambda p: (len(p.subs), p.broker))
-    assert len(victim.subs) >= 10, "too few subscriptions to lose"
+    victim = max(lone, key=lambda p: (len(p.subs), len(p.mirror_subs), p.broker))
+    assert len(victim.subs) + len(victim.mirror_subs) >= 10, "too little to lose"
     ops = _without(base, t_crash, t_crash + _TAKEOVER_S, victim.broker)
     ops.append(ClientOp(t_crash, f"j{victim.broker}", victim.broker,
                         Message(MsgType.CRASH, 9, f"j{victim.broker}")))
     return _ended(base, ops, t_crash, [victim.broker]), victim.broker, t_crash
 
 
-@pytest.mark.parametrize(("sibling", "mirrors"), [(True, True), (False, True), (True, False)],
-                         ids=["merged", "adopted", "no-mirrors"])
+@pytest.mark.parametrize(("join", "sibling", "mirrors"), [
+    ("meghdoot", True, True), ("meghdoot", False, True), ("can", False, True),
+    ("meghdoot", True, False)], ids=["merged", "adopted", "freed", "no-mirrors"])
 def test_a_crashed_lone_owner_s_subscriptions_come_back_from_their_mirror_copies(
-        sibling: bool, mirrors: bool) -> None:
+        join: str, sibling: bool, mirrors: bool) -> None:
     """A neighbour zone that merges with the failed zone takes it over, else a replica of
-    a neighbour zone adopts it; either recovers its subscriptions from their mirror
-    copies. Without mirrors the zone and its subscriptions are lost."""
-    w, victim, t_crash = _lone_owner_crash(sibling=sibling)
+    a neighbour zone adopts it, else (plain CAN joins make no replicas) a lone neighbour
+    that hands its own zone to its sibling; the subscriptions come back from their mirror
+    copies, and the copies the failed peer held from their owners. Without mirrors the
+    zone and its subscriptions are lost."""
+    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling)
     peers: list[MeghdootCore] = []
-    result = run(w, {"load_period_s": 0.5, "mirrors": mirrors}, peers, checked=False)
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers,
+                 checked=False)
     want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
     got = {k: sorted(v) for k, v in result.deliveries.items()}
     late = {k for k in want if _published(w, k) > t_crash + _TAKEOVER_S}

@@ -324,11 +324,6 @@ def mirror_regions(z: Zone) -> list[Zone]:
     return boxes
 
 
-def centre(z: Zone) -> Point:
-    """The middle of ``z``."""
-    return tuple((a + b) / 2 for a, b in zip(z[0], z[1], strict=True))
-
-
 def halving_cut(z: Zone) -> tuple[int, float]:
     """CAN's geometric cut: the middle of the longest side (the first of equals)."""
     sides = [b - a for a, b in zip(z[0], z[1], strict=True)]

@@ -70,21 +70,22 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   time its co-replicas take to notice a silent reporter, and the next by name to report
   in its place), and a reporter that declares a co-replica failed tells its neighbours
   so; they file it as failed, so that a report naming it again takes it back.
-  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up
-  the zone of the failed peer or find some other peer to hand over the zone") is taken
-  over by the same rule, with ``mirrors`` only: every peer of every neighbour zone
-  routes a notice (its zone, its peers, whether it has a sibling) to the zone's
-  rendezvous point (its centre stepped out of it, as the mirror rule below steps, a
-  point all of them work out alike); the first peer by name of the zone holding it
-  collects them for three of its load periods (each neighbour notices within about two
-  of the first), then names the taker, which gets the notices as the zone's neighbour
-  table. A peer that relays a notice and still lists the failed peer declares it failed
-  at once, so no notice is handed to it. Without mirrors a lone owner's failure leaves
-  its zone without an owner (``can_zone_orphaned``) and its subscriptions lost. Not
-  built: a lone owner declared failed while only slow comes back to a zone held by its
-  taker (the zone would be held twice), so ``failure_periods`` must outlast any stall;
-  and a failed zone none of whose neighbours merges with it, is replicated or can free
-  itself stays orphaned (CAN's search of the partition tree for two sibling zones).
+  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up the
+  zone of the failed peer or find some other peer to hand over the zone") is taken over
+  by the same rule, with ``mirrors`` only. A lone owner's load reports then name its
+  neighbours; each of them (every peer of every neighbour zone) that declares it failed
+  tells the first of them by name directly (greedy routing may not get round the hole a
+  failed zone leaves) its zone, its peers and whether it has a sibling. That
+  coordinator, once all have told it (or three of its load periods later), names the
+  taker, which gets the notices as the zone's neighbour table; a neighbour told before
+  it noticed declares the failed peer failed then. Without mirrors a lone owner's
+  failure leaves its zone without an owner (``can_zone_orphaned``) and its subscriptions
+  lost. Not built: a lone owner declared failed while only slow comes back to a zone
+  held by its taker (the zone would be held twice), so ``failure_periods`` must outlast
+  any stall; a neighbour that came after the failed peer's last report is left out of
+  its takeover; and a failed zone none of whose neighbours merges with it, is replicated
+  or can free itself stays orphaned (CAN's search of the partition tree for two sibling
+  zones).
 - **Mirror copies** (§4.3, ``mirrors``): the owner that stores a subscription (the peer
   it reached, not its co-replicas) routes a copy to its mirror point
   (:func:`nodes.cores.can.mirror_point`): its reflection ``<h1, l1, ..., hn, ln>``,
@@ -202,10 +203,9 @@ PARAMS = (
 )
 _LOAD_TIMER = "load"
 _CONTACTED, _HANDLED, _RECOVERED = 1, 2, 4  # what a peer remembers of an event or query
-# Load periods a failed lone owner's coordinator waits for its neighbours' notices: each
-# neighbour declares it failed within a period of the others (silence counted from its
-# last message, which may be an event a period after its last report), so two periods
-# and the one it is noticed in.
+# Load periods a failed lone owner's coordinator waits for a neighbour's notice that has
+# not come (every neighbour declares it failed within about two periods of the first:
+# silence counts from its last message, which may trail its last report by a period).
 _ORPHAN_WAIT_PERIODS = 3
 
 
@@ -255,11 +255,13 @@ class Mirror(NamedTuple):
 class _Orphan:
     """A failed lone owner's zone, as its coordinator collects its neighbours' notices:
     each neighbour zone with its peers and whether it merges with a zone of its own
-    neighbours (it could then free itself to adopt the orphan)."""
+    neighbours (it could then free itself to adopt the orphan); the neighbours not yet
+    heard from; the tick after which it decides without them."""
 
     zone: Zone
     due_tick: int
     candidates: dict[Zone, tuple[list[str], bool]]
+    waiting: set[str]
     decided: bool = False
 
 
@@ -365,15 +367,6 @@ def _msg_key(msg: Message) -> str:
     return f"{msg.origin}:{msg.msg_id}"
 
 
-def _rendezvous(zone: Zone) -> Point:
-    """Where the neighbours of a failed lone owner's ``zone`` send their notices: its
-    centre stepped out of it (:func:`nodes.cores.can.stepped_out`), a point of exactly one
-    neighbour zone, which every neighbour works out alike."""
-    point = can.stepped_out(zone, can.centre(zone))
-    assert point is not None  # a zone with neighbours is not the whole space
-    return point
-
-
 def _adopters(zones: Iterable[tuple[Zone, Sequence[str]]]) -> list[str]:
     """Who may adopt an orphaned zone, in turn (our reading): a replica of each
     replicated zone (its last peer by name, as the first reports for the zone; zones by
@@ -432,6 +425,9 @@ class MeghdootCore:
         # point (never matched against events).
         self.mirror_subs: dict[tuple[str, int], Mirror] = {}
         self._orphans: dict[str, _Orphan] = {}  # failed lone owners this peer coordinates
+        # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
+        # who to tell, and who coordinates, should it fail.
+        self._around: dict[str, list[str]] = {}
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
         self.nbr_load: dict[str, _Report] = {}  # neighbour or co-replica -> its last report
         self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
@@ -596,8 +592,8 @@ class MeghdootCore:
         if t is MsgType.JOIN:
             return self._join_probe(msg, now_s)
         if t is MsgType.ZONE:
-            if "to" in msg.payload:  # a notice or a query on its way to a point
-                return self._toward(msg, now_s)
+            if "to" in msg.payload:  # a recovery query on its way to a point
+                return self._route(msg, tuple(msg.payload["to"]), now_s)
             return self._zone_msg(msg, now_s)
         return [unhandled(msg)]
 
@@ -633,7 +629,7 @@ class MeghdootCore:
         t = msg.type
         if "mirror" in msg.payload:
             return self._mirror_in(msg, replica_copy=replica_copy)
-        if t is MsgType.ZONE:  # a routed notice or query reached the owner of its point
+        if t is MsgType.ZONE:  # a routed query reached the owner of its point
             return self._zone_msg(msg, now_s)
         if t is MsgType.SUBSCRIBE:
             key = (msg.origin, msg.msg_id)
@@ -829,17 +825,19 @@ class MeghdootCore:
         top = [list(px) for px in self._trim_loaded()]
         zone = can.zone_to_json(self.zone)
         mates = sorted(self.group - {self.broker})
+        # A lone owner names its neighbours: should it fail, they tell one another.
+        around = {"around": sorted(self.nbrs)} if self.mirroring and not mates else {}
         # Its own report: to its co-replicas, or with peer reports to its neighbours too.
         own_to = sorted({*self.nbrs, *mates}) if self.load_reports == "peer" else mates
         if own_to:
             report = self._msg(MsgType.LOAD, {"loads": {self.broker: own}, "top": top,
-                                              "zone": zone})
+                                              "zone": zone, **around})
             out += [Send(p, report) for p in own_to]
         if self._reports_for_zone() and self.nbrs:
             loads = {self.broker: own, **{m: self.nbr_load[m] for m in mates
                                           if m in self.nbr_load}}
             report = self._msg(MsgType.LOAD, {"loads": loads, "top": top, "zone": zone,
-                                              "group": [self.broker, *mates]})
+                                              "group": [self.broker, *mates], **around})
             out += [Send(p, report) for p in sorted(self.nbrs)]
         return out
 
@@ -864,6 +862,10 @@ class MeghdootCore:
                 if (member != peer and self.nbrs.get(member) == zone
                         and self._heard_tick.get(member, -1) < vouched):
                     self._heard_tick[member] = vouched
+        if "around" in p:
+            self._around[peer] = list(p["around"])
+        else:
+            self._around.pop(peer, None)
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
 
@@ -890,7 +892,7 @@ class MeghdootCore:
 
     def _declare_failed(self, peer: str, now_s: float) -> list[Action]:
         """Drop ``peer``, a co-replica or neighbour: not heard from, or named failed by a
-        notice on its way (:meth:`_toward`)."""
+        neighbour's notice (:meth:`_down_in`)."""
         zone = self.nbrs.get(peer, self.zone)
         assert zone is not None
         mate = peer in self.group
@@ -917,41 +919,42 @@ class MeghdootCore:
                      if can.merged(self.zone, z) is not None), None)
 
     def _notice(self, failed: str, zone: Zone, now_s: float) -> list[Action]:
-        """Tell the coordinator of a failed lone owner's ``zone`` (the first peer by name
-        of the zone holding its rendezvous point) that this neighbour saw it fail: its
-        zone, its peers, and whether it merges with a neighbour of its own."""
+        """Tell the coordinator of a failed lone owner's ``zone`` (the first by name of
+        the neighbours its last report named) that this neighbour saw it fail: its zone,
+        its peers, and whether it merges with a neighbour of its own. Told directly, not
+        routed: greedy routing may not get round the hole the failed zone leaves."""
         assert self.zone is not None
-        point = _rendezvous(zone)
+        around = self._around.pop(failed, None)
+        if around is None:  # it never named its neighbours to this peer
+            return [Record("can_zone_orphaned", {"peer": failed,
+                                                 "zone": can.zone_to_json(zone)})]
         notice = self._msg(MsgType.ZONE, {
-            "to": list(point), "down": failed, "zone": can.zone_to_json(zone),
+            "down": failed, "zone": can.zone_to_json(zone), "around": around,
             "from": can.zone_to_json(self.zone), "group": sorted(self.group),
             "sibling": self._sibling() is not None})
-        return self._route(notice, point, now_s)
+        return self._tell([min(around)], notice, now_s)
 
-    def _toward(self, msg: Message, now_s: float) -> list[Action]:
-        """A notice or a query on its way to a point. A peer on the way that still lists
-        the failed peer a notice names declares it failed now (it is its neighbour: its
-        own notice follows), so routing never hands the notice to the failed peer."""
-        down = msg.payload.get("down")
-        out = self._declare_failed(down, now_s) if down in self.nbrs else []
-        return out + self._route(msg, tuple(msg.payload["to"]), now_s)
-
-    def _down_in(self, msg: Message) -> list[Action]:
-        """A notice at the zone of the rendezvous point: its first peer by name collects
-        them, and decides once every neighbour has had time to notice (:meth:`_tick`)."""
-        coordinator = min(self.group)
-        if coordinator != self.broker:
-            return [Send(coordinator, msg.forwarded())]
+    def _down_in(self, msg: Message, now_s: float) -> list[Action]:
+        """A notice at the coordinator, which declares the failed peer failed too if it
+        has not yet, and decides (:meth:`_hand_orphan`) once every neighbour the failed
+        peer named has sent one (or, failing that, at :meth:`_due_orphans`)."""
         p = msg.payload
         failed = str(p["down"])
+        out = self._declare_failed(failed, now_s) if failed in self.nbrs else []
         orphan = self._orphans.get(failed)
         if orphan is None:
             orphan = self._orphans[failed] = _Orphan(
-                can.zone_from_json(p["zone"]), self._ticks + _ORPHAN_WAIT_PERIODS, {})
-        if not orphan.decided:  # a notice later than the decision changes nothing
-            orphan.candidates[can.zone_from_json(p["from"])] = (list(p["group"]),
-                                                               bool(p["sibling"]))
-        return []
+                can.zone_from_json(p["zone"]), self._ticks + _ORPHAN_WAIT_PERIODS, {},
+                set(p["around"]))
+        if orphan.decided:  # a notice later than the decision changes nothing
+            return out
+        orphan.candidates[can.zone_from_json(p["from"])] = (list(p["group"]),
+                                                           bool(p["sibling"]))
+        orphan.waiting.discard(msg.origin)
+        if not orphan.waiting:
+            orphan.decided = True
+            out += self._hand_orphan(failed, orphan, now_s)
+        return out
 
     def _due_orphans(self, now_s: float) -> list[Action]:
         out: list[Action] = []
@@ -1324,7 +1327,7 @@ class MeghdootCore:
         if "adopt" in p:
             return self._adopt(msg, now_s)
         if "down" in p:
-            return self._down_in(msg)
+            return self._down_in(msg, now_s)
         if "recover" in p:
             return self._recover_in(msg, now_s)
         if "recovered" in p:
@@ -1396,6 +1399,11 @@ class MeghdootCore:
             self._departed.add(peer)
         else:
             self._departed.discard(peer)
+            if peer not in self.nbrs and peer not in self.group:
+                # Entering the table: its silence counts anew (a split or a takeover
+                # drops neighbours without forgetting when they were last heard, and a
+                # peer that adopted a zone comes back from afar).
+                self._heard_tick.pop(peer, None)
         if zone == self.zone:
             self.group.add(peer)
             self._nbr_drop(peer)
