@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -117,6 +118,24 @@ def test_equally_balanced_cuts_alternate_so_events_meet_fewer_zones() -> None:
     assert mean_met(zones) < mean_met(slices) / 2  # 3.8 zones against 8.5
     assert {can.balanced_cut(z, [(0.1, 0.1), (0.9, 0.9)])[0]
             for z in (((0.0, 0.0), (0.5, 1.0)), ((0.0, 0.0), (1.0, 0.5)))} == {1, 0}
+
+
+def test_a_mirror_copy_goes_to_the_reflection_or_right_else_down_on_a_2d_space() -> None:
+    """The paper's Fig. 8 on one attribute (x: the range's start, y: its end): a copy at
+    the subscription's reflection; one whose reflection lies in its own zone moves right
+    into the next zone, or down when its zone reaches the right edge."""
+    left, right = can.split(can.whole(2), 0, 0.5)
+    assert can.mirror_point(left, (0.1, 0.9)) == (0.9, 0.1)  # reflection in another zone
+    assert can.mirror_point(left, (0.1, 0.3)) == (0.5, 0.1)  # S' in its zone: right
+    assert can.contains(right, (0.5, 0.1))
+    bottom, top = can.split(right, 1, 0.5)
+    below = math.nextafter(0.5, 0.0)
+    assert can.mirror_point(top, (0.6, 0.8)) == (0.8, below)  # at the right edge: down
+    assert can.contains(bottom, (0.8, below)) and not can.contains(top, (0.8, below))
+    assert can.mirror_point(can.whole(2), (0.1, 0.3)) is None  # no other zone
+    # Where a zone's copies lie: the reflection of its box, and the face it steps out to.
+    assert can.mirror_regions(left) == [((0.0, 0.0), (1.0, 0.5)), ((0.5, 0.0), (0.5, 1.0))]
+    assert can.mirror_regions(top) == [((0.5, 0.5), (1.0, 1.0)), ((0.5, below), (1.0, below))]
 
 
 def test_a_bad_space_is_a_one_line_error() -> None:

@@ -52,7 +52,9 @@ class CheckedPeer(MeghdootCore):
 
 def check_can(peers: Sequence[MeghdootCore]) -> None:
     """Zones tile the space (no overlap, no gap), neighbour tables are exact and
-    symmetric, replica groups are exact and their members store the same subscriptions."""
+    symmetric, replica groups are exact and their members store the same subscriptions,
+    and the same mirror copies: with mirrors, one copy of each stored subscription, at the
+    zone the rule files it in (:func:`can.mirror_point`); without, none."""
     live = [p for p in peers if p.zone is not None]
     zones: dict[can.Zone, list[MeghdootCore]] = {}
     for p in live:
@@ -74,6 +76,23 @@ def check_can(peers: Sequence[MeghdootCore]) -> None:
         assert p._table.own == p.zone, p.broker  # its sides are this zone's
         assert p.group == {q.broker for q in zones[p.zone]}, p.broker
         assert set(p.subs) == set(zones[p.zone][0].subs), p.broker
+    mirrors = mirrors_by_rule(zones) if any(p.mirroring for p in live) else {}
+    for p in live:
+        assert {k: m.target for k, m in p.mirror_subs.items()} == mirrors.get(p.zone, {}), \
+            p.broker
+
+
+def mirrors_by_rule(zones: Mapping[can.Zone, Sequence[MeghdootCore]]
+                    ) -> dict[can.Zone, dict[tuple[str, int], can.Point]]:
+    """Zone -> the mirror copies the rule files in it (subscription key -> target)."""
+    want: dict[can.Zone, dict[tuple[str, int], can.Point]] = {}
+    for zone, holders in zones.items():
+        for key, sub in holders[0].subs.items():
+            target = can.mirror_point(zone, sub.point)
+            if target is not None:
+                at = next(z for z in zones if can.contains(z, target))
+                want.setdefault(at, {})[key] = target
+    return want
 
 
 def _graph(w: Workload) -> nx.Graph:
@@ -176,6 +195,44 @@ def test_random_spaces_deliver_exactly_once_while_peers_join(
                      "load_period_s": load_period_s, "replicate_rule": rule[0],
                      "kappa": rule[1]})
     assert_exactly_once(result, w)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_workloads(), st.sampled_from(["meghdoot", "can"]))
+def test_mirror_copies_follow_their_rule_while_peers_join(case: tuple[Workload, str],
+                                                          join: str) -> None:
+    """With mirrors, :func:`check_can` (before every join and at the end) finds each
+    stored subscription's one mirror copy at the zone the rule names, at every replica."""
+    w, space = case
+    peers: list[MeghdootCore] = []
+    result = run(w, {"space": space, "join": join, "load_period_s": 0.1, "mirrors": True},
+                 peers)
+    assert_exactly_once(result, w)
+    assert all(p.mirroring for p in peers)
+
+
+def test_an_unsubscription_drops_its_mirror_copy() -> None:
+    space = can.Space([can.Attribute("a", "num", 0, 100)])
+    peers = [peer_name(i) for i in range(6)]
+    clients = {f"j{p}": p for p in peers[1:]}
+    ops = [ClientOp(0.05 * i, f"j{p}", p, Message(MsgType.JOIN, 1, f"j{p}",
+                                                  payload={"bootstrap": peers[0]}))
+           for i, p in enumerate(peers[1:])]
+    for i in range(40):  # ranges [i, i + 50]: their reflections in the lower-right half
+        client, peer = f"s{i:02d}", peers[i % len(peers)]
+        clients[client] = peer
+        f = filter_to_json([Predicate("a", "range", i, i + 50)])
+        ops.append(ClientOp(1.0 + 0.01 * i, client, peer,
+                            Message(MsgType.SUBSCRIBE, 1, client, payload={"filter": f})))
+        if i % 2:
+            ops.append(ClientOp(2.0 + 0.01 * i, client, peer,
+                                Message(MsgType.UNSUBSCRIBE, 2, client, payload={"sub_id": 1})))
+    w = Workload(Schema({"a": "float"}), clients, tuple(sorted(ops, key=lambda op: op.t_s)), {})
+    cores: list[MeghdootCore] = []
+    run(w, {"space": space.to_json(), "join": "can", "mirrors": True}, cores)  # checks it
+    live = [p for p in cores if p.zone is not None]
+    assert len({p.zone for p in live}) == 6
+    assert sum(len(p.subs) for p in live) == sum(len(p.mirror_subs) for p in live) == 20
 
 
 @pytest.mark.parametrize("subs", [1500, 6000])
@@ -468,11 +525,11 @@ def test_routing_hops_grow_as_d_times_the_dth_root_of_n() -> None:
 # ---- failures and leaves ----------------------------------------------------------------
 
 
-def _peers_at(w: Workload, t_s: float) -> list[MeghdootCore]:
+def _peers_at(w: Workload, t_s: float, **params: Any) -> list[MeghdootCore]:
     """The peers as they are at ``t_s`` (the run is deterministic up to then)."""
     peers: list[MeghdootCore] = []
     run(Workload(w.schema, w.clients, tuple(op for op in w.ops if op.t_s < t_s), w.meta),
-        {"load_period_s": 0.5}, peers)
+        {"load_period_s": 0.5, **params}, peers)
     return [p for p in peers if p.zone is not None]
 
 
@@ -523,6 +580,63 @@ def _published(w: Workload, key: tuple[str, int]) -> float:
                 and (op.msg.origin, op.msg.msg_id) == key)
 
 
+# Detection (three silent load periods, and up to two more: a peer's last message may
+# trail its last report by a period) and the coordinator's wait for every neighbour's
+# notice (three of its periods), at load periods of 0.5 s.
+_TAKEOVER_S = (3 + 2 + 3) * 0.5
+
+
+def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float]:
+    """A workload in which the lone owner (not the seed) storing the most subscriptions
+    (then mirror copies) among those whose zone merges with a neighbour's (``sibling``) or
+    with none crashes half way; no operation during its takeover. The workload, the
+    victim, the crash time."""
+    base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
+                             step_s=0.05)
+    t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
+    lone = [p for p in _peers_at(base, t_crash, join=join, mirrors=True)
+            if len(p.group) == 1 and p.broker != "p0000"
+            and any(can.merged(p.zone, z) for z in p.nbrs.values()) == sibling]
+    victim = max(lone, key=lambda p: (len(p.subs), len(p.mirror_subs), p.broker))
+    assert len(victim.subs) + len(victim.mirror_subs) >= 10, "too little to lose"
+    ops = _without(base, t_crash, t_crash + _TAKEOVER_S, victim.broker)
+    ops.append(ClientOp(t_crash, f"j{victim.broker}", victim.broker,
+                        Message(MsgType.CRASH, 9, f"j{victim.broker}")))
+    return _ended(base, ops, t_crash, [victim.broker]), victim.broker, t_crash
+
+
+@pytest.mark.parametrize(("join", "sibling", "mirrors"), [
+    ("meghdoot", True, True), ("meghdoot", False, True), ("can", False, True),
+    ("meghdoot", True, False)], ids=["merged", "adopted", "freed", "no-mirrors"])
+def test_a_crashed_lone_owner_s_subscriptions_come_back_from_their_mirror_copies(
+        join: str, sibling: bool, mirrors: bool) -> None:
+    """A neighbour zone that merges with the failed zone takes it over, else a replica of
+    a neighbour zone adopts it, else (plain CAN joins make no replicas) a lone neighbour
+    that hands its own zone to its sibling; the subscriptions come back from their mirror
+    copies, and the copies the failed peer held from their owners. Without mirrors the
+    zone and its subscriptions are lost."""
+    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling)
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers,
+                 checked=False)
+    want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
+    got = {k: sorted(v) for k, v in result.deliveries.items()}
+    late = {k for k in want if _published(w, k) > t_crash + _TAKEOVER_S}
+    assert len(late) > 50
+    missed = {k for k in late if got.get(k) != want[k]}
+    if not mirrors:
+        assert missed, "the crash cost nothing: the test shows nothing"
+        return
+    assert not missed
+    survivors = [p for p in peers if p.broker != victim]
+    check_can(survivors)  # one taker: the zones still tile the space; copies by the rule
+    members = {p.broker for p in peers if p.zone is not None} | {victim}
+    subscribed = {(op.msg.origin, op.msg.msg_id) for op in w.ops
+                  if op.msg.type is MsgType.SUBSCRIBE and op.broker in members}
+    assert {k for p in survivors if p.zone is not None for k in p.subs} == subscribed
+    assert result.record_counts.get("can_zone_orphaned", 0) == 0
+
+
 def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> None:
     base = meghdoot_workload(peer_names(30), 300, 400, seed=7, join_probability=0.5,
                              step_s=0.05)
@@ -541,6 +655,30 @@ def test_a_replica_leaves_and_a_lone_owner_hands_its_zone_to_its_sibling() -> No
     assert_exactly_once(result, w)
     by_name = {p.broker: p for p in peers}
     assert by_name[replica].zone is None and by_name[alone].zone is None
+
+
+@pytest.mark.parametrize(("join", "mirrors"), [("meghdoot", False), ("meghdoot", True),
+                                               ("can", True)])
+def test_a_lone_owner_without_a_sibling_leaves_its_zone_to_one_adopter(join: str,
+                                                                     mirrors: bool) -> None:
+    """A replica of a neighbour zone adopts it (Meghdoot's joins make replicas), or with
+    none (plain CAN joins) a lone neighbour that first hands its own zone to its sibling;
+    events are delivered exactly once and the invariants hold at every later join."""
+    base = meghdoot_workload(peer_names(30), 300, 400, seed=7, join_probability=0.5,
+                             step_s=0.05)
+    t_leave = base.ops[len(base.ops) // 2].t_s + 0.01
+    lone = [p for p in _peers_at(base, t_leave, join=join) if len(p.group) == 1
+            and not any(can.merged(p.zone, z) for z in p.nbrs.values())]
+    alone = max(lone, key=lambda p: (len(p.subs), p.broker)).broker
+    ops = [op for op in base.ops if op.broker != alone or op.t_s < t_leave]
+    ops.append(ClientOp(t_leave, f"j{alone}", alone, Message(MsgType.LEAVE, 9, f"j{alone}")))
+    w = _ended(base, ops, t_leave, [alone])
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers)
+    assert_exactly_once(result, w)
+    assert "can_zone_orphaned" not in result.record_counts
+    # The adoption, and with plain CAN joins the adopter's sibling merging its zone.
+    assert result.record_counts["can_took_over"] == (2 if join == "can" else 1)
 
 
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:

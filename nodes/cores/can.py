@@ -261,6 +261,69 @@ def volume(z: Zone) -> float:
     return math.prod(b - a for a, b in zip(z[0], z[1], strict=True))
 
 
+def reflection(p: Point) -> Point:
+    """``p`` mirrored in the space's diagonal hyperplane (Meghdoot §4.3): each attribute's
+    start and end swapped. A subscription's reflection lies in the lower-right half (start
+    above end), where no subscription lies."""
+    return tuple(p[j ^ 1] for j in range(len(p)))
+
+
+def step_out(z: Zone) -> tuple[int, float] | None:
+    """Where a point of ``z`` steps out of it when its reflection falls in it (§4.3):
+    ``(dim, coordinate)``, the same for every point of ``z``. The paper moves "along the
+    increasing values of all odd dimensions" (1-based: our start dimensions 2i) to a
+    neighbour zone, and when they reach the domain's top, "towards the decreasing even
+    dimensional coordinate values" (2-d: right, else down). Ours: onto the top face of
+    the first start dimension on which ``z`` ends below the domain's top, else just below
+    the bottom face of the first end dimension on which it starts above 0, so the point
+    stays in the lower-right half; a zone that reaches the top of every start dimension
+    and the bottom of every end one (the paper stops there) steps out of its first other
+    face, below a start dimension's bottom or onto an end dimension's top. None for the
+    whole space (no other zone)."""
+    lo, hi = z
+    starts, ends = range(0, len(lo), 2), range(1, len(lo), 2)
+    for j in starts:
+        if hi[j] < 1.0:
+            return j, hi[j]
+    for j in ends:
+        if lo[j] > 0.0:
+            return j, math.nextafter(lo[j], 0.0)  # the largest coordinate below the face
+    for j in starts:
+        if lo[j] > 0.0:
+            return j, math.nextafter(lo[j], 0.0)
+    for j in ends:
+        if hi[j] < 1.0:
+            return j, hi[j]
+    return None
+
+
+def stepped_out(z: Zone, p: Point) -> Point | None:
+    """``p`` moved out of ``z`` as :func:`step_out` says (None for the whole space)."""
+    out = step_out(z)
+    if out is None:
+        return None
+    dim, at = out
+    return (*p[:dim], at, *p[dim + 1:])
+
+
+def mirror_point(z: Zone, p: Point) -> Point | None:
+    """Where the mirror copy of a subscription at ``p``, stored in ``z``, is filed: its
+    reflection, or, when that lies in ``z`` too, the reflection stepped out of ``z``
+    (:func:`step_out`); never in ``z``. None when ``z`` is the whole space."""
+    r = reflection(p)
+    return r if not contains(z, r) else stepped_out(z, r)
+
+
+def mirror_regions(z: Zone) -> list[Zone]:
+    """The closed boxes that hold every mirror copy of a subscription stored in ``z``: the
+    reflection of its box, and the face its own reflections step out to (if any)."""
+    boxes = [(reflection(z[0]), reflection(z[1]))]
+    lo, hi = stepped_out(z, z[0]), stepped_out(z, z[1])
+    if lo is not None and hi is not None:
+        boxes.append((lo, hi))
+    return boxes
+
+
 def halving_cut(z: Zone) -> tuple[int, float]:
     """CAN's geometric cut: the middle of the longest side (the first of equals)."""
     sides = [b - a for a, b in zip(z[0], z[1], strict=True)]

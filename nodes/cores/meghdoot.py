@@ -51,24 +51,68 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   10,000-peer run's messages. With ``peer`` (our first reading) every peer reports to
   every neighbour peer and co-replica.
 
-- **Leaving and failures** (§4.3), for replicated zones: a peer whose zone has replicas
-  leaves by telling its co-replicas and neighbours, and a peer that holds its zone alone
-  hands it, with its subscriptions, to a neighbour zone it merges with into a box (CAN's
-  sibling; each of that zone's replicas takes it). A peer not heard from (any message,
-  load reports included) for ``failure_periods`` load periods, counted in the detector's
-  own periods (ours: a detector stalled by a busy machine does not, on waking, find
-  everyone silent), is declared failed by its co-replicas and neighbours, who drop it,
-  so its zone lives on in its replicas (a peer declared failed that reports again is
-  taken back, with the zone its report names).
+- **Leaving and failures** (§4.3): a peer whose zone has replicas leaves by telling its
+  co-replicas and neighbours. A peer that holds its zone alone hands it, with its
+  subscriptions and mirror copies, to a neighbour zone it merges with into a box (CAN's
+  sibling; each of that zone's replicas takes it); with none, to an adopter (ours: the
+  paper asks for "a neighbor willing to take over its zone", and a peer of ours holds
+  one zone): the last peer by name of a replicated neighbour zone (zones by their first
+  peer), which leaves its co-replicas for it, else a lone neighbour, the smallest zone
+  first (CAN's choice), that frees itself by handing its own zone to a sibling of its
+  own (one without is passed over; none left: ``can_zone_orphaned``). A peer not heard
+  from (any message, load reports included) for ``failure_periods`` load periods,
+  counted in the detector's own periods (ours: a detector stalled by a busy machine
+  does not, on waking, find everyone silent), is declared failed by its co-replicas and
+  neighbours, who drop it, so its zone lives on in its replicas (a peer declared failed
+  that reports again is taken back, with the zone its report names).
   With zone reports, a neighbour hears a replica only through its reporter: a reporter's
   report vouches for the peers it names until two periods after the usual limit (the
   time its co-replicas take to notice a silent reporter, and the next by name to report
   in its place), and a reporter that declares a co-replica failed tells its neighbours
-  so; they file it as failed, so that a report naming it again takes it back. Not
-  built yet: a lone owner with no sibling to merge with leaves its zone without an owner
-  (``can_zone_orphaned``), as does a lone owner's failure (the paper's mirror copies that
-  would recover its subscriptions, and the takeover of a zone that merges with no
-  neighbour).
+  so; they file it as failed, so that a report naming it again takes it back.
+  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up the
+  zone of the failed peer or find some other peer to hand over the zone") is taken over
+  by the same rule, with ``mirrors`` only. A lone owner's load reports then name its
+  neighbours; each of them (every peer of every neighbour zone) that declares it failed
+  tells the first of them by name directly (greedy routing may not get round the hole a
+  failed zone leaves) its zone, its peers and whether it has a sibling. That
+  coordinator, once all have told it (or three of its load periods later), names the
+  taker, which gets the notices as the zone's neighbour table; a neighbour told before
+  it noticed declares the failed peer failed then. Without mirrors a lone owner's
+  failure leaves its zone without an owner (``can_zone_orphaned``) and its subscriptions
+  lost. Not built: a lone owner declared failed while only slow comes back to a zone
+  held by its taker (the zone would be held twice), so ``failure_periods`` must outlast
+  any stall; a neighbour that came after the failed peer's last report is left out of
+  its takeover; and a failed zone none of whose neighbours merges with it, is replicated
+  or can free itself stays orphaned (CAN's search of the partition tree for two sibling
+  zones).
+- **Mirror copies** (§4.3, ``mirrors``): the owner that stores a subscription (the peer
+  it reached, not its co-replicas) routes a copy to its mirror point
+  (:func:`nodes.cores.can.mirror_point`): its reflection ``<h1, l1, ..., hn, ln>``,
+  which lies in the lower-right half where no subscription lies, or, when that falls in
+  the owner's own zone, the reflection stepped out of it
+  (:func:`~nodes.cores.can.step_out`): onto the top face of the first start dimension
+  the zone ends below the top of (the paper's "increasing odd dimensions", 1-based;
+  right in its Fig. 8), else just below the bottom face of the first end dimension it
+  starts above 0 of (down). The paper moves along all odd dimensions at once; ours moves
+  along the first that leaves the zone, so the copy always lands in another zone. The
+  zone there keeps it apart from its subscriptions (never matched), as do its
+  co-replicas; an unsubscription drops it. A split hands the new zone the copies filed
+  in it, and the splitting peer moves the copies whose rule changed with the zone ("if a
+  zone splits, it has to accordingly move the reflection subscriptions"): a drop routed
+  to the old point, the copy to the new. A merge turns the copies of what the merged
+  zone now stores into its subscriptions and moves the rest likewise; a replica gets its
+  zone's copies. A drop removes a copy only if it was filed at the drop's point, so a
+  moved copy's drop and its new filing may arrive in either order. The taker of a failed
+  zone recovers its subscriptions by "querying the reflection of the zone's
+  coordinates": a query routed to each box that holds their copies (the reflected zone,
+  and the face its own reflections step out to: :func:`~nodes.cores.can.mirror_regions`)
+  spreads over the zones meeting it, which send back their copies of subscriptions in
+  the failed zone. The copies the failed peer held come back from their owners: the
+  zones meeting the reflected box (their subscriptions' reflections lie in the failed
+  zone) and the taker's neighbours, told by its update (their reflections may step out
+  into it), file again those whose mirror point lies in it. Every subscription then has
+  one copy, where the rule puts it (``check_can`` in tests/test_meghdoot.py).
 
 Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
 done before the next join starts), as in the paper's sequential simulator.
@@ -86,7 +130,7 @@ import sys
 import zlib
 from array import array
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -146,6 +190,11 @@ PARAMS = (
     Param("failure_periods", "int", 3, "",
           "load periods of its own without a message after which a peer declares a "
           "neighbour or co-replica failed (0: no failure detection)", minimum=0),
+    Param("mirrors", "bool", False, "",
+          "keep a mirror copy of every subscription at the zone of its reflection point "
+          "(§4.3), from which the peer that takes over a failed lone owner's zone "
+          "recovers its subscriptions (false: that zone is left without an owner and its "
+          "subscriptions are lost)"),
     Param("seen_s", "float", 60.0, "s",
           "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
     Param("bucket_s", "float", 0.1, "s",
@@ -153,7 +202,11 @@ PARAMS = (
           "the workload's step)", minimum=1e-6),
 )
 _LOAD_TIMER = "load"
-_CONTACTED, _HANDLED = 1, 2  # what a peer remembers of an event (bits)
+_CONTACTED, _HANDLED, _RECOVERED = 1, 2, 4  # what a peer remembers of an event or query
+# Load periods a failed lone owner's coordinator waits for a neighbour's notice that has
+# not come (every neighbour declares it failed within about two periods of the first:
+# silence counts from its last message, which may trail its last report by a period).
+_ORPHAN_WAIT_PERIODS = 3
 
 
 def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
@@ -180,6 +233,36 @@ class Sub:
         origin, msg_id, fj, point, peer, client = obj
         return (origin, int(msg_id)), Sub(fj, filter_from_json(fj), tuple(map(float, point)),
                                           peer, client)
+
+
+class Mirror(NamedTuple):
+    """A mirror copy of a subscription and the point it is filed at
+    (:func:`nodes.cores.can.mirror_point` of its point and its owner's zone)."""
+
+    sub: Sub
+    target: Point
+
+    def to_json(self, key: tuple[str, int]) -> list[Any]:
+        return [*self.sub.to_json(key), list(self.target)]
+
+    @staticmethod
+    def from_json(obj: Sequence[Any]) -> tuple[tuple[str, int], Mirror]:
+        key, sub = Sub.from_json(obj[:6])
+        return key, Mirror(sub, tuple(map(float, obj[6])))
+
+
+@dataclass(slots=True)
+class _Orphan:
+    """A failed lone owner's zone, as its coordinator collects its neighbours' notices:
+    each neighbour zone with its peers and whether it merges with a zone of its own
+    neighbours (it could then free itself to adopt the orphan); the neighbours not yet
+    heard from; the tick after which it decides without them."""
+
+    zone: Zone
+    due_tick: int
+    candidates: dict[Zone, tuple[list[str], bool]]
+    waiting: set[str]
+    decided: bool = False
 
 
 def bucket_of(t_s: float, bucket_s: float) -> int:
@@ -284,6 +367,17 @@ def _msg_key(msg: Message) -> str:
     return f"{msg.origin}:{msg.msg_id}"
 
 
+def _adopters(zones: Iterable[tuple[Zone, Sequence[str]]]) -> list[str]:
+    """Who may adopt an orphaned zone, in turn (our reading): a replica of each
+    replicated zone (its last peer by name, as the first reports for the zone; zones by
+    their first peer), then the lone owners, the smallest zone first (ties by name): CAN's
+    choice of the smallest neighbour, each of which adopts only if it can free itself."""
+    zones = list(zones)
+    replicated = sorted(sorted(peers) for _, peers in zones if len(peers) > 1)
+    lone = sorted((can.volume(z), peers[0]) for z, peers in zones if len(peers) == 1)
+    return [peers[-1] for peers in replicated] + [name for _, name in lone]
+
+
 class MeghdootCore:
     """One Meghdoot peer (see the module docstring)."""
 
@@ -303,6 +397,7 @@ class MeghdootCore:
         self.max_climb = int(params.get("max_climb", 16))
         self.seen_s = float(params.get("seen_s", 60.0))
         self.failure_periods = int(params.get("failure_periods", 3))
+        self.mirroring = bool(params.get("mirrors", False))
         # Peer -> this peer's load period in which it was last heard from (a count of its
         # ticks): silence is counted in the detector's own periods, so a detector that
         # was itself stalled (an overloaded machine) does not, on waking, find everyone
@@ -326,6 +421,13 @@ class MeghdootCore:
         self._table.reset(self.zone, {})
         self.subs: dict[tuple[str, int], Sub] = {}
         self._index = SubscriptionIndex()
+        # Mirror copies of subscriptions stored elsewhere, filed here by their target
+        # point (never matched against events).
+        self.mirror_subs: dict[tuple[str, int], Mirror] = {}
+        self._orphans: dict[str, _Orphan] = {}  # failed lone owners this peer coordinates
+        # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
+        # who to tell, and who coordinates, should it fail.
+        self._around: dict[str, list[str]] = {}
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
         self.nbr_load: dict[str, _Report] = {}  # neighbour or co-replica -> its last report
         self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
@@ -342,7 +444,7 @@ class MeghdootCore:
         self.contacts: list[str] = []  # event keys, interned: one string per event
         self.sub_hops: Counter[int] = Counter()
         self.event_hops: Counter[int] = Counter()
-        self.duplicates = self.notifications = self.stuck = 0
+        self.duplicates = self.notifications = self.stuck = self.mirror_messages = 0
         self.joins: Counter[str] = Counter()
 
     # ---- what the peer knows --------------------------------------------------------------
@@ -399,7 +501,7 @@ class MeghdootCore:
         elif isinstance(event, FromClient):
             out = self._from_client(event.client, event.msg, now_s)
         elif isinstance(event, TimerFired) and event.name == _LOAD_TIMER:
-            return self._tick()
+            return self._tick(now_s)
         else:
             return []  # statistics windows, links coming and going: nothing to do
         if self.zone is not None and not self._ticking and self.load_period_s > 0:
@@ -465,6 +567,9 @@ class MeghdootCore:
         if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
             if msg.payload.get("copy"):  # a co-replica's copy: neither routing nor spread
                 return self._owner(msg, now_s, replica_copy=True)
+            if "mirror" in msg.payload:  # a mirror copy on its way: no subscription's load
+                self.mirror_messages += 1
+                return self._route(msg, tuple(msg.payload["point"]), now_s)
             self.received += 1
             self._buckets.count(bucket_of(now_s, self.bucket_s))
             if t is MsgType.PUBLISH:
@@ -487,6 +592,8 @@ class MeghdootCore:
         if t is MsgType.JOIN:
             return self._join_probe(msg, now_s)
         if t is MsgType.ZONE:
+            if "to" in msg.payload:  # a recovery query on its way to a point
+                return self._route(msg, tuple(msg.payload["to"]), now_s)
             return self._zone_msg(msg, now_s)
         return [unhandled(msg)]
 
@@ -520,20 +627,31 @@ class MeghdootCore:
     def _owner(self, msg: Message, now_s: float, *, replica_copy: bool = False) -> list[Action]:
         """This peer's zone holds the message's point."""
         t = msg.type
+        if "mirror" in msg.payload:
+            return self._mirror_in(msg, replica_copy=replica_copy)
+        if t is MsgType.ZONE:  # a routed query reached the owner of its point
+            return self._zone_msg(msg, now_s)
         if t is MsgType.SUBSCRIBE:
             key = (msg.origin, msg.msg_id)
             p = msg.payload
             f = filter_from_json(p["filter"])
-            self._store(key, Sub(p["filter"], f, tuple(p["point"]), p["peer"], p["client"]))
+            sub = Sub(p["filter"], f, tuple(p["point"]), p["peer"], p["client"])
+            self._store(key, sub)
             if replica_copy:
                 return []
             self.sub_hops[msg.hops - 1] += 1
-            return self._to_replicas(msg)
+            return [*self._to_replicas(msg), *self._mirror(MsgType.SUBSCRIBE, key, sub, now_s)]
         if t is MsgType.UNSUBSCRIBE:
             key = (str(msg.payload["sub"][0]), int(msg.payload["sub"][1]))
-            if self.subs.pop(key, None) is not None:
+            gone = self.subs.pop(key, None)
+            if gone is not None:
                 self._index.remove(key)
-            return [] if replica_copy else self._to_replicas(msg)
+            if replica_copy:
+                return []
+            out = self._to_replicas(msg)
+            if gone is not None:
+                out += self._mirror(MsgType.UNSUBSCRIBE, key, gone, now_s)
+            return out
         if t is MsgType.JOIN:  # plain CAN join: this peer owns the newcomer's point
             return self._accept(msg, now_s)
         self.event_hops[msg.hops - 1] += 1
@@ -543,6 +661,112 @@ class MeghdootCore:
     def _to_replicas(self, msg: Message) -> list[Action]:
         copy = msg.forwarded({**msg.payload, "copy": True})
         return [Send(g, copy) for g in sorted(self.group - {self.broker})]
+
+    # ---- mirror copies (§4.3) ----------------------------------------------------------------
+
+    def _mirror(self, mtype: MsgType, key: tuple[str, int], sub: Sub, now_s: float
+                ) -> list[Action]:
+        """File (SUBSCRIBE) or drop (UNSUBSCRIBE) the mirror copy of this zone's ``sub``."""
+        assert self.zone is not None
+        target = can.mirror_point(self.zone, sub.point) if self.mirroring else None
+        return [] if target is None else self._mirror_to(mtype, key, sub, target, now_s)
+
+    def _mirror_to(self, mtype: MsgType, key: tuple[str, int], sub: Sub, target: Point,
+                   now_s: float) -> list[Action]:
+        """A mirror copy filed or dropped at ``target``, routed there as any point is."""
+        body = sub.to_json(key) if mtype is MsgType.SUBSCRIBE else list(key)
+        msg = self._msg(mtype, {"mirror": body, "point": list(target)})
+        return self._route(msg, target, now_s)
+
+    def _mirror_in(self, msg: Message, *, replica_copy: bool) -> list[Action]:
+        """A mirror copy filed or dropped here (and at the co-replicas)."""
+        p = msg.payload
+        target = tuple(map(float, p["point"]))
+        if msg.type is MsgType.SUBSCRIBE:
+            key, sub = Sub.from_json(p["mirror"])
+            self.mirror_subs[key] = Mirror(sub, target)
+        else:
+            key = (str(p["mirror"][0]), int(p["mirror"][1]))
+            held = self.mirror_subs.get(key)
+            # Only the copy filed at this target: a moved copy's drop and its new filing
+            # may land in one zone, in either order.
+            if held is not None and held.target == target:
+                del self.mirror_subs[key]
+        return [] if replica_copy else self._to_replicas(msg)
+
+    def _rehome(self, key: tuple[str, int], sub: Sub, before: Zone, after: Zone,
+                here: Zone, now_s: float) -> list[Action]:
+        """Move the mirror copy of ``sub`` from where the rule filed it while ``before``
+        stored it to where it files it now that ``after`` does; a copy that lies in
+        ``here`` (what the zone change covers) is moved by the change itself."""
+        old, new = can.mirror_point(before, sub.point), can.mirror_point(after, sub.point)
+        if old == new:
+            return []
+        out: list[Action] = []
+        if old is not None and not can.contains(here, old):
+            out += self._mirror_to(MsgType.UNSUBSCRIBE, key, sub, old, now_s)
+        if new is not None and not can.contains(here, new):
+            out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, new, now_s)
+        return out
+
+    def _refill(self, zone: Zone, now_s: float) -> list[Action]:
+        """File again the mirror copies of this zone's subscriptions that the rule files
+        in ``zone`` (a failed peer's: they were lost with it)."""
+        assert self.zone is not None
+        out: list[Action] = []
+        for key, sub in self.subs.items():
+            target = can.mirror_point(self.zone, sub.point)
+            if target is not None and can.contains(zone, target):
+                out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, target, now_s)
+        return out
+
+    def _split_mirrors(self, lower: Zone, upper: Zone,
+                       given: Sequence[tuple[tuple[str, int], Sub]]
+                       ) -> list[tuple[tuple[str, int], Mirror]]:
+        """The mirror copies ``upper`` takes when this zone splits (it keeps ``lower``;
+        ``given``: the subscriptions that left with ``upper``): those filed in it, and
+        those of the subscriptions kept here that the rule now files in it. This zone
+        keeps the rest and files the copies of the given ones that the rule files here."""
+        if not self.mirroring:
+            return []
+        gone = [(k, m) for k, m in self.mirror_subs.items() if not can.contains(lower, m.target)]
+        for k, _ in gone:
+            del self.mirror_subs[k]
+        for k, sub in given:
+            target = can.mirror_point(upper, sub.point)
+            if target is not None and can.contains(lower, target):
+                self.mirror_subs[k] = Mirror(sub, target)
+        for k, sub in self.subs.items():
+            target = can.mirror_point(lower, sub.point)
+            if target is not None and can.contains(upper, target):
+                gone.append((k, Mirror(sub, target)))
+        return gone
+
+    def _merge_mirrors(self, own: Zone, given: Zone, mirrors: Sequence[Sequence[Any]],
+                       now_s: float, *, acting: bool) -> list[Action]:
+        """The mirror copies after this zone (``own``) merged with ``given``: the given
+        zone's join this one's; copies of subscriptions the merged zone now stores become
+        its own (a failed sibling's subscriptions come back so); the acting peer (the
+        first by name) moves the copies whose rule changed with the zone."""
+        assert self.zone is not None
+        for item in mirrors:
+            key, m = Mirror.from_json(item)
+            self.mirror_subs[key] = m
+        for key, m in list(self.mirror_subs.items()):
+            if can.contains(self.zone, m.sub.point):
+                del self.mirror_subs[key]
+                if key not in self.subs:
+                    self._store(key, m.sub)
+        if not acting:
+            return []
+        out: list[Action] = []
+        for key, sub in self.subs.items():
+            before = own if can.contains(own, sub.point) else given
+            out += self._rehome(key, sub, before, self.zone, self.zone, now_s)
+        return out
+
+    def _mirrors_json(self) -> list[list[Any]]:
+        return [m.to_json(k) for k, m in self.mirror_subs.items()]
 
     # ---- DeliverEvent ------------------------------------------------------------------------
 
@@ -586,13 +810,14 @@ class MeghdootCore:
 
     # ---- loads ------------------------------------------------------------------------------
 
-    def _tick(self) -> list[Action]:
+    def _tick(self, now_s: float) -> list[Action]:
         if self.zone is None:  # left: no more reports
             self._ticking = False
             return []
         out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
         self._ticks += 1
-        out += self._detect_failures()
+        out += self._detect_failures(now_s)
+        out += self._due_orphans(now_s)
         self.events.rotate()
         self.spread.rotate()
         own = self._report()
@@ -600,17 +825,19 @@ class MeghdootCore:
         top = [list(px) for px in self._trim_loaded()]
         zone = can.zone_to_json(self.zone)
         mates = sorted(self.group - {self.broker})
+        # A lone owner names its neighbours: should it fail, they tell one another.
+        around = {"around": sorted(self.nbrs)} if self.mirroring and not mates else {}
         # Its own report: to its co-replicas, or with peer reports to its neighbours too.
         own_to = sorted({*self.nbrs, *mates}) if self.load_reports == "peer" else mates
         if own_to:
             report = self._msg(MsgType.LOAD, {"loads": {self.broker: own}, "top": top,
-                                              "zone": zone})
+                                              "zone": zone, **around})
             out += [Send(p, report) for p in own_to]
         if self._reports_for_zone() and self.nbrs:
             loads = {self.broker: own, **{m: self.nbr_load[m] for m in mates
                                           if m in self.nbr_load}}
             report = self._msg(MsgType.LOAD, {"loads": loads, "top": top, "zone": zone,
-                                              "group": [self.broker, *mates]})
+                                              "group": [self.broker, *mates], **around})
             out += [Send(p, report) for p in sorted(self.nbrs)]
         return out
 
@@ -635,6 +862,10 @@ class MeghdootCore:
                 if (member != peer and self.nbrs.get(member) == zone
                         and self._heard_tick.get(member, -1) < vouched):
                     self._heard_tick[member] = vouched
+        if "around" in p:
+            self._around[peer] = list(p["around"])
+        else:
+            self._around.pop(peer, None)
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
 
@@ -647,7 +878,7 @@ class MeghdootCore:
         msg = self._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
         return [Send(q, msg) for q in sorted(self.nbrs)]
 
-    def _detect_failures(self) -> list[Action]:
+    def _detect_failures(self, now_s: float) -> list[Action]:
         """Drop the co-replicas and neighbours not heard from for ``failure_periods``
         of this peer's load periods (their load reports double as heartbeats, §4.3)."""
         if self.failure_periods <= 0:
@@ -655,41 +886,242 @@ class MeghdootCore:
         out: list[Action] = []
         for peer in sorted(set(self.nbrs) | (self.group - {self.broker})):
             heard = self._heard_tick.setdefault(peer, self._ticks)
-            if self._ticks - heard <= self.failure_periods:
+            if self._ticks - heard > self.failure_periods:
+                out += self._declare_failed(peer, now_s)
+        return out
+
+    def _declare_failed(self, peer: str, now_s: float) -> list[Action]:
+        """Drop ``peer``, a co-replica or neighbour: not heard from, or named failed by a
+        neighbour's notice (:meth:`_down_in`)."""
+        zone = self.nbrs.get(peer, self.zone)
+        assert zone is not None
+        mate = peer in self.group
+        self._update(peer, None)
+        self._failed.add(peer)
+        out: list[Action] = [Record("can_peer_down", {"peer": peer})]
+        if mate:
+            out += self._announce_failed(peer)
+        held = zone == self.zone or any(z == zone for z in self.nbrs.values())
+        if held:
+            return out
+        if not self.mirroring:
+            return [*out, Record("can_zone_orphaned", {"peer": peer,
+                                                       "zone": can.zone_to_json(zone)})]
+        return out + self._notice(peer, zone, now_s)
+
+    # ---- a lone owner's zone taken over ---------------------------------------------------
+
+    def _sibling(self) -> tuple[Zone, list[str]] | None:
+        """The first neighbour zone (in the zones' order) this zone merges with into a box
+        (CAN's sibling), with its peers."""
+        assert self.zone is not None
+        return next(((z, peers) for z, peers in self._zones()
+                     if can.merged(self.zone, z) is not None), None)
+
+    def _notice(self, failed: str, zone: Zone, now_s: float) -> list[Action]:
+        """Tell the coordinator of a failed lone owner's ``zone`` (the first by name of
+        the neighbours its last report named) that this neighbour saw it fail: its zone,
+        its peers, and whether it merges with a neighbour of its own. Told directly, not
+        routed: greedy routing may not get round the hole the failed zone leaves."""
+        assert self.zone is not None
+        around = self._around.pop(failed, None)
+        if around is None:  # it never named its neighbours to this peer
+            return [Record("can_zone_orphaned", {"peer": failed,
+                                                 "zone": can.zone_to_json(zone)})]
+        notice = self._msg(MsgType.ZONE, {
+            "down": failed, "zone": can.zone_to_json(zone), "around": around,
+            "from": can.zone_to_json(self.zone), "group": sorted(self.group),
+            "sibling": self._sibling() is not None})
+        return self._tell([min(around)], notice, now_s)
+
+    def _down_in(self, msg: Message, now_s: float) -> list[Action]:
+        """A notice at the coordinator, which declares the failed peer failed too if it
+        has not yet, and decides (:meth:`_hand_orphan`) once every neighbour the failed
+        peer named has sent one (or, failing that, at :meth:`_due_orphans`)."""
+        p = msg.payload
+        failed = str(p["down"])
+        out = self._declare_failed(failed, now_s) if failed in self.nbrs else []
+        orphan = self._orphans.get(failed)
+        if orphan is None:
+            orphan = self._orphans[failed] = _Orphan(
+                can.zone_from_json(p["zone"]), self._ticks + _ORPHAN_WAIT_PERIODS, {},
+                set(p["around"]))
+        if orphan.decided:  # a notice later than the decision changes nothing
+            return out
+        orphan.candidates[can.zone_from_json(p["from"])] = (list(p["group"]),
+                                                           bool(p["sibling"]))
+        orphan.waiting.discard(msg.origin)
+        if not orphan.waiting:
+            orphan.decided = True
+            out += self._hand_orphan(failed, orphan, now_s)
+        return out
+
+    def _due_orphans(self, now_s: float) -> list[Action]:
+        out: list[Action] = []
+        for failed, orphan in self._orphans.items():
+            if not orphan.decided and orphan.due_tick <= self._ticks:
+                orphan.decided = True
+                out += self._hand_orphan(failed, orphan, now_s)
+        return out
+
+    def _hand_orphan(self, failed: str, orphan: _Orphan, now_s: float) -> list[Action]:
+        """Who takes a failed lone owner's zone over, from its neighbours' notices (every
+        peer of every neighbour zone sends one, so together they are its neighbour
+        table): the peers of a zone that merges with it into a box (the first by its
+        first peer), as for a graceful leave; else an adopter (:func:`_adopters`). They
+        recover its subscriptions from their mirror copies."""
+        zone = can.zone_to_json(orphan.zone)
+        table = {q: z for z, (peers, _) in orphan.candidates.items() for q in peers}
+        common = {"leaver": failed, "nbrs": table, "subs": [], "mirrors": [], "recover": True}
+        merging = sorted(peers for z, (peers, _) in orphan.candidates.items()
+                         if can.merged(z, orphan.zone) is not None)
+        if merging:
+            return self._tell(merging[0], self._msg(MsgType.ZONE, {"takeover": zone,
+                                                                   **common}), now_s)
+        walk = _adopters([(z, peers) for z, (peers, sibling) in orphan.candidates.items()
+                          if len(peers) > 1 or sibling])
+        if not walk:
+            return [Record("can_zone_orphaned", {"peer": failed, "zone": zone})]
+        adopt = self._msg(MsgType.ZONE, {"adopt": zone, **common, "next": walk[1:]})
+        return self._tell([walk[0]], adopt, now_s)
+
+    def _tell(self, peers: Sequence[str], msg: Message, now_s: float) -> list[Action]:
+        """``msg`` to ``peers``; this peer's own share is handled here."""
+        out: list[Action] = [Send(q, msg) for q in peers if q != self.broker]
+        if self.broker in peers:
+            out += self._zone_msg(msg, now_s)
+        return out
+
+    def _hand_zone(self, peers: Sequence[str], *, stays: bool = False) -> list[Action]:
+        """This zone, its subscriptions and mirror copies, to the peers of a zone that
+        merges with it (:meth:`_take_over`)."""
+        assert self.zone is not None
+        give = self._msg(MsgType.ZONE, {
+            "takeover": can.zone_to_json(self.zone), "nbrs": dict(self.nbrs),
+            "subs": [s.to_json(k) for k, s in self.subs.items()],
+            "mirrors": self._mirrors_json(), **({"stays": True} if stays else {})})
+        return [Send(p, give) for p in peers]
+
+    def _adopt(self, msg: Message, now_s: float) -> list[Action]:
+        """Hold an orphaned zone, one that merges with no neighbour zone (a failed or
+        leaving lone owner's): as a replica, leaving its zone to its co-replicas; as a
+        lone owner, after handing its zone to a sibling zone of its own. Neither: the
+        next adopter of the list is asked (none left: the zone stays orphaned)."""
+        assert self.zone is not None
+        p = msg.payload
+        leaver = str(p["leaver"])
+        out: list[Action] = []
+        sibling = None
+        if len(self.group) < 2:
+            sibling = self._sibling()
+            if sibling is None:
+                rest = list(p["next"])
+                if not rest:
+                    return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["adopt"]})]
+                return [Send(rest[0], msg.forwarded({**p, "next": rest[1:]}))]
+            out += self._hand_zone(sibling[1], stays=True)
+        zone = can.zone_from_json(p["adopt"])
+        table = {q: can.zone_from_json(z) for q, z in p["nbrs"].items()
+                 if q != self.broker and q not in self._departed}
+        if sibling is not None:  # its sibling zone now holds this peer's zone too
+            table.update(dict.fromkeys(sibling[1], can.merged(self.zone, sibling[0])))
+        told = (set(self.nbrs) | self.group) - {self.broker}
+        self.zone, self.group = zone, {self.broker}
+        self.subs, self._index = {}, SubscriptionIndex()
+        for item in p["subs"]:
+            self._store(*Sub.from_json(item))
+        self.mirror_subs = dict(Mirror.from_json(m) for m in p["mirrors"])
+        self._set_nbrs({q: z for q, z in table.items() if can.abutment(zone, z)})
+        for q in set(self.nbrs) - told:  # their silence counts from now
+            self._heard_tick[q] = self._ticks
+        recover = self.mirroring and bool(p.get("recover"))
+        update = self._msg(MsgType.ZONE, {
+            "update": {self.broker: p["adopt"], leaver: None},
+            **({"refill": p["adopt"]} if recover else {})})
+        out += [Send(q, update) for q in sorted(told | set(self.nbrs))]
+        if recover:
+            out += self._recover(zone, now_s)
+        return [Record("can_took_over", {"from": leaver, "mode": "adopt"}), *out]
+
+    def _recover(self, zone: Zone, now_s: float) -> list[Action]:
+        """Ask for a failed ``zone``'s subscriptions back (§4.3: "querying the reflection
+        of the zone's coordinates"): a query to each box that holds their mirror copies
+        (:func:`nodes.cores.can.mirror_regions`), spread over the zones meeting it. The
+        first also asks those zones to file again the mirror copies the failed peer held
+        (their subscriptions' reflections lie in it); this peer's update asks the same of
+        its neighbours, whose reflections may have stepped out into it."""
+        out: list[Action] = []
+        for i, region in enumerate(can.mirror_regions(zone)):
+            query = self._msg(MsgType.ZONE, {
+                "to": list(region[0]), "recover": can.zone_to_json(zone),
+                "region": can.zone_to_json(region), "taker": self.broker, "refill": i == 0})
+            out += self._route(query, region[0], now_s)
+        return out
+
+    def _recover_in(self, msg: Message, now_s: float) -> list[Action]:
+        """A recovery query (:meth:`_recover`) at a zone meeting its region: passed on to
+        one peer of each neighbour zone meeting it; this zone's mirror copies of the failed
+        zone's subscriptions sent to the peer that took it over."""
+        key = _msg_key(msg)
+        if not self._first_contact(key, now_s, _RECOVERED):
+            return []
+        p = msg.payload
+        zone, region = can.zone_from_json(p["recover"]), can.zone_from_json(p["region"])
+        spread = msg.forwarded({k: v for k, v in p.items() if k != "to"})
+        out: list[Action] = [Send(_pick(peers, key), spread) for z, peers in self._zones()
+                             if can.meets(z, region)]
+        found = [m.sub.to_json(k) for k, m in self.mirror_subs.items()
+                 if can.contains(zone, m.sub.point)]
+        if found and p["taker"] != self.broker:
+            out.append(Send(str(p["taker"]), self._msg(MsgType.ZONE, {
+                "recovered": found, "failed": p["recover"]})))
+        if p["refill"]:
+            out += self._refill(zone, now_s)
+        return out
+
+    def _recovered_in(self, msg: Message, now_s: float) -> list[Action]:
+        """A failed zone's subscriptions, sent back from their mirror copies: stored, passed
+        on to the co-replicas, and their copies moved when the zone that now stores them
+        files them elsewhere (a merged zone)."""
+        assert self.zone is not None
+        p = msg.payload
+        failed = can.zone_from_json(p["failed"])
+        copy = bool(p.get("copy"))
+        out: list[Action] = []
+        if not copy:
+            mates = sorted(self.group - {self.broker})
+            out += [Send(g, msg.forwarded({**p, "copy": True})) for g in mates]
+        for item in p["recovered"]:
+            key, sub = Sub.from_json(item)
+            if key in self.subs or not can.contains(self.zone, sub.point):
                 continue
-            zone = self.nbrs.get(peer, self.zone)
-            mate = peer in self.group
-            self._update(peer, None)
-            self._failed.add(peer)
-            out.append(Record("can_peer_down", {"peer": peer}))
-            if mate:
-                out += self._announce_failed(peer)
-            held = zone == self.zone or any(z == zone for z in self.nbrs.values())
-            if not held:
-                out.append(Record("can_zone_orphaned", {"peer": peer,
-                                                        "zone": can.zone_to_json(zone)}))
+            self._store(key, sub)
+            if not copy:
+                out += self._rehome(key, sub, failed, self.zone, self.zone, now_s)
         return out
 
     def _leave(self) -> list[Action]:
-        """Leave the zone to its co-replicas, or hand it to a sibling zone (module
-        docstring); the runtime makes this peer dormant either way."""
+        """Leave the zone to its co-replicas, or hand it to a sibling zone, or else to an
+        adopter (module docstring); the runtime makes this peer dormant either way."""
         assert self.zone is not None
         out: list[Action] = []
         if len(self.group) < 2:
-            sibling = next(((z, peers) for z, peers in self._zones()
-                            if can.merged(self.zone, z) is not None), None)
-            if sibling is None:
+            sibling = self._sibling()
+            walk = _adopters(self._zones()) if sibling is None else []
+            if sibling is not None:
+                out += self._hand_zone(sibling[1])
+            elif walk:
+                out.append(Send(walk[0], self._msg(MsgType.ZONE, {
+                    "adopt": can.zone_to_json(self.zone), "leaver": self.broker,
+                    "nbrs": dict(self.nbrs),
+                    "subs": [s.to_json(k) for k, s in self.subs.items()],
+                    "mirrors": self._mirrors_json(), "next": walk[1:]})))
+            else:  # the last peer: no one is left to hold the space
                 out.append(Record("can_zone_orphaned", {"peer": self.broker,
                                                         "zone": can.zone_to_json(self.zone)}))
-            else:
-                give = self._msg(MsgType.ZONE, {
-                    "takeover": can.zone_to_json(self.zone),
-                    "nbrs": dict(self.nbrs),
-                    "subs": [s.to_json(k) for k, s in self.subs.items()]})
-                out += [Send(p, give) for p in sibling[1]]
         gone = self._msg(MsgType.ZONE, {"update": {self.broker: None}})
         out += [Send(p, gone) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
-        self.zone, self.group, self.subs = None, {self.broker}, {}
+        self.zone, self.group, self.subs, self.mirror_subs = None, {self.broker}, {}, {}
         self._index = SubscriptionIndex()
         self._set_nbrs({})
         return [*out, Record("can_left", {})]
@@ -769,7 +1201,7 @@ class MeghdootCore:
         if self.join_mode == "meghdoot":
             cut = can.balanced_cut(self.zone, [s.point for s in self.subs.values()])
         return self._split(newcomer, cut or can.halving_cut(self.zone),
-                           msg.payload.get("climb", 0))
+                           msg.payload.get("climb", 0), now_s)
 
     def _loaded_by_events(self) -> bool:
         """Whether this peer is "loaded due to event propagation" (§4.2) rather than by
@@ -810,7 +1242,7 @@ class MeghdootCore:
             "grant": "replica", "zone": can.zone_to_json(zone), "group": group,
             "nbrs": dict(self.nbrs),
             "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb,
-            "recent": [self.events.counts, self.spread.counts]})
+            "recent": [self.events.counts, self.spread.counts], "mirrors": self._mirrors_json()})
         self.group.add(newcomer)
         update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)},
                                           "loads": loads})
@@ -818,14 +1250,16 @@ class MeghdootCore:
         return [Record("can_grant", {"newcomer": newcomer, "mode": "replica", "climb": climb}),
                 Send(newcomer, grant), *(Send(p, update) for p in others)]
 
-    def _split(self, newcomer: str, cut: tuple[int, float], climb: int) -> list[Action]:
+    def _split(self, newcomer: str, cut: tuple[int, float], climb: int, now_s: float
+               ) -> list[Action]:
         assert self.zone is not None
         self.joins["split"] += 1
         dim, at = cut
-        lower, upper = can.split(self.zone, dim, at)
+        old = self.zone
+        lower, upper = can.split(old, dim, at)
         old_nbrs = dict(self.nbrs)
         group = sorted(self.group)
-        given = self._apply_split(lower, newcomer, upper)
+        given, mirrors = self._apply_split(lower, newcomer, upper)
         self._share_events(0.5)
         recent = [self.events.counts, self.spread.counts]
         loads = {self.broker: self._report(), newcomer: self._report(subs=len(given))}
@@ -834,7 +1268,8 @@ class MeghdootCore:
         grant = self._msg(MsgType.ZONE, {
             "grant": "split", "zone": can.zone_to_json(upper), "group": [newcomer],
             "nbrs": new_nbrs,
-            "subs": [s.to_json(k) for k, s in given], "climb": climb, "recent": recent})
+            "subs": [s.to_json(k) for k, s in given], "climb": climb, "recent": recent,
+            "mirrors": [m.to_json(k) for k, m in mirrors]})
         out: list[Action] = [
             Record("can_grant", {"newcomer": newcomer, "mode": "split", "climb": climb,
                                  "dim": dim, "given": len(given), "kept": len(self.subs)}),
@@ -846,17 +1281,24 @@ class MeghdootCore:
             **{g: can.zone_to_json(lower) for g in group},
             newcomer: can.zone_to_json(upper)}, "loads": loads})
         out += [Send(p, update) for p in sorted(old_nbrs)]
+        if self.mirroring:  # after the grant: a copy may travel through the newcomer
+            for k, sub in self.subs.items():
+                out += self._rehome(k, sub, old, lower, old, now_s)
+            for k, sub in given:
+                out += self._rehome(k, sub, old, upper, old, now_s)
         return out
 
     def _apply_split(self, lower: Zone, newcomer: str, upper: Zone
-                     ) -> list[tuple[tuple[str, int], Sub]]:
-        """This peer keeps ``lower``; the newcomer holds ``upper``; the subscriptions that
-        left are returned."""
+                     ) -> tuple[list[tuple[tuple[str, int], Sub]],
+                                list[tuple[tuple[str, int], Mirror]]]:
+        """This peer keeps ``lower``; the newcomer holds ``upper``; the subscriptions and
+        mirror copies that left are returned."""
         self.zone = lower
         nbrs = {p: z for p, z in self.nbrs.items() if can.abutment(lower, z)}
         nbrs[newcomer] = upper
         self._set_nbrs(nbrs)
-        return self._keep_subs(lower)
+        given = self._keep_subs(lower)
+        return given, self._split_mirrors(lower, upper, given)
 
     def _zone_msg(self, msg: Message, now_s: float) -> list[Action]:
         p = msg.payload
@@ -867,6 +1309,7 @@ class MeghdootCore:
                             if q != self.broker})
             for item in p["subs"]:
                 self._store(*Sub.from_json(item))
+            self.mirror_subs = dict(Mirror.from_json(m) for m in p.get("mirrors", ()))
             events, spread = p["recent"]
             self.events, self.spread = Recent(*events), Recent(*spread)
             self.joined_s = now_s
@@ -880,7 +1323,16 @@ class MeghdootCore:
         if self.zone is None:
             return [unhandled(msg, "not joined")]
         if "takeover" in p:
-            return self._take_over(msg)
+            return self._take_over(msg, now_s)
+        if "adopt" in p:
+            return self._adopt(msg, now_s)
+        if "down" in p:
+            return self._down_in(msg, now_s)
+        if "recover" in p:
+            return self._recover_in(msg, now_s)
+        if "recovered" in p:
+            return self._recovered_in(msg, now_s)
+        refilled: list[Action] = []
         if "split" in p:
             dim, at = p["split"]
             lower, upper = can.split(self.zone, int(dim), float(at))
@@ -896,29 +1348,48 @@ class MeghdootCore:
                     self._failed.add(peer)
                 else:  # it left: a late report naming it must not bring it back
                     self._failed.discard(peer)
+            if "refill" in p and min(self.group) == self.broker:  # one peer per zone
+                refilled = self._refill(can.zone_from_json(p["refill"]), now_s)
         self._heard(p.get("loads", {}))
-        return []
+        return refilled
 
-    def _take_over(self, msg: Message) -> list[Action]:
-        """A leaving sibling hands this zone its own: merge, store its subscriptions, and
-        tell every neighbour of the merged zone (each co-replica does the same)."""
+    def _take_over(self, msg: Message, now_s: float) -> list[Action]:
+        """A zone that merges with this one into a box is handed to it: a leaving lone
+        owner's (with its subscriptions and mirror copies), an adopter's that frees itself
+        for an orphaned zone (``stays``: it announces its new zone itself), or a failed
+        lone owner's, named by its coordinator (``recover``: its subscriptions come back
+        from their mirror copies). Merge, store, and tell every neighbour of the merged
+        zone (each co-replica does the same; the first by name alone moves mirror copies
+        and asks for the lost subscriptions)."""
         assert self.zone is not None
         p = msg.payload
+        leaver = str(p.get("leaver", msg.origin))
         given = can.zone_from_json(p["takeover"])
-        zone = can.merged(self.zone, given)
+        own = self.zone
+        zone = can.merged(own, given)
         if zone is None:  # the leaver's view was stale: nothing to merge with
-            return [Record("can_zone_orphaned", {"peer": msg.origin, "zone": p["takeover"]})]
+            return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["takeover"]})]
         known = {**{q: can.zone_from_json(z) for q, z in p["nbrs"].items()
                     if q not in self._departed}, **self.nbrs}
         self.zone = zone
         self._set_nbrs({q: z for q, z in known.items() if q not in self.group
-                        and q != msg.origin and can.abutment(zone, z)})
+                        and q != leaver and can.abutment(zone, z)})
         for item in p["subs"]:
             self._store(*Sub.from_json(item))
-        update = self._msg(MsgType.ZONE, {"update": {
-            **{g: can.zone_to_json(zone) for g in self.group}, msg.origin: None}})
-        return [Record("can_took_over", {"from": msg.origin}),
-                *(Send(q, update) for q in sorted(self.nbrs))]
+        acting = min(self.group) == self.broker
+        moved = self._merge_mirrors(own, given, p.get("mirrors", ()), now_s,
+                                    acting=acting) if self.mirroring else []
+        entries: dict[str, Any] = {g: can.zone_to_json(zone) for g in self.group}
+        if not p.get("stays"):
+            entries[leaver] = None
+        recover = acting and self.mirroring and bool(p.get("recover"))
+        update = self._msg(MsgType.ZONE, {"update": entries, **(
+            {"refill": p["takeover"]} if recover else {})})
+        out: list[Action] = [Record("can_took_over", {"from": leaver}),
+                             *(Send(q, update) for q in sorted(self.nbrs)), *moved]
+        if recover:
+            out += self._recover(given, now_s)
+        return out
 
     def _update(self, peer: str, zone: Zone | None) -> None:
         """What a peer now holds (None: nothing); this peer files it where it belongs."""
@@ -928,6 +1399,11 @@ class MeghdootCore:
             self._departed.add(peer)
         else:
             self._departed.discard(peer)
+            if peer not in self.nbrs and peer not in self.group:
+                # Entering the table: its silence counts anew (a split or a takeover
+                # drops neighbours without forgetting when they were last heard, and a
+                # peer that adopted a zone comes back from afar).
+                self._heard_tick.pop(peer, None)
         if zone == self.zone:
             self.group.add(peer)
             self._nbr_drop(peer)
@@ -947,7 +1423,9 @@ class MeghdootCore:
         return {"subscriptions": len(self.subs), "received": self.received,
                 "duplicates": self.duplicates, "notify_messages": self.notifications,
                 "route_stuck": self.stuck, "joins_split": self.joins["split"],
-                "joins_replicate": self.joins["replicate"]}
+                "joins_replicate": self.joins["replicate"],
+                **({"mirror_copies": len(self.mirror_subs),
+                    "mirror_messages": self.mirror_messages} if self.mirroring else {})}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
         """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
