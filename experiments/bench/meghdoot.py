@@ -4,13 +4,14 @@ The shipped ``meghdoot-peers`` spec (uniform events; the stream of subscriptions
 and joins its header states) at a fixed peer bound, simulated without logs up to a share
 of its client operations (joins included) counted from its first join: the part of the
 stream where the peers join and their tables grow is what makes a 10,000-peer run slow,
-and the subscriptions the spec stores before the first join fill the first peer alone. Per point: wall
-seconds of the simulation (the plan, workload and oracle built beforehand are not
-timed), milliseconds per client operation, inter-broker messages (IMs) and their rate,
-and the peak memory of the process that ran it (each point in a fresh process, as
-``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports included). The
-cost per operation grows with the peer count and along the stream, so compare figures
-of one peer count and share only; the machine's other load shows in them too.
+and the subscriptions the spec stores before the first join fill the first peer alone.
+Per point: wall seconds of the simulation (the plan, workload and oracle built
+beforehand are not timed), milliseconds per client operation, inter-broker messages
+(IMs) and their rate, and the peak memory of the process that ran it (each point in a
+fresh process, as ``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports
+included). The cost per operation grows with the peer count and along the stream, so
+compare figures of one peer count and share only; the machine's other load shows in
+them too.
 
 Each point runs twice, side by side: with the core's load reports by zone (the default:
 a replicated zone's first peer reports for the group) and by peer (every peer to every
