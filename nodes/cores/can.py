@@ -9,7 +9,7 @@ point ``(l1, h1, ..., ln, hn)`` of its range bounds (an unconstrained attribute 
 matches lie in its *affected region*: start dimensions in ``[L, ci]``, end dimensions in
 ``[ci, H]``. That region's corner ``(c1, c1, ...)`` is the event point itself, its
 "bottom-right" corner in the paper's pictures (start dimensions grow to the right, end
-dimensions grow downwards).
+dimensions grow upwards, as upper_left reads them).
 
 Readings and choices (ours; the paper leaves them open):
 
