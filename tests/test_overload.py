@@ -26,6 +26,7 @@ from test_broker import (  # noqa: F401 - spawn is a fixture
 
 RSS_BOUND_MB = 150  # a broker's resident memory under every test below
 QUEUE_MAX = 200  # the ring test's queue bound (messages)
+STALL_MAX_MS = 500.0  # half of the ring test's last second: a deadlock stalls all of it
 
 
 def _clients(ov: Overlay, start_node: Spawn, pub_at: str, sub_at: str | None, count: int,
@@ -44,6 +45,15 @@ def _clients(ov: Overlay, start_node: Spawn, pub_at: str, sub_at: str | None, co
 
 def _queues(log_dir: Path, broker: str, link: str) -> list[dict[str, Any]]:
     return records(log_dir, broker, "queue", link=link)
+
+
+def _longest_stall_ms(windows: list[dict[str, Any]]) -> float:
+    """The longest run of consecutive statistics windows in which a link sent nothing."""
+    longest = run = 0.0
+    for w in windows:
+        run = run + w["window_ms"] if w["count_out"] == 0 else 0.0
+        longest = max(longest, run)
+    return longest
 
 
 def test_a_stalled_neighbour_slows_the_publisher_and_loses_nothing(tmp_path: Path,
@@ -147,7 +157,9 @@ def test_traffic_circling_a_ring_never_deadlocks(tmp_path: Path, spawn: Spawn) -
             queues = _queues(tmp_path, src, dst)
             assert max(r["queue_len"] for r in queues) <= QUEUE_MAX
             last = [r for r in queues if t_end - 1.0 <= r["t_wall"] <= t_end]
-            assert last and all(r["count_out"] > 0 for r in last), (src, dst, last[-3:])
+            # A deadlocked link sends nothing from some moment on; a live one may miss a
+            # window while a busy 2-core machine runs its peer late (seen once in CI).
+            assert last and _longest_stall_ms(last) < STALL_MAX_MS, (src, dst, last)
     assert all(records(tmp_path, b, "drop", reason="queue_full") for b in names)
     assert all(records(tmp_path, b, "record", kind="backpressure", state="on") for b in names)
     assert max(rss) < RSS_BOUND_MB, rss
