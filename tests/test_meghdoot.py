@@ -5,6 +5,7 @@ owner of any point from every peer, in O(d N^(1/d)) hops."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -277,6 +278,42 @@ def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers(order
         joins.update(p.joins)
     assert joins["split"] >= 10 and joins["replicate"] >= 10, joins  # both kinds happened
     assert sum(p.stuck for p in live) == 0
+
+
+def _joins_right_after_events(w: Workload, delay_s: float) -> Workload:
+    """``w`` with each join ``delay_s`` after the event before it (rather than half a step):
+    the join splits zones while that event still spreads."""
+    ops, moved, t_event = [], {}, 0.0
+    for op in w.ops:
+        if op.msg.type is MsgType.PUBLISH:
+            t_event = op.t_s
+        elif op.msg.type is MsgType.JOIN:
+            op = dataclasses.replace(op, t_s=round(t_event + delay_s, 9))
+            moved[op.broker] = op.t_s
+        ops.append(op)
+    membership = {p: [[moved.get(p, spans[0][0]), None]]
+                  for p, spans in w.meta["membership"].items()}
+    meta = {**w.meta, "membership": membership, "join_times_s": sorted(moved.values())}
+    return dataclasses.replace(w, ops=tuple(ops), meta=meta)
+
+
+@pytest.mark.parametrize(("seed", "delay_s"), [(4, 0.001), (5, 0.003), (1, 0.002)])
+def test_a_zone_split_while_an_event_spreads_passes_the_event_to_its_new_half(
+        seed: int, delay_s: float) -> None:
+    """An event sent for a whole zone that has since split reaches its new owner through
+    the old one, once, even where the new owner has co-replicas by then (seed 1); without
+    the handoff (``handoff_s: 0``) these runs miss 40, 60 and 29 deliveries."""
+    w = _joins_right_after_events(meghdoot_workload(
+        peer_names(120), 1500, 1500, seed=seed, join_probability=0.2,
+        order="joins_with_events"), delay_s)
+    peers: list[MeghdootCore] = []
+    result = run(w, {"load_period_s": 1.0}, peers)
+    assert assert_exactly_once(result, w) > 1000
+    assert sum(p.handoff_first for p in peers) > 0  # a copy through an old owner came first
+    blind = run(w, {"load_period_s": 1.0, "handoff_s": 0.0}, checked=False)
+    want = {k: set(v) for k, v in expected_deliveries(w).items()}
+    missed = sum(len(v - set(blind.deliveries.get(k, ()))) for k, v in want.items())
+    assert missed > 0
 
 
 def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
