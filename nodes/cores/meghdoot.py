@@ -51,68 +51,7 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
   10,000-peer run's messages. With ``peer`` (our first reading) every peer reports to
   every neighbour peer and co-replica.
 
-- **Leaving and failures** (§4.3): a peer whose zone has replicas leaves by telling its
-  co-replicas and neighbours. A peer that holds its zone alone hands it, with its
-  subscriptions and mirror copies, to a neighbour zone it merges with into a box (CAN's
-  sibling; each of that zone's replicas takes it); with none, to an adopter (ours: the
-  paper asks for "a neighbor willing to take over its zone", and a peer of ours holds
-  one zone): the last peer by name of a replicated neighbour zone (zones by their first
-  peer), which leaves its co-replicas for it, else a lone neighbour, the smallest zone
-  first (CAN's choice), that frees itself by handing its own zone to a sibling of its
-  own (one without is passed over; none left: ``can_zone_orphaned``). A peer not heard
-  from (any message, load reports included) for ``failure_periods`` load periods,
-  counted in the detector's own periods (ours: a detector stalled by a busy machine
-  does not, on waking, find everyone silent), is declared failed by its co-replicas and
-  neighbours, who drop it, so its zone lives on in its replicas (a peer declared failed
-  that reports again is taken back, with the zone its report names).
-  With zone reports, a neighbour hears a replica only through its reporter: a reporter's
-  report vouches for the peers it names until two periods after the usual limit (the
-  time its co-replicas take to notice a silent reporter, and the next by name to report
-  in its place), and a reporter that declares a co-replica failed tells its neighbours
-  so; they file it as failed, so that a report naming it again takes it back.
-  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up the
-  zone of the failed peer or find some other peer to hand over the zone") is taken over
-  by the same rule, with ``mirrors`` only. A lone owner's load reports then name its
-  neighbours; each of them (every peer of every neighbour zone) that declares it failed
-  tells the first of them by name directly (greedy routing may not get round the hole a
-  failed zone leaves) its zone, its peers and whether it has a sibling. That
-  coordinator, once all have told it (or three of its load periods later), names the
-  taker, which gets the notices as the zone's neighbour table; a neighbour told before
-  it noticed declares the failed peer failed then. Without mirrors a lone owner's
-  failure leaves its zone without an owner (``can_zone_orphaned``) and its subscriptions
-  lost. Not built: a lone owner declared failed while only slow comes back to a zone
-  held by its taker (the zone would be held twice), so ``failure_periods`` must outlast
-  any stall; a neighbour that came after the failed peer's last report is left out of
-  its takeover; and a failed zone none of whose neighbours merges with it, is replicated
-  or can free itself stays orphaned (CAN's search of the partition tree for two sibling
-  zones).
-- **Mirror copies** (§4.3, ``mirrors``): the owner that stores a subscription (the peer
-  it reached, not its co-replicas) routes a copy to its mirror point
-  (:func:`nodes.cores.can.mirror_point`): its reflection ``<h1, l1, ..., hn, ln>``,
-  which lies in the lower-right half where no subscription lies, or, when that falls in
-  the owner's own zone, the reflection stepped out of it
-  (:func:`~nodes.cores.can.step_out`): onto the top face of the first start dimension
-  the zone ends below the top of (the paper's "increasing odd dimensions", 1-based;
-  right in its Fig. 8), else just below the bottom face of the first end dimension it
-  starts above 0 of (down). The paper moves along all odd dimensions at once; ours moves
-  along the first that leaves the zone, so the copy always lands in another zone. The
-  zone there keeps it apart from its subscriptions (never matched), as do its
-  co-replicas; an unsubscription drops it. A split hands the new zone the copies filed
-  in it, and the splitting peer moves the copies whose rule changed with the zone ("if a
-  zone splits, it has to accordingly move the reflection subscriptions"): a drop routed
-  to the old point, the copy to the new. A merge turns the copies of what the merged
-  zone now stores into its subscriptions and moves the rest likewise; a replica gets its
-  zone's copies. A drop removes a copy only if it was filed at the drop's point, so a
-  moved copy's drop and its new filing may arrive in either order. The taker of a failed
-  zone recovers its subscriptions by "querying the reflection of the zone's
-  coordinates": a query routed to each box that holds their copies (the reflected zone,
-  and the face its own reflections step out to: :func:`~nodes.cores.can.mirror_regions`)
-  spreads over the zones meeting it, which send back their copies of subscriptions in
-  the failed zone. The copies the failed peer held come back from their owners: the
-  zones meeting the reflected box (their subscriptions' reflections lie in the failed
-  zone) and the taker's neighbours, told by its update (their reflections may step out
-  into it), file again those whose mirror point lies in it. Every subscription then has
-  one copy, where the rule puts it (``check_can`` in tests/test_meghdoot.py).
+- **Leaving, failures and mirror copies** (§4.3): :mod:`nodes.cores.meghdoot_repair`.
 
 Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
 done before the next join starts), as in the paper's sequential simulator. Events, unlike
@@ -140,11 +79,9 @@ import hashlib
 import itertools
 import math
 import sys
-import zlib
 from array import array
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nodes.core import (
@@ -162,10 +99,12 @@ from nodes.cores import can
 from nodes.cores.actions import unhandled
 from nodes.cores.can import Point, Zone
 from nodes.cores.can_table import ZoneTable
+from nodes.cores.meghdoot_common import CONTACTED, HANDLED, Mirror, Sub, msg_key, pick
+from nodes.cores.meghdoot_repair import Orphan, Repair
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
-from nodes.model import Filter, filter_from_json
+from nodes.model import filter_from_json
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -219,11 +158,6 @@ PARAMS = (
           "the workload's step)", minimum=1e-6),
 )
 _LOAD_TIMER = "load"
-_CONTACTED, _HANDLED, _RECOVERED = 1, 2, 4  # what a peer remembers of an event or query
-# Load periods a failed lone owner's coordinator waits for a neighbour's notice that has
-# not come (every neighbour declares it failed within about two periods of the first:
-# silence counts from its last message, which may trail its last report by a period).
-_ORPHAN_WAIT_PERIODS = 3
 
 
 def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
@@ -232,66 +166,11 @@ def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
     return {b: {"seed_peer": seed} for b in graph.nodes}
 
 
-@dataclass(frozen=True, slots=True)
-class Sub:
-    """A stored subscription: its filter (and JSON form), point, subscriber peer, client."""
-
-    filter_json: list[Any]
-    filter: Filter
-    point: Point
-    peer: str
-    client: str
-
-    def to_json(self, key: tuple[str, int]) -> list[Any]:
-        return [key[0], key[1], self.filter_json, list(self.point), self.peer, self.client]
-
-    @staticmethod
-    def from_json(obj: Sequence[Any]) -> tuple[tuple[str, int], Sub]:
-        origin, msg_id, fj, point, peer, client = obj
-        return (origin, int(msg_id)), Sub(fj, filter_from_json(fj), tuple(map(float, point)),
-                                          peer, client)
-
-
-class Mirror(NamedTuple):
-    """A mirror copy of a subscription and the point it is filed at
-    (:func:`nodes.cores.can.mirror_point` of its point and its owner's zone)."""
-
-    sub: Sub
-    target: Point
-
-    def to_json(self, key: tuple[str, int]) -> list[Any]:
-        return [*self.sub.to_json(key), list(self.target)]
-
-    @staticmethod
-    def from_json(obj: Sequence[Any]) -> tuple[tuple[str, int], Mirror]:
-        key, sub = Sub.from_json(obj[:6])
-        return key, Mirror(sub, tuple(map(float, obj[6])))
-
-
-@dataclass(slots=True)
-class _Orphan:
-    """A failed lone owner's zone, as its coordinator collects its neighbours' notices:
-    each neighbour zone with its peers and whether it merges with a zone of its own
-    neighbours (it could then free itself to adopt the orphan); the neighbours not yet
-    heard from; the tick after which it decides without them."""
-
-    zone: Zone
-    due_tick: int
-    candidates: dict[Zone, tuple[list[str], bool]]
-    waiting: set[str]
-    decided: bool = False
-
-
 def bucket_of(t_s: float, bucket_s: float) -> int:
     """The time bucket of ``t_s``: bucket k spans ``[(k - 1/2) bucket_s, (k + 1/2)
     bucket_s)``, so with ``bucket_s`` the workload's step, an operation at step k and its
     messages fall in bucket k and a join half a step later starts bucket k + 1."""
     return math.floor(t_s / bucket_s + 0.5)
-
-
-def _pick(peers: Sequence[str], key: str) -> str:
-    """One replica of a zone for the message ``key`` (the same at every sender)."""
-    return peers[zlib.crc32(key.encode()) % len(peers)] if len(peers) > 1 else peers[0]
 
 
 class Recent:
@@ -381,22 +260,7 @@ def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
     return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
 
 
-def _msg_key(msg: Message) -> str:
-    return f"{msg.origin}:{msg.msg_id}"
-
-
-def _adopters(zones: Iterable[tuple[Zone, Sequence[str]]]) -> list[str]:
-    """Who may adopt an orphaned zone, in turn (our reading): a replica of each
-    replicated zone (its last peer by name, as the first reports for the zone; zones by
-    their first peer), then the lone owners, the smallest zone first (ties by name): CAN's
-    choice of the smallest neighbour, each of which adopts only if it can free itself."""
-    zones = list(zones)
-    replicated = sorted(sorted(peers) for _, peers in zones if len(peers) > 1)
-    lone = sorted((can.volume(z), peers[0]) for z, peers in zones if len(peers) == 1)
-    return [peers[-1] for peers in replicated] + [name for _, name in lone]
-
-
-class MeghdootCore:
+class MeghdootCore(Repair):
     """One Meghdoot peer (see the module docstring)."""
 
     ignores_link_stats = True  # loads are its own messages, not queue statistics
@@ -445,7 +309,7 @@ class MeghdootCore:
         # Mirror copies of subscriptions stored elsewhere, filed here by their target
         # point (never matched against events).
         self.mirror_subs: dict[tuple[str, int], Mirror] = {}
-        self._orphans: dict[str, _Orphan] = {}  # failed lone owners this peer coordinates
+        self._orphans: dict[str, Orphan] = {}  # failed lone owners this peer coordinates
         # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
         # who to tell, and who coordinates, should it fail.
         self._around: dict[str, list[str]] = {}
@@ -643,7 +507,7 @@ class MeghdootCore:
         if not (d2, 0 if holds else 1) < (can.distance2(self.zone, point), 1):
             self.stuck += 1  # greedy routing made no progress: should never happen
             out.append(Record("can_stuck", {"type": msg.type.name, "msg_id": msg.msg_id}))
-        out.append(Send(_pick(peers, _msg_key(msg)), msg.forwarded()))
+        out.append(Send(pick(peers, msg_key(msg)), msg.forwarded()))
         return out
 
     def _owner(self, msg: Message, now_s: float, *, replica_copy: bool = False) -> list[Action]:
@@ -677,130 +541,24 @@ class MeghdootCore:
         if t is MsgType.JOIN:  # plain CAN join: this peer owns the newcomer's point
             return self._accept(msg, now_s)
         self.event_hops[msg.hops - 1] += 1
-        self._first_contact(_msg_key(msg), now_s, _HANDLED)
+        self._first_contact(msg_key(msg), now_s, HANDLED)
         return self._deliver_event(msg, now_s)
 
     def _to_replicas(self, msg: Message) -> list[Action]:
         copy = msg.forwarded({**msg.payload, "copy": True})
         return [Send(g, copy) for g in sorted(self.group - {self.broker})]
 
-    # ---- mirror copies (§4.3) ----------------------------------------------------------------
-
-    def _mirror(self, mtype: MsgType, key: tuple[str, int], sub: Sub, now_s: float
-                ) -> list[Action]:
-        """File (SUBSCRIBE) or drop (UNSUBSCRIBE) the mirror copy of this zone's ``sub``."""
-        assert self.zone is not None
-        target = can.mirror_point(self.zone, sub.point) if self.mirroring else None
-        return [] if target is None else self._mirror_to(mtype, key, sub, target, now_s)
-
-    def _mirror_to(self, mtype: MsgType, key: tuple[str, int], sub: Sub, target: Point,
-                   now_s: float) -> list[Action]:
-        """A mirror copy filed or dropped at ``target``, routed there as any point is."""
-        body = sub.to_json(key) if mtype is MsgType.SUBSCRIBE else list(key)
-        msg = self._msg(mtype, {"mirror": body, "point": list(target)})
-        return self._route(msg, target, now_s)
-
-    def _mirror_in(self, msg: Message, *, replica_copy: bool) -> list[Action]:
-        """A mirror copy filed or dropped here (and at the co-replicas)."""
-        p = msg.payload
-        target = tuple(map(float, p["point"]))
-        if msg.type is MsgType.SUBSCRIBE:
-            key, sub = Sub.from_json(p["mirror"])
-            self.mirror_subs[key] = Mirror(sub, target)
-        else:
-            key = (str(p["mirror"][0]), int(p["mirror"][1]))
-            held = self.mirror_subs.get(key)
-            # Only the copy filed at this target: a moved copy's drop and its new filing
-            # may land in one zone, in either order.
-            if held is not None and held.target == target:
-                del self.mirror_subs[key]
-        return [] if replica_copy else self._to_replicas(msg)
-
-    def _rehome(self, key: tuple[str, int], sub: Sub, before: Zone, after: Zone,
-                here: Zone, now_s: float) -> list[Action]:
-        """Move the mirror copy of ``sub`` from where the rule filed it while ``before``
-        stored it to where it files it now that ``after`` does; a copy that lies in
-        ``here`` (what the zone change covers) is moved by the change itself."""
-        old, new = can.mirror_point(before, sub.point), can.mirror_point(after, sub.point)
-        if old == new:
-            return []
-        out: list[Action] = []
-        if old is not None and not can.contains(here, old):
-            out += self._mirror_to(MsgType.UNSUBSCRIBE, key, sub, old, now_s)
-        if new is not None and not can.contains(here, new):
-            out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, new, now_s)
-        return out
-
-    def _refill(self, zone: Zone, now_s: float) -> list[Action]:
-        """File again the mirror copies of this zone's subscriptions that the rule files
-        in ``zone`` (a failed peer's: they were lost with it)."""
-        assert self.zone is not None
-        out: list[Action] = []
-        for key, sub in self.subs.items():
-            target = can.mirror_point(self.zone, sub.point)
-            if target is not None and can.contains(zone, target):
-                out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, target, now_s)
-        return out
-
-    def _split_mirrors(self, lower: Zone, upper: Zone,
-                       given: Sequence[tuple[tuple[str, int], Sub]]
-                       ) -> list[tuple[tuple[str, int], Mirror]]:
-        """The mirror copies ``upper`` takes when this zone splits (it keeps ``lower``;
-        ``given``: the subscriptions that left with ``upper``): those filed in it, and
-        those of the subscriptions kept here that the rule now files in it. This zone
-        keeps the rest and files the copies of the given ones that the rule files here."""
-        if not self.mirroring:
-            return []
-        gone = [(k, m) for k, m in self.mirror_subs.items() if not can.contains(lower, m.target)]
-        for k, _ in gone:
-            del self.mirror_subs[k]
-        for k, sub in given:
-            target = can.mirror_point(upper, sub.point)
-            if target is not None and can.contains(lower, target):
-                self.mirror_subs[k] = Mirror(sub, target)
-        for k, sub in self.subs.items():
-            target = can.mirror_point(lower, sub.point)
-            if target is not None and can.contains(upper, target):
-                gone.append((k, Mirror(sub, target)))
-        return gone
-
-    def _merge_mirrors(self, own: Zone, given: Zone, mirrors: Sequence[Sequence[Any]],
-                       now_s: float, *, acting: bool) -> list[Action]:
-        """The mirror copies after this zone (``own``) merged with ``given``: the given
-        zone's join this one's; copies of subscriptions the merged zone now stores become
-        its own (a failed sibling's subscriptions come back so); the acting peer (the
-        first by name) moves the copies whose rule changed with the zone."""
-        assert self.zone is not None
-        for item in mirrors:
-            key, m = Mirror.from_json(item)
-            self.mirror_subs[key] = m
-        for key, m in list(self.mirror_subs.items()):
-            if can.contains(self.zone, m.sub.point):
-                del self.mirror_subs[key]
-                if key not in self.subs:
-                    self._store(key, m.sub)
-        if not acting:
-            return []
-        out: list[Action] = []
-        for key, sub in self.subs.items():
-            before = own if can.contains(own, sub.point) else given
-            out += self._rehome(key, sub, before, self.zone, self.zone, now_s)
-        return out
-
-    def _mirrors_json(self) -> list[list[Any]]:
-        return [m.to_json(k) for k, m in self.mirror_subs.items()]
-
     # ---- DeliverEvent ------------------------------------------------------------------------
 
     def _contact(self, msg: Message, now_s: float) -> None:
         """The event reached this peer (Meghdoot's "peers contacted", counted once)."""
-        key = _msg_key(msg)
-        if self._first_contact(key, now_s, _CONTACTED):
+        key = msg_key(msg)
+        if self._first_contact(key, now_s, CONTACTED):
             self.contacts.append(sys.intern(key))
 
     def _spread_in(self, msg: Message, now_s: float) -> list[Action]:
-        key = _msg_key(msg)
-        if not self._first_contact(key, now_s, _HANDLED):
+        key = msg_key(msg)
+        if not self._first_contact(key, now_s, HANDLED):
             self.duplicates += 1
             return []
         handoff = msg.payload.get("handoff")
@@ -809,7 +567,7 @@ class MeghdootCore:
             # the replica every other sender picks handles it (this one, having passed it
             # on, drops later copies; passed on once, so that two replicas with
             # different views of their group cannot pass it round).
-            picked = _pick(sorted(self.group), key)
+            picked = pick(sorted(self.group), key)
             if picked != self.broker:
                 return [Send(picked, msg.forwarded({**msg.payload, "handoff": "picked"}))]
         if handoff:
@@ -837,9 +595,9 @@ class MeghdootCore:
                                               {**publication, "clients": clients})))
         region = self.space.affected_region(attrs)
         spread = msg.forwarded({**publication, "spread": True})
-        key = _msg_key(msg)
+        key = msg_key(msg)
         targets = self._table.propagation(region, paper=self.dup_rule == "paper")
-        out += [Send(_pick(peers, key), spread) for peers in targets]
+        out += [Send(pick(peers, key), spread) for peers in targets]
         while self._handoffs and self._handoffs[0][0] < now_s:
             self._handoffs.popleft()
         if self._handoffs:
@@ -914,262 +672,7 @@ class MeghdootCore:
         self._heard(p["loads"])
         self._merge_loaded(p["top"])
 
-    def _announce_failed(self, peer: str) -> list[Action]:
-        """A co-replica declared failed, told to the neighbours by the zone's reporter
-        (with zone reports, they hear of it from no one else). They file it as failed,
-        so that a report naming it again (it was only slow) brings it back."""
-        if not self._reports_for_zone():
-            return []
-        msg = self._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
-        return [Send(q, msg) for q in sorted(self.nbrs)]
-
-    def _detect_failures(self, now_s: float) -> list[Action]:
-        """Drop the co-replicas and neighbours not heard from for ``failure_periods``
-        of this peer's load periods (their load reports double as heartbeats, §4.3)."""
-        if self.failure_periods <= 0:
-            return []
-        out: list[Action] = []
-        for peer in sorted(set(self.nbrs) | (self.group - {self.broker})):
-            heard = self._heard_tick.setdefault(peer, self._ticks)
-            if self._ticks - heard > self.failure_periods:
-                out += self._declare_failed(peer, now_s)
-        return out
-
-    def _declare_failed(self, peer: str, now_s: float) -> list[Action]:
-        """Drop ``peer``, a co-replica or neighbour: not heard from, or named failed by a
-        neighbour's notice (:meth:`_down_in`)."""
-        zone = self.nbrs.get(peer, self.zone)
-        assert zone is not None
-        mate = peer in self.group
-        self._update(peer, None)
-        self._failed.add(peer)
-        out: list[Action] = [Record("can_peer_down", {"peer": peer})]
-        if mate:
-            out += self._announce_failed(peer)
-        held = zone == self.zone or any(z == zone for z in self.nbrs.values())
-        if held:
-            return out
-        if not self.mirroring:
-            return [*out, Record("can_zone_orphaned", {"peer": peer,
-                                                       "zone": can.zone_to_json(zone)})]
-        return out + self._notice(peer, zone, now_s)
-
-    # ---- a lone owner's zone taken over ---------------------------------------------------
-
-    def _sibling(self) -> tuple[Zone, list[str]] | None:
-        """The first neighbour zone (in the zones' order) this zone merges with into a box
-        (CAN's sibling), with its peers."""
-        assert self.zone is not None
-        return next(((z, peers) for z, peers in self._zones()
-                     if can.merged(self.zone, z) is not None), None)
-
-    def _notice(self, failed: str, zone: Zone, now_s: float) -> list[Action]:
-        """Tell the coordinator of a failed lone owner's ``zone`` (the first by name of
-        the neighbours its last report named) that this neighbour saw it fail: its zone,
-        its peers, and whether it merges with a neighbour of its own. Told directly, not
-        routed: greedy routing may not get round the hole the failed zone leaves."""
-        assert self.zone is not None
-        around = self._around.pop(failed, None)
-        if around is None:  # it never named its neighbours to this peer
-            return [Record("can_zone_orphaned", {"peer": failed,
-                                                 "zone": can.zone_to_json(zone)})]
-        notice = self._msg(MsgType.ZONE, {
-            "down": failed, "zone": can.zone_to_json(zone), "around": around,
-            "from": can.zone_to_json(self.zone), "group": sorted(self.group),
-            "sibling": self._sibling() is not None})
-        return self._tell([min(around)], notice, now_s)
-
-    def _down_in(self, msg: Message, now_s: float) -> list[Action]:
-        """A notice at the coordinator, which declares the failed peer failed too if it
-        has not yet, and decides (:meth:`_hand_orphan`) once every neighbour the failed
-        peer named has sent one (or, failing that, at :meth:`_due_orphans`)."""
-        p = msg.payload
-        failed = str(p["down"])
-        out = self._declare_failed(failed, now_s) if failed in self.nbrs else []
-        orphan = self._orphans.get(failed)
-        if orphan is None:
-            orphan = self._orphans[failed] = _Orphan(
-                can.zone_from_json(p["zone"]), self._ticks + _ORPHAN_WAIT_PERIODS, {},
-                set(p["around"]))
-        if orphan.decided:  # a notice later than the decision changes nothing
-            return out
-        orphan.candidates[can.zone_from_json(p["from"])] = (list(p["group"]),
-                                                           bool(p["sibling"]))
-        orphan.waiting.discard(msg.origin)
-        if not orphan.waiting:
-            orphan.decided = True
-            out += self._hand_orphan(failed, orphan, now_s)
-        return out
-
-    def _due_orphans(self, now_s: float) -> list[Action]:
-        out: list[Action] = []
-        for failed, orphan in self._orphans.items():
-            if not orphan.decided and orphan.due_tick <= self._ticks:
-                orphan.decided = True
-                out += self._hand_orphan(failed, orphan, now_s)
-        return out
-
-    def _hand_orphan(self, failed: str, orphan: _Orphan, now_s: float) -> list[Action]:
-        """Who takes a failed lone owner's zone over, from its neighbours' notices (every
-        peer of every neighbour zone sends one, so together they are its neighbour
-        table): the peers of a zone that merges with it into a box (the first by its
-        first peer), as for a graceful leave; else an adopter (:func:`_adopters`). They
-        recover its subscriptions from their mirror copies."""
-        zone = can.zone_to_json(orphan.zone)
-        table = {q: z for z, (peers, _) in orphan.candidates.items() for q in peers}
-        common = {"leaver": failed, "nbrs": table, "subs": [], "mirrors": [], "recover": True}
-        merging = sorted(peers for z, (peers, _) in orphan.candidates.items()
-                         if can.merged(z, orphan.zone) is not None)
-        if merging:
-            return self._tell(merging[0], self._msg(MsgType.ZONE, {"takeover": zone,
-                                                                   **common}), now_s)
-        walk = _adopters([(z, peers) for z, (peers, sibling) in orphan.candidates.items()
-                          if len(peers) > 1 or sibling])
-        if not walk:
-            return [Record("can_zone_orphaned", {"peer": failed, "zone": zone})]
-        adopt = self._msg(MsgType.ZONE, {"adopt": zone, **common, "next": walk[1:]})
-        return self._tell([walk[0]], adopt, now_s)
-
-    def _tell(self, peers: Sequence[str], msg: Message, now_s: float) -> list[Action]:
-        """``msg`` to ``peers``; this peer's own share is handled here."""
-        out: list[Action] = [Send(q, msg) for q in peers if q != self.broker]
-        if self.broker in peers:
-            out += self._zone_msg(msg, now_s)
-        return out
-
-    def _hand_zone(self, peers: Sequence[str], *, stays: bool = False) -> list[Action]:
-        """This zone, its subscriptions and mirror copies, to the peers of a zone that
-        merges with it (:meth:`_take_over`)."""
-        assert self.zone is not None
-        give = self._msg(MsgType.ZONE, {
-            "takeover": can.zone_to_json(self.zone), "nbrs": dict(self.nbrs),
-            "subs": [s.to_json(k) for k, s in self.subs.items()],
-            "mirrors": self._mirrors_json(), **({"stays": True} if stays else {})})
-        return [Send(p, give) for p in peers]
-
-    def _adopt(self, msg: Message, now_s: float) -> list[Action]:
-        """Hold an orphaned zone, one that merges with no neighbour zone (a failed or
-        leaving lone owner's): as a replica, leaving its zone to its co-replicas; as a
-        lone owner, after handing its zone to a sibling zone of its own. Neither: the
-        next adopter of the list is asked (none left: the zone stays orphaned)."""
-        assert self.zone is not None
-        p = msg.payload
-        leaver = str(p["leaver"])
-        out: list[Action] = []
-        sibling = None
-        if len(self.group) < 2:
-            sibling = self._sibling()
-            if sibling is None:
-                rest = list(p["next"])
-                if not rest:
-                    return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["adopt"]})]
-                return [Send(rest[0], msg.forwarded({**p, "next": rest[1:]}))]
-            out += self._hand_zone(sibling[1], stays=True)
-        zone = can.zone_from_json(p["adopt"])
-        table = {q: can.zone_from_json(z) for q, z in p["nbrs"].items()
-                 if q != self.broker and q not in self._departed}
-        if sibling is not None:  # its sibling zone now holds this peer's zone too
-            table.update(dict.fromkeys(sibling[1], can.merged(self.zone, sibling[0])))
-        told = (set(self.nbrs) | self.group) - {self.broker}
-        self.zone, self.group = zone, {self.broker}
-        self.subs, self._index = {}, SubscriptionIndex()
-        for item in p["subs"]:
-            self._store(*Sub.from_json(item))
-        self.mirror_subs = dict(Mirror.from_json(m) for m in p["mirrors"])
-        self._set_nbrs({q: z for q, z in table.items() if can.abutment(zone, z)})
-        for q in set(self.nbrs) - told:  # their silence counts from now
-            self._heard_tick[q] = self._ticks
-        recover = self.mirroring and bool(p.get("recover"))
-        update = self._msg(MsgType.ZONE, {
-            "update": {self.broker: p["adopt"], leaver: None},
-            **({"refill": p["adopt"]} if recover else {})})
-        out += [Send(q, update) for q in sorted(told | set(self.nbrs))]
-        if recover:
-            out += self._recover(zone, now_s)
-        return [Record("can_took_over", {"from": leaver, "mode": "adopt"}), *out]
-
-    def _recover(self, zone: Zone, now_s: float) -> list[Action]:
-        """Ask for a failed ``zone``'s subscriptions back (§4.3: "querying the reflection
-        of the zone's coordinates"): a query to each box that holds their mirror copies
-        (:func:`nodes.cores.can.mirror_regions`), spread over the zones meeting it. The
-        first also asks those zones to file again the mirror copies the failed peer held
-        (their subscriptions' reflections lie in it); this peer's update asks the same of
-        its neighbours, whose reflections may have stepped out into it."""
-        out: list[Action] = []
-        for i, region in enumerate(can.mirror_regions(zone)):
-            query = self._msg(MsgType.ZONE, {
-                "to": list(region[0]), "recover": can.zone_to_json(zone),
-                "region": can.zone_to_json(region), "taker": self.broker, "refill": i == 0})
-            out += self._route(query, region[0], now_s)
-        return out
-
-    def _recover_in(self, msg: Message, now_s: float) -> list[Action]:
-        """A recovery query (:meth:`_recover`) at a zone meeting its region: passed on to
-        one peer of each neighbour zone meeting it; this zone's mirror copies of the failed
-        zone's subscriptions sent to the peer that took it over."""
-        key = _msg_key(msg)
-        if not self._first_contact(key, now_s, _RECOVERED):
-            return []
-        p = msg.payload
-        zone, region = can.zone_from_json(p["recover"]), can.zone_from_json(p["region"])
-        spread = msg.forwarded({k: v for k, v in p.items() if k != "to"})
-        out: list[Action] = [Send(_pick(peers, key), spread) for z, peers in self._zones()
-                             if can.meets(z, region)]
-        found = [m.sub.to_json(k) for k, m in self.mirror_subs.items()
-                 if can.contains(zone, m.sub.point)]
-        if found and p["taker"] != self.broker:
-            out.append(Send(str(p["taker"]), self._msg(MsgType.ZONE, {
-                "recovered": found, "failed": p["recover"]})))
-        if p["refill"]:
-            out += self._refill(zone, now_s)
-        return out
-
-    def _recovered_in(self, msg: Message, now_s: float) -> list[Action]:
-        """A failed zone's subscriptions, sent back from their mirror copies: stored, passed
-        on to the co-replicas, and their copies moved when the zone that now stores them
-        files them elsewhere (a merged zone)."""
-        assert self.zone is not None
-        p = msg.payload
-        failed = can.zone_from_json(p["failed"])
-        copy = bool(p.get("copy"))
-        out: list[Action] = []
-        if not copy:
-            mates = sorted(self.group - {self.broker})
-            out += [Send(g, msg.forwarded({**p, "copy": True})) for g in mates]
-        for item in p["recovered"]:
-            key, sub = Sub.from_json(item)
-            if key in self.subs or not can.contains(self.zone, sub.point):
-                continue
-            self._store(key, sub)
-            if not copy:
-                out += self._rehome(key, sub, failed, self.zone, self.zone, now_s)
-        return out
-
-    def _leave(self) -> list[Action]:
-        """Leave the zone to its co-replicas, or hand it to a sibling zone, or else to an
-        adopter (module docstring); the runtime makes this peer dormant either way."""
-        assert self.zone is not None
-        out: list[Action] = []
-        if len(self.group) < 2:
-            sibling = self._sibling()
-            walk = _adopters(self._zones()) if sibling is None else []
-            if sibling is not None:
-                out += self._hand_zone(sibling[1])
-            elif walk:
-                out.append(Send(walk[0], self._msg(MsgType.ZONE, {
-                    "adopt": can.zone_to_json(self.zone), "leaver": self.broker,
-                    "nbrs": dict(self.nbrs),
-                    "subs": [s.to_json(k) for k, s in self.subs.items()],
-                    "mirrors": self._mirrors_json(), "next": walk[1:]})))
-            else:  # the last peer: no one is left to hold the space
-                out.append(Record("can_zone_orphaned", {"peer": self.broker,
-                                                        "zone": can.zone_to_json(self.zone)}))
-        gone = self._msg(MsgType.ZONE, {"update": {self.broker: None}})
-        out += [Send(p, gone) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
-        self.zone, self.group, self.subs, self.mirror_subs = None, {self.broker}, {}, {}
-        self._index = SubscriptionIndex()
-        self._set_nbrs({})
-        return [*out, Record("can_left", {})]
+    # ---- loads as reports carry them -------------------------------------------------------
 
     def _share_events(self, share: float) -> None:
         """Keep ``share`` of the recent event count: after a replication or a split the
@@ -1399,44 +902,6 @@ class MeghdootCore:
                 refilled = self._refill(can.zone_from_json(p["refill"]), now_s)
         self._heard(p.get("loads", {}))
         return refilled
-
-    def _take_over(self, msg: Message, now_s: float) -> list[Action]:
-        """A zone that merges with this one into a box is handed to it: a leaving lone
-        owner's (with its subscriptions and mirror copies), an adopter's that frees itself
-        for an orphaned zone (``stays``: it announces its new zone itself), or a failed
-        lone owner's, named by its coordinator (``recover``: its subscriptions come back
-        from their mirror copies). Merge, store, and tell every neighbour of the merged
-        zone (each co-replica does the same; the first by name alone moves mirror copies
-        and asks for the lost subscriptions)."""
-        assert self.zone is not None
-        p = msg.payload
-        leaver = str(p.get("leaver", msg.origin))
-        given = can.zone_from_json(p["takeover"])
-        own = self.zone
-        zone = can.merged(own, given)
-        if zone is None:  # the leaver's view was stale: nothing to merge with
-            return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["takeover"]})]
-        known = {**{q: can.zone_from_json(z) for q, z in p["nbrs"].items()
-                    if q not in self._departed}, **self.nbrs}
-        self.zone = zone
-        self._set_nbrs({q: z for q, z in known.items() if q not in self.group
-                        and q != leaver and can.abutment(zone, z)})
-        for item in p["subs"]:
-            self._store(*Sub.from_json(item))
-        acting = min(self.group) == self.broker
-        moved = self._merge_mirrors(own, given, p.get("mirrors", ()), now_s,
-                                    acting=acting) if self.mirroring else []
-        entries: dict[str, Any] = {g: can.zone_to_json(zone) for g in self.group}
-        if not p.get("stays"):
-            entries[leaver] = None
-        recover = acting and self.mirroring and bool(p.get("recover"))
-        update = self._msg(MsgType.ZONE, {"update": entries, **(
-            {"refill": p["takeover"]} if recover else {})})
-        out: list[Action] = [Record("can_took_over", {"from": leaver}),
-                             *(Send(q, update) for q in sorted(self.nbrs)), *moved]
-        if recover:
-            out += self._recover(given, now_s)
-        return out
 
     def _update(self, peer: str, zone: Zone | None) -> None:
         """What a peer now holds (None: nothing); this peer files it where it belongs."""
