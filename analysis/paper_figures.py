@@ -71,7 +71,8 @@ def draw(points: Sequence[tuple[float | None, Mapping[str, Mapping[str, Any]]]],
          out_dir: Path, *, x_label: str | None = None,
          figures: tuple = OCTOPIA_FIGURES) -> list[Path]:
     """Draw each figure from ``points`` = [(x value or None, {algorithm: summary})];
-    returns the PNG paths written. A figure with no data at all is skipped."""
+    returns the PNG paths written. A figure with no data (every value absent or zero) is
+    skipped: a system without advertisements, Meghdoot say, gets no SRT figure."""
     written = []
     algorithms = sorted({a for _, by_alg in points for a in by_alg})
     sweep = len(points) > 1 and all(x is not None for x, _ in points)
@@ -79,7 +80,7 @@ def draw(points: Sequence[tuple[float | None, Mapping[str, Mapping[str, Any]]]],
         values = {(p, a): [metric(by_alg[a], path) if a in by_alg else None
                            for _, by_alg in points]
                   for p, (_, _, path) in enumerate(panels) for a in algorithms}
-        if all(v is None for vs in values.values() for v in vs):
+        if not any(vs for values_of in values.values() for vs in values_of):
             continue
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
         for p, (ax, (panel, y_label, _)) in enumerate(zip(axes, panels, strict=True)):

@@ -67,6 +67,17 @@ def test_runs_are_linked_with_manifest_seed_and_revision(reproduced: dict[str, d
         assert run["runtime"] == "simulated"
 
 
+@pytest.mark.parametrize("paper", PAPERS)
+def test_a_run_folder_draws_only_figures_its_system_has_data_for(
+        reproduced: dict[str, dict], paper: str) -> None:
+    """OctopiA's advertisement figure (delay, SRT size, IMs) for OctopiA's runs, not zero
+    bars for the systems without advertisements."""
+    folder = Path(reproduced[paper]["page"]).parent
+    drawn = {f.name for run in reproduced[paper]["runs"]
+             for f in (folder / run["run_dir"]).glob("fig-*.png")}
+    assert ("fig-publisher-scalability.png" in drawn) == (paper == "octopia"), sorted(drawn)
+
+
 def test_progress_names_the_experiment_and_the_time_left(reproduced: dict[str, dict]) -> None:
     lines = [ln for ln in reproduced["octopia"]["stderr"].splitlines()
              if "reproduce octopia:" in ln and " left)" in ln]
