@@ -67,6 +67,22 @@ def test_a_matching_subscription_lies_in_the_affected_region(f, x: float, y: flo
                                                       strict=True))
 
 
+def test_an_events_geometry_is_remembered_by_name_and_attributes() -> None:
+    space = can.space_named("stock")
+    quote = {"Date": "2001-03-05", "Symbol": "ibm", "Open": 90.0, "High": 93.5,
+             "Low": 89.0, "Close": 92.0, "Volume": 4_000_000}
+    want = (space.event_point(quote), space.affected_region(quote))
+    assert space.event_geometry("e-p1:1", quote) == want
+    assert space.event_geometry("e-p1:1", dict(quote)) == want  # the same, remembered
+    # Another run in the same process names another event alike: not the old answer.
+    other = {**quote, "Symbol": "aapl"}
+    assert space.event_geometry("e-p1:1", other) == (space.event_point(other),
+                                                     space.affected_region(other)) != want
+    for i in range(can.GEOMETRY_KEPT + 10):  # bounded
+        space.event_geometry(f"e-p2:{i}", quote)
+    assert len(space._geometry) == can.GEOMETRY_KEPT
+
+
 def test_neighbours_and_directions_on_a_2d_space() -> None:
     # One attribute: dimension 0 is the range start ("right" grows), 1 its end ("down").
     z = ((0.5, 0.0), (1.0, 0.5))

@@ -48,6 +48,8 @@ Zone = tuple[Point, Point]  # (lo, hi), normalised coordinates
 EMBEDDINGS = ("num", "symbol", "date")
 SYMBOL_WIDTH = 5  # Meghdoot's Symbol domain is aaa .. zzzzz
 _BASE = 27
+# Events whose geometry a space remembers: far more than are ever spreading at once.
+GEOMETRY_KEPT = 4096
 
 
 def _symbol_number(s: str) -> int:
@@ -100,6 +102,8 @@ class Space:
         self.dims = 2 * len(attributes)
         self._lo: list[float] = []
         self._span: list[float] = []
+        # event_geometry's answers by event name, oldest first
+        self._geometry: dict[str, tuple[Mapping[str, Value], Point, Zone]] = {}
         for a in attributes:
             if a.embedding not in EMBEDDINGS:
                 raise ValueError(f"attribute {a.name}: embedding {a.embedding!r} not in "
@@ -140,6 +144,20 @@ class Space:
         lo = tuple(0.0 if j % 2 == 0 else p[j] for j in range(self.dims))
         hi = tuple(p[j] if j % 2 == 0 else 1.0 for j in range(self.dims))
         return lo, hi
+
+    def event_geometry(self, key: str, attrs: Mapping[str, Value]) -> tuple[Point, Zone]:
+        """The event point and affected region of the event named ``key``, remembered for
+        the last :data:`GEOMETRY_KEPT` events (with their attributes, so that another run
+        in the same process reusing a name is not given the old answer): in the
+        simulator every peer an event reaches asks the one shared space, and working them
+        out again at each was a fifth of a 2,000-peer run's time."""
+        found = self._geometry.get(key)
+        if found is None or not (found[0] is attrs or found[0] == attrs):
+            found = self._geometry[key] = (attrs, self.event_point(attrs),
+                                           self.affected_region(attrs))
+            if len(self._geometry) > GEOMETRY_KEPT:
+                del self._geometry[next(iter(self._geometry))]  # the oldest
+        return found[1], found[2]
 
     def to_json(self) -> str:
         """The space as a JSON list ``[[name, embedding, lo, hi], ...]`` (a core param)."""

@@ -428,7 +428,7 @@ class MeghdootCore(Repair):
             un = msg.forwarded({"sub": [client, key[1]], "point": list(point)})
             return self._route(un, point, now_s)
         if t is MsgType.PUBLISH:
-            point = self.space.event_point(msg.payload["attrs"])
+            point, _ = self.space.event_geometry(msg_key(msg), msg.payload["attrs"])
             if can.contains(self.zone, point):  # the origin peer is the owner: contacted
                 self._contact(msg, now_s)
             return self._route(msg.forwarded(), point, now_s)
@@ -466,7 +466,7 @@ class MeghdootCore(Repair):
             if msg.payload.get("spread"):
                 return self._spread_in(msg, now_s)
             point = tuple(msg.payload["point"]) if t is not MsgType.PUBLISH else \
-                self.space.event_point(msg.payload["attrs"])
+                self.space.event_geometry(msg_key(msg), msg.payload["attrs"])[0]
             return self._route(msg, point, now_s)
         if t is MsgType.NOTIFY:
             pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops,
@@ -593,9 +593,9 @@ class MeghdootCore(Repair):
                 out.append(Send(peer, Message(MsgType.NOTIFY, msg.msg_id, msg.origin,
                                               msg.hops + 1,
                                               {**publication, "clients": clients})))
-        region = self.space.affected_region(attrs)
-        spread = msg.forwarded({**publication, "spread": True})
         key = msg_key(msg)
+        point, region = self.space.event_geometry(key, attrs)
+        spread = msg.forwarded({**publication, "spread": True})
         targets = self._table.propagation(region, paper=self.dup_rule == "paper")
         out += [Send(pick(peers, key), spread) for peers in targets]
         while self._handoffs and self._handoffs[0][0] < now_s:
@@ -604,7 +604,6 @@ class MeghdootCore(Repair):
             # Not to the zone of the event's point: the routed copy is handled there (by
             # whichever replica it reaches), and the spread never comes back to it.
             reached = {p for peers in targets for p in peers}
-            point = self.space.event_point(attrs)
             handoff = msg.forwarded({**publication, "spread": True, "handoff": True})
             out += [Send(newcomer, handoff) for _, zone, newcomer in self._handoffs
                     if newcomer not in reached and can.meets(zone, region)
