@@ -49,6 +49,8 @@ is silent):
 - **Hops**: routing hops from the origin peer to the owner of the point, over every
   subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
 - **Duplicates**: event copies a peer received after it had handled the event, summed.
+  ``handoff_first``: events that reached a peer first through the old owner of its zone
+  after a split (the core's handoff, :mod:`nodes.cores.meghdoot`), summed.
 
 All percentages are in % (0–100); times in seconds.
 """
@@ -229,6 +231,7 @@ def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> 
         "hops": {"subscriptions": _hops(r.get("sub_hops", ()) for r in peers),
                  "events": _hops(r.get("event_hops", ()) for r in peers)},
         "duplicates": sum(int(r.get("duplicates", 0)) for r in peers),
+        "handoff_first": sum(int(r.get("handoff_first", 0)) for r in peers),
     }
 
 

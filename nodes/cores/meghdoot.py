@@ -951,4 +951,5 @@ class MeghdootCore(Repair):
             "subscriptions": len(self.subs), "received": self.received,
             "buckets": self._buckets.items(), "bucket_s": self.bucket_s,
             "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),
-            "event_hops": sorted(self.event_hops.items()), "duplicates": self.duplicates})]
+            "event_hops": sorted(self.event_hops.items()), "duplicates": self.duplicates,
+            "handoff_first": self.handoff_first})]
