@@ -80,7 +80,7 @@ def draw(points: Sequence[tuple[float | None, Mapping[str, Mapping[str, Any]]]],
         values = {(p, a): [metric(by_alg[a], path) if a in by_alg else None
                            for _, by_alg in points]
                   for p, (_, _, path) in enumerate(panels) for a in algorithms}
-        if not any(vs for values_of in values.values() for vs in values_of):
+        if not any(v for series in values.values() for v in series):
             continue
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
         for p, (ax, (panel, y_label, _)) in enumerate(zip(axes, panels, strict=True)):

@@ -140,7 +140,10 @@ class Space:
 
     def affected_region(self, attrs: Mapping[str, Value]) -> Zone:
         """The closed box holding the points of every subscription the event may match."""
-        p = self.event_point(attrs)
+        return self._region_at(self.event_point(attrs))
+
+    def _region_at(self, p: Point) -> Zone:
+        """The affected region of the event whose point is ``p``."""
         lo = tuple(0.0 if j % 2 == 0 else p[j] for j in range(self.dims))
         hi = tuple(p[j] if j % 2 == 0 else 1.0 for j in range(self.dims))
         return lo, hi
@@ -153,8 +156,8 @@ class Space:
         out again at each was a fifth of a 2,000-peer run's time."""
         found = self._geometry.get(key)
         if found is None or not (found[0] is attrs or found[0] == attrs):
-            found = self._geometry[key] = (attrs, self.event_point(attrs),
-                                           self.affected_region(attrs))
+            point = self.event_point(attrs)
+            found = self._geometry[key] = (attrs, point, self._region_at(point))
             if len(self._geometry) > GEOMETRY_KEPT:
                 del self._geometry[next(iter(self._geometry))]  # the oldest
         return found[1], found[2]

@@ -53,21 +53,21 @@ The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
 
 - **Leaving, failures and mirror copies** (§4.3): :mod:`nodes.cores.meghdoot_repair`.
 
-Joins must be serialised by the workload (a join's three steps, probe, grant and updates,
-done before the next join starts), as in the paper's sequential simulator. Events, unlike
-the paper's, may still be spreading when a zone splits (at 10,000 peers an event meets
-some 800 zones in chains of 2 ms hops, and a join comes half a step, 50 ms, after it). A
-peer whose view predates the split sends the event to the old owner for the whole zone;
-the new half may lie bottom-right of the half the owner kept, which DeliverEvent does
-not reach, and the new half's other neighbours may have passed the event on before it
-existed. So for ``handoff_s`` after a split (ours) every peer of the old zone passes each event it
-handles whose region meets the given half on to the half's new owner, unless the
-event's point lies in that half (the routed copy is handled there) or DeliverEvent
-reaches it anyway. The new owner drops the copy if it has handled the event; if it has
-co-replicas by then, it passes the copy to the one every sender picks and drops later
-copies itself. A copy that came first is counted as ``handoff_first``. Without the
-handoff one 10,000-peer skewed run missed one delivery, and joins 1 to 3 ms after
-their events miss 29 to 60 on 120 peers (tests/test_meghdoot.py).
+Joins must be serialised by the workload (a join's three steps, probe, grant and
+updates, done before the next join starts), as in the paper's sequential simulator.
+Events, unlike the paper's, may still be spreading when a zone splits (at 10,000 peers
+an event meets some 800 zones in chains of 2 ms hops, and a join comes half a step, 50
+ms, after it). A peer whose view predates the split sends the event to the old owner for
+the whole zone; the new half may lie bottom-right of the half the owner kept, which
+DeliverEvent does not reach, and the new half's other neighbours may have passed the
+event on before it existed. So for ``handoff_s`` after a split (ours) every peer of the
+old zone passes each event it handles whose region meets the given half on to the half's
+new owner, unless the event's point lies in that half (the routed copy is handled there)
+or DeliverEvent reaches it anyway. The new owner drops the copy if it has handled the
+event; if it has co-replicas by then, it passes the copy to the one every sender picks
+and drops later copies itself. A copy that came first is counted as ``handoff_first``.
+Without the handoff one 10,000-peer skewed run missed one delivery, and joins 1 to 3 ms
+after their events miss 29 to 60 on 120 peers (tests/test_meghdoot.py).
 
 The first broker by name (the derived param ``seed_peer``) owns the whole space from the
 start; every other peer joins through a JOIN client operation.
