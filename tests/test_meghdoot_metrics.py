@@ -249,3 +249,25 @@ def test_a_simulated_run_is_consistent_and_drawn(tmp_path: Path) -> None:
         assert p.stat().st_size > 5_000
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert draw_meghdoot({}, figs) == []
+
+
+def test_a_run_sums_the_same_core_counters_with_and_without_logs(tmp_path: Path) -> None:
+    from experiments.plan import compile_plan
+    from experiments.runs.simulated import run_simulation
+    from experiments.spec import load_spec
+
+    plan = compile_plan(load_spec("meghdoot-peers", [
+        "topology.params.n=20", "workload.n_subscriptions=300", "workload.n_events=200"]))
+    _, logged = run_simulation(plan, tmp_path / "logs")
+    _, counted = run_simulation(plan, tmp_path / "counts", log_messages=False)
+    c = logged["meghdoot"]["counters"]
+    assert counted["meghdoot"]["counters"] == c
+    # Every peer but the first joined by a split or a replica; nothing was stuck.
+    assert c["joins_split"] + c["joins_replicate"] == 19 and c["joins_split"] > 0
+    assert c["route_stuck"] == 0
+    assert c["subscriptions"] >= 300  # co-replicas store each of theirs
+    m = counted["meghdoot"]["meghdoot"]
+    assert m == logged["meghdoot"]["meghdoot"]
+    # The sums agree with the peers' own end-of-run records.
+    assert (c["received"], c["duplicates"], c["handoff_first"]) == (
+        m["load"]["messages"], m["duplicates"], m["handoff_first"])

@@ -20,7 +20,7 @@ from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
 from experiments.runs.manifest import base_manifest, node_names
-from experiments.runs.summaries import log_extras
+from experiments.runs.summaries import log_extras, summed_counters
 from experiments.spec import load_spec
 from nodes.log_summary import summarize_logs
 from nodes.runfolder import SWEEP, WORKLOAD, new_run_dir, write_json, write_manifest, write_summary
@@ -85,6 +85,9 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
             summary.update(log_extras(out, plan))
         else:
             summary = summarize(result, expected, scale=plan.spec.scale)
+            counters = final_records(result, "counters")
+            if counters:  # as log_extras reads them from the logs
+                summary["counters"] = summed_counters(counters)
         if plan.workload_kind == "meghdoot" and not log_messages:  # else from the logs
             summary["meghdoot"] = meghdoot_metrics(final_records(result, "can_peer"), workload)
         if plan.workload_kind == "codd" and not log_messages:

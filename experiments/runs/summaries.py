@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,33 +13,47 @@ from analysis.kyra import routing_load_from_logs
 from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
 from nodes.log_summary import link_notifications
-from nodes.logs import Ev, iter_jsonl
+from nodes.logs import COMMON_FIELDS, Ev, iter_jsonl
+
+
+def summed_counters(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The cores' plain counts summed over the brokers, by name: ``records`` are the
+    brokers' end-of-run ``counters`` records (:func:`nodes.hosting.final_records`), from
+    the logs or from the simulator's result, so a run with and without per-message logs
+    gives the same sums. A broker that died logged none, and counts for none."""
+    total: Counter[str] = Counter()
+    for r in records:
+        total.update({k: v for k, v in r.items()
+                      if k not in COMMON_FIELDS and type(v) is int})
+    return dict(sorted(total.items()))
 
 
 def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
     """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
-    notifications on the links the plan's ``link_schedule`` changes, and the burst's
-    metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
+    cores' counters summed over the brokers (:func:`summed_counters`, when the core
+    counts), the notifications on the links the plan's ``link_schedule`` changes, and the
+    burst's metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
     Meghdoot's metrics from its peers' ``can_peer`` records
     (:func:`analysis.meghdoot.meghdoot_metrics`), CoDD's from its nodes' ``codd_node``
     and ``codd_root`` records (:func:`analysis.codd.codd_metrics`), and on a modelled
     underlay (``transit-stub``) or the Kyra paper's example the figures of that paper
     (:func:`analysis.kyra.routing_load`)."""
     extras: dict[str, Any] = {}
+    records = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
+               for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
+               if r.get("kind") in ("counters", "can_peer", "codd_node", "codd_root")]
+    counters = [r for r in records if r["kind"] == "counters"]
+    if counters:
+        extras["counters"] = summed_counters(counters)
     if plan.link_schedule:
         extras["scheduled_link_notifications"] = link_notifications(
             out_dir, [(c.a, c.b) for c in plan.link_schedule])
     if plan.workload is not None and "burst" in plan.workload.meta:
         extras["burst"] = burst_metrics(out_dir, plan.workload, plan.overlay)
     if plan.workload is not None and plan.workload_kind == "meghdoot":
-        peers = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
-                 for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
-                 if r.get("kind") == "can_peer"]
-        extras["meghdoot"] = meghdoot_metrics(peers, plan.workload)
+        extras["meghdoot"] = meghdoot_metrics([r for r in records if r["kind"] == "can_peer"],
+                                              plan.workload)
     if plan.workload_kind == "codd":
-        records = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
-                   for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
-                   if r.get("kind") in ("codd_node", "codd_root")]
         extras["codd"] = codd_metrics([r for r in records if r["kind"] == "codd_node"],
                                       next((r for r in records if r["kind"] == "codd_root"),
                                            None))
