@@ -16,10 +16,11 @@ from nodes.cores.can_table import ZoneTable
 _GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def table_of(zones: Sequence[can.Zone], own: can.Zone | None = None) -> ZoneTable:
-    """Distinct ``zones`` held by peers named in their order (so the table's order is
-    theirs)."""
-    t = ZoneTable(len(zones[0][0]) if zones else 1)
+def table_of(zones: Sequence[can.Zone], own: can.Zone | None = None, dims: int = 0
+             ) -> ZoneTable:
+    """Distinct ``zones`` (of ``dims`` dimensions, if none) held by peers named in their
+    order (so the table's order is theirs)."""
+    t = ZoneTable(len(zones[0][0]) if zones else dims)
     t.reset(own, {f"p{i:03d}": z for i, z in enumerate(zones)})
     return t
 
@@ -66,7 +67,7 @@ def test_the_array_test_of_neighbour_zones_agrees_with_meets(
     raw, corners = case
     zones = list(dict.fromkeys(box(c) for c in raw))
     region = box(corners)
-    got = table_of(zones).meeting(region).tolist()
+    got = table_of(zones, dims=len(region[0])).meeting(region).tolist()
     assert got == [can.meets(z, region) for z in zones]
 
 
