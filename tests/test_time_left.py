@@ -73,6 +73,22 @@ def test_a_skipped_step_does_not_set_the_pace(clock: list[float]) -> None:
     assert lines[-1].endswith("(3 of 3; 2.1 min so far, about 2.0 min left)")
 
 
+def test_the_pace_is_the_recent_one_when_the_work_slows_down(clock: list[float]) -> None:
+    # As a Meghdoot run: half the operations (subscriptions) in 10 s, then events that
+    # take ten times as long each. The pace since the start would say about 73 s left.
+    lines: list[str] = []
+    p = TimeLeft("simulating", [("meghdoot", 1.0)], lines.append, seconds=False)
+    p.start()
+    clock[0] += 10.0
+    p.part(0.5)
+    clock[0] += 100.0
+    p.part(0.6)  # 10 % in the last 100 s: 400 s for the 40 % left
+    assert lines[-1].endswith("(1 of 1, 60% done; 1.8 min so far, about 6.7 min left)")
+    clock[0] += 20.0
+    p.part(0.62)  # the last third of the time worked (from 87 s on) is all slow work
+    assert lines[-1].endswith("about 6.3 min left)")
+
+
 def test_durations_read_as_seconds_then_minutes() -> None:
     assert duration_text(42.4) == "42 s"
     assert duration_text(89.0) == "89 s"
