@@ -595,7 +595,12 @@ class MeghdootCore(Repair):
                                               {**publication, "clients": clients})))
         key = msg_key(msg)
         point, region = self.space.event_geometry(key, attrs)
-        spread = msg.forwarded({**publication, "spread": True})
+        # A spread copy passes on the payload it came with (the publication, flagged):
+        # in the simulator every copy of an event then shares one payload, whose frame
+        # size is worked out once rather than by every peer the event reaches.
+        spread = (msg.forwarded() if msg.payload.get("spread") is True
+                  and "handoff" not in msg.payload
+                  else msg.forwarded({**publication, "spread": True}))
         targets = self._table.propagation(region, paper=self.dup_rule == "paper")
         out += [Send(pick(peers, key), spread) for peers in targets]
         while self._handoffs and self._handoffs[0][0] < now_s:
