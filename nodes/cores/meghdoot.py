@@ -295,6 +295,7 @@ class MeghdootCore(Repair):
         self._failed: set[str] = set()  # peers this one declared failed
         self._bootstrap: str | None = None  # the peer a JOIN asked, while joining
         self._waiting: list[tuple[str, Message]] = []  # client ops before the grant
+        self._early: list[tuple[str, Message]] = []  # peers' messages before the grant
         self.bucket_s = float(params.get("bucket_s", 0.1))
         seed = params.get("seed_peer", broker)
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
@@ -443,12 +444,20 @@ class MeghdootCore(Repair):
                 and self._heard_tick.get(peer, -1) < self._ticks):
             self._heard_tick[peer] = self._ticks
         if self.zone is None:  # granted zones arrive as ZONE; nothing else before that
-            if t is MsgType.ZONE:
-                return self._zone_msg(msg, now_s)
             if t is MsgType.JOIN and self._bootstrap is not None:
                 # Another newcomer took this joining peer for a member: pass its probe
                 # on to the peer this one asked.
                 return [Send(self._bootstrap, msg.forwarded())]
+            joining = self._bootstrap is not None and self.joined_s is None
+            if t is MsgType.ZONE and ("grant" in msg.payload or not joining):
+                return self._zone_msg(msg, now_s)
+            if joining:
+                # Joining: the neighbours' update naming this peer is small and the
+                # grant (the zone's subscriptions and table) large, so their events and
+                # updates can come first; dropped, an event missed the new zone (1 of
+                # 4.5 million deliveries at 10,000 peers). Handled once granted.
+                self._early.append((peer, msg))
+                return []
             return [unhandled(msg)]
         if t in (MsgType.SUBSCRIBE, MsgType.UNSUBSCRIBE, MsgType.PUBLISH):
             if msg.payload.get("copy"):  # a co-replica's copy: neither routing nor spread
@@ -873,6 +882,9 @@ class MeghdootCore(Repair):
             waiting, self._waiting = self._waiting, []
             for client, op in waiting:
                 out += self._from_client(client, op, now_s)
+            early, self._early = self._early, []
+            for peer, early_msg in early:
+                out += self._arrived(peer, early_msg, now_s)
             return out
         if self.zone is None:
             return [unhandled(msg, "not joined")]
