@@ -61,13 +61,17 @@ class TimeLeft:
         """Seconds since the current step began."""
         return time.monotonic() - self._step_t0
 
+    def _now(self, share: float) -> tuple[float, float]:
+        """Seconds worked (skipped steps left out) and expected length done, the current
+        step ``share`` done."""
+        est_now = self.steps[self.done][1] if self.done < len(self.steps) else 0.0
+        return self.elapsed_s() - self._skipped_s, self.spent_est + est_now * share
+
     def left_s(self, share: float = 0.0) -> float | None:
         """Seconds left when the current step is ``share`` done (0..1); None while the
         expected lengths are weights and nothing is done to measure the pace by."""
-        est_now = self.steps[self.done][1] if self.done < len(self.steps) else 0.0
-        done_est = self.spent_est + est_now * share
-        left_est = sum(e for _, e in self.steps[self.done:]) - est_now * share
-        worked = self.elapsed_s() - self._skipped_s
+        worked, done_est = self._now(share)
+        left_est = sum(e for _, e in self.steps[self.done:]) - (done_est - self.spent_est)
         if done_est <= 0 or worked <= 0:
             return left_est if self.seconds else None
         # The last mark at least RECENT_SHARE of the time worked ago, and one at which
@@ -79,11 +83,10 @@ class TimeLeft:
 
     def _mark(self, share: float) -> None:
         """Remember how much was done by now (the current step ``share`` done)."""
-        est_now = self.steps[self.done][1] if self.done < len(self.steps) else 0.0
-        worked = self.elapsed_s() - self._skipped_s
+        worked, done_est = self._now(share)
         if worked >= self._worked[-1]:
             self._worked.append(worked)
-            self._done_est.append(self.spent_est + est_now * share)
+            self._done_est.append(done_est)
 
     def line(self, detail: str = "", share: float = 0.0) -> str:
         """The progress line of the current step (see the class docstring)."""

@@ -66,8 +66,14 @@ new owner, unless the event's point lies in that half (the routed copy is handle
 or DeliverEvent reaches it anyway. The new owner drops the copy if it has handled the
 event; if it has co-replicas by then, it passes the copy to the one every sender picks
 and drops later copies itself. A copy that came first is counted as ``handoff_first``.
-Without the handoff one 10,000-peer skewed run missed one delivery, and joins 1 to 3 ms
+Without the handoff one 10,000-peer skewed run missed one delivery, and joins 2 to 3 ms
 after their events miss 29 to 60 on 120 peers (tests/test_meghdoot.py).
+
+A joining peer holds what other peers send it before its grant arrives (events, updates,
+split notices) and handles it once granted, as it does its clients' operations: the
+neighbours' update naming it is small and the grant (the zone's subscriptions and table)
+large, so they may send it events while it has no zone yet. Dropped, one event missed a
+new zone in a 10,000-peer run.
 
 The first broker by name (the derived param ``seed_peer``) owns the whole space from the
 start; every other peer joins through a JOIN client operation.
@@ -451,11 +457,7 @@ class MeghdootCore(Repair):
             joining = self._bootstrap is not None and self.joined_s is None
             if t is MsgType.ZONE and ("grant" in msg.payload or not joining):
                 return self._zone_msg(msg, now_s)
-            if joining:
-                # Joining: the neighbours' update naming this peer is small and the
-                # grant (the zone's subscriptions and table) large, so their events and
-                # updates can come first; dropped, an event missed the new zone (1 of
-                # 4.5 million deliveries at 10,000 peers). Handled once granted.
+            if joining:  # sent before the grant came: handled once granted (docstring)
                 self._early.append((peer, msg))
                 return []
             return [unhandled(msg)]
