@@ -21,9 +21,10 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
         assert point["operations"] < head + 0.06 * rest
         # routing, joins and loads: messages flowed once peers joined
         assert point["ims"] > point["operations"] - head
-        # the wall time is rounded to 10 ms
+        # the wall time is rounded to 10 ms (off by up to 5 ms) and the time per operation to
+        # 1 µs (off by up to 0.5 µs)
         assert point["ms_per_operation"] == pytest.approx(
-            1000 * point["wall_s"] / point["operations"], abs=10 / point["operations"])
+            1000 * point["wall_s"] / point["operations"], abs=5 / point["operations"] + 5e-4)
         assert point["peak_mib"] > point["baseline_mib"] > 0
     # One stream: the same operations; every peer reporting sends no fewer messages.
     assert zone["operations"] == peer["operations"] and peer["ims"] >= zone["ims"]
