@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nodes.cores import can
@@ -128,10 +128,13 @@ def around_middle(d: int) -> list[int]:
     return [k for k in range(5 ** d) if can.abutment(own, cell(d, k)) is not None]
 
 
+# A zone already held lies upper-left of one that comes as the table is set anew: rare
+# among the generated cases (a run of 300 missed it, one of 3,000 found it)
+@example(case=(2, [("put", "q1", 11), ("anew", "q0", 17)], [([0.0] * 4, [0.0] * 2)]))
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 3).flatmap(lambda d: st.tuples(
     st.just(d),
-    st.lists(st.tuples(st.sampled_from(["put", "put", "put", "drop", "own"]),
+    st.lists(st.tuples(st.sampled_from(["put", "put", "put", "drop", "own", "anew"]),
                        st.sampled_from(_PEERS),
                        st.one_of(st.sampled_from(around_middle(d)),
                                  st.integers(0, 5 ** d - 1))), max_size=40),
@@ -139,11 +142,10 @@ def around_middle(d: int) -> list[int]:
                        st.lists(st.floats(0, 1), min_size=d, max_size=d)),
              min_size=1, max_size=3))))
 def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -> None:
-    """Any sequence of a peer moving to a zone, leaving, and the own zone changing (the
-    table set anew, as after a split), among zones that touch (they may overlap: the
-    table does not care): the table by zone,
-    the next hop and DeliverEvent's targets (both duplicate rules) are the
-    straightforward rule's, in its order."""
+    """Any sequence of a peer moving to a zone, leaving, the own zone changing and a peer
+    moving as the table is set anew (as after a split), among zones that touch (they may
+    overlap: the table does not care): the table by zone, the next hop and DeliverEvent's
+    targets (both duplicate rules) are the straightforward rule's, in its order."""
     d, changes, probes = case
     own = cell(d, middle(d))
     nbrs: dict[str, can.Zone] = {}
@@ -153,6 +155,9 @@ def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -
         zone = cell(d, k)
         if what == "own":
             own = zone
+            t.reset(own, nbrs)
+        elif what == "anew":  # a peer moved while the table is set anew: a new zone in it
+            nbrs[peer] = zone
             t.reset(own, nbrs)
         elif what == "drop":
             if peer in nbrs:
