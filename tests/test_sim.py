@@ -388,7 +388,7 @@ def test_summary_counts_and_percentiles() -> None:
     summary = build_summary(
         algorithm="x", runtime="emulated", scale=0.1, published=3,
         expected={k1: frozenset({"s0", "s1"}), k2: frozenset({"s0"}), k3: frozenset()},
-        deliveries={k1: ["s0", "s0", "s1"], k3: ["s2"]},
+        deliveries={k1: ["s0", "s0", "s1"], k3: ["s2"], ("p2", 0): ["s0"]},  # not published
         ims_by_type={"SUBSCRIBE": 2, "PUBLISH": 5},
         delays_s={"notification": [0.004, 0.001, 0.002, 0.003]},
         table_sizes={"srt": [1, 2, 6], "prt": []},
@@ -396,7 +396,7 @@ def test_summary_counts_and_percentiles() -> None:
     )
     assert summary["expected_deliveries"] == 3
     assert (summary["delivered"], summary["duplicates"], summary["missing"],
-            summary["unexpected"]) == (3, 1, 1, 1)
+            summary["unexpected"]) == (4, 1, 1, 2)
     assert summary["ims_by_type"] == {"PUBLISH": 5, "SUBSCRIBE": 2}
     assert summary["ims_total"] == 7
     assert summary["srt_size"] == {"mean": 3.0, "max": 6}
