@@ -79,15 +79,25 @@ def value_stats(values: Sequence[float]) -> dict[str, float] | None:
     if empty."""
     if not values:
         return None
-    v = sorted(values)
+    return _sorted_stats(sorted(values))
+
+
+def _sorted_stats(v: Sequence[float]) -> dict[str, float]:
     return {"p50": percentile(v, 0.5), "p95": percentile(v, 0.95), "max": v[-1],
             "mean": math.fsum(v) / len(v)}
 
 
 def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
-    """p50, p95, max and mean in milliseconds of delays in seconds; None if empty."""
-    stats = value_stats([d * 1000.0 for d in delays_s])
-    return None if stats is None else {k: round(x, 6) for k, x in stats.items()}
+    """p50, p95, max and mean in milliseconds of delays in seconds; None if empty. The
+    samples are scaled and sorted as one array of doubles, to the same figures: a
+    10,000-peer simulation times some ten million matchings, and as Python floats their
+    scaled list and its sorted copy took 40 bytes a sample at the end of the run."""
+    if not len(delays_s):
+        return None
+    import numpy as np  # here: brokers import this module, and numpy is slow to import
+
+    stats = _sorted_stats(np.sort(np.asarray(delays_s, dtype=float) * 1000.0))
+    return {k: round(float(x), 6) for k, x in stats.items()}
 
 
 def propagation_delays(
