@@ -152,11 +152,7 @@ class ZoneTable:
             kept, fresh = (was >= 0).nonzero()[0], (was < 0).nonzero()[0]
             self.ul[np.ix_(kept, kept)] = old_ul[np.ix_(was[kept], was[kept])]
             for a in range(0, len(fresh), _CHUNK_ROWS):  # (rows x n x dimensions) at a time
-                rows = fresh[a:a + _CHUNK_ROWS]
-                self.ul[rows], right = sides(lo[rows, None, :], hi[rows, None, :],
-                                             lo[None, :n, :], hi[None, :n, :])
-                # a zone lies upper-left of a new one that lies bottom-right of it
-                self.ul[:, rows] = right.T
+                self._relate(fresh[a:a + _CHUNK_ROWS], n)
 
     def add(self, peer: str, zone: Zone) -> None:
         """``peer`` holds ``zone``, a neighbour zone (not yet filed under it)."""
@@ -181,14 +177,19 @@ class ZoneTable:
         own = self.own
         self.ahead[i] = own is not None and can.upper_left(zone, own)
         self.later[i] = own is not None and can.bottom_right(zone, own)
-        # Zone i upper-left of each zone, and each upper-left of zone i (it is when
-        # zone i is bottom-right of it): one pass over the rows.
-        self.ul[i, : i + 1], self.ul[: i + 1, i] = sides(
-            self.lo[i], self.hi[i], self.lo[: i + 1], self.hi[: i + 1])
+        self._relate(slice(i, i + 1), i + 1)
         self.zones.append(zone)
         self.peers.append([peer])
         self.row[zone] = i
         self.n = i + 1
+
+    def _relate(self, rows: np.ndarray | slice, n: int) -> None:
+        """Fill ``ul`` for the zones of ``rows`` against the first ``n``: each upper-left
+        of every zone, and every zone upper-left of each (it is when the row's zone is
+        bottom-right of it), in one pass over the rows."""
+        self.ul[rows, :n], right = sides(self.lo[rows, None, :], self.hi[rows, None, :],
+                                         self.lo[None, :n, :], self.hi[None, :n, :])
+        self.ul[:n, rows] = right.T
 
     def remove(self, peer: str, zone: Zone) -> None:
         """``peer`` no longer holds ``zone``; the zone's row goes with its last peer."""
