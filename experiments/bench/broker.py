@@ -63,20 +63,22 @@ broker's throughput at increasing offered rates through the same chain.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import platform
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from experiments.emulation.doctor import probe
-from experiments.emulation.network import Emulation
+from experiments.emulation.network import Emulation, cpu_usage_ns
 from experiments.runs.brokers import BrokerRun
 from nodes.logs import Ev, iter_jsonl
 from nodes.processing import CALIBRATION_FILE
@@ -105,6 +107,7 @@ SATURATION_REPEATS = 2
 _CLIENT_START_S = 1.5  # the clients' t_s = 0 lies this far after they are started
 _IDLE_FROM_S, _PUB_AT_S = 0.5, 2.0  # the idle stretch, on the clients' clock
 CHAIN_DRAIN_S = 5.0  # chain_delays: the subscriber's time after the publisher's end
+_LEAD_S, _SETTLE_S = 1.0, 0.2  # alternating_saturation: before the first window; after a switch
 
 
 def _log(msg: str) -> None:
@@ -208,13 +211,16 @@ class _ChainRun:
 
 
 def _run_chain(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path,
-               tail_s: float = 0.0) -> _ChainRun:
+               tail_s: float = 0.0, on_start: Callable[[float], None] | None = None
+               ) -> _ChainRun:
     """Start the broker, k match-all subscribers (one client process on pc3) and one
     publisher on pc1 sending ``rate_hz`` for ``step_s`` s from ``_PUB_AT_S``; the clients
     end 2 s after the last scheduled publication (the subscribers ``tail_s`` s later
     still). The broker's CPU is read over an idle stretch before the first publication
     and over the busy stretch until the clients ended (see the module docstring); pc2's
-    cgroup is sampled over the latter where it is CPU-limited. The broker is stopped."""
+    cgroup is sampled over the latter where it is CPU-limited. ``on_start`` is called
+    with the Unix time of the first publication once the clients are started. The
+    broker is stopped."""
     run = _start_broker(emu, out)
     broker_ip = emu.graph.nodes["pc2"]["ip"]
     pid = run.brokers["pc2"].pid
@@ -241,6 +247,8 @@ def _run_chain(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path,
                                         "duration_s": common["duration_s"] + tail_s}})
         run.clients["pub"] = run._start("pc1", "nodes.client", "pub", {
             "client": "pub", "ops": str(pub_ops), **common})
+        if on_start is not None:
+            on_start(start + _PUB_AT_S)
         _sleep_until(start + _IDLE_FROM_S)
         t_a, c_a = time.monotonic(), process_cpu_s(pid)
         _sleep_until(start + _PUB_AT_S - 0.05)
@@ -375,6 +383,73 @@ def saturation_point(emu: Emulation, cpu_share: float, rate_hz: int, step_s: flo
                         if throughput and cg.get("achieved_mean") else None),
         "throttled_periods": cg.get("throttled_periods"), "periods": cg.get("periods"),
     }
+
+
+def alternating_saturation(emu: Emulation, shares: Sequence[float], window_s: float,
+                           rate_hz: int, out: Path) -> list[dict[str, Any]]:
+    """One saturated run of the chain (one match-all subscriber), the broker host's
+    share switched on the running network to each of ``shares`` in turn for
+    ``window_s`` s, the publisher offering ``rate_hz`` throughout (meant to be well
+    above what the broker handles at the largest share).
+
+    Windows next to each other see the machine at nearly the same pace, which runs
+    apart from one step to the next (the CPU per message here moved by up to 40 %
+    between saturated 3 s steps 15 s apart, alike at both shares), so comparing
+    neighbours compares the shares and little else. The first window starts
+    ``_LEAD_S`` s after the first publication (a backlog has built), and each is
+    measured from ``_SETTLE_S`` s after its switch (the new quota holds from the next
+    CFS period).
+
+    Per window, in order: ``cpu_share`` (configured), ``start_wall`` and ``end_wall``
+    (Unix s, what was measured), ``handled`` (PUBLISHes the broker received within it),
+    ``throughput_hz``, ``cpu_used_share`` (pc2's cgroup CPU time over it, share of one
+    core), ``cpu_cost_us`` (``cpu_used_share`` / ``throughput_hz``) and ``backlog``
+    (publications sent but not yet received by the broker at its end: above zero, the
+    broker never waited for work)."""
+    if "pc2" not in emu.cpu_limits:
+        raise ValueError("the broker host pc2 is not CPU-limited: build the Emulation "
+                         "with cpu_limits={'pc2': share}")
+    # Per window: its share, and the Unix time and pc2's CPU time (ns) at its two ends.
+    marks: list[tuple[float, float, int, float, int]] = []
+
+    def switch(first_pub_wall: float) -> None:
+        for i, share in enumerate(shares):
+            switch_wall = first_pub_wall + _LEAD_S + i * window_s
+            _sleep_until(switch_wall)
+            emu.set_cpu_share("pc2", share)
+            _sleep_until(switch_wall + _SETTLE_S)
+            from_wall, from_ns = time.time(), cpu_usage_ns("pc2")
+            _sleep_until(switch_wall + window_s)
+            marks.append((share, from_wall, from_ns, time.time(), cpu_usage_ns("pc2")))
+
+    switcher: list[threading.Thread] = []  # started by the chain once its clients are
+
+    def on_start(first_pub_wall: float) -> None:
+        switcher.append(threading.Thread(target=switch, args=(first_pub_wall,),
+                                         name="share-switch", daemon=True))
+        switcher[0].start()
+
+    _run_chain(emu, 1, rate_hz, _LEAD_S + len(shares) * window_s + 0.5, out,
+               on_start=on_start)
+    for thread in switcher:
+        thread.join()
+    walls = sorted(_broker_publish_walls(out))
+    sends = sorted(r["t_pub"] for r in iter_jsonl(out / "pub.jsonl", Ev.SEND)
+                   if r.get("type") == "PUBLISH")
+    rows = []
+    for share, from_wall, from_ns, to_wall, to_ns in marks:
+        length_s = to_wall - from_wall
+        handled = bisect.bisect_right(walls, to_wall) - bisect.bisect_right(walls, from_wall)
+        used = (to_ns - from_ns) / 1e9 / length_s
+        throughput = handled / length_s
+        rows.append({
+            "cpu_share": share, "start_wall": round(from_wall, 3),
+            "end_wall": round(to_wall, 3), "handled": handled,
+            "throughput_hz": round(throughput, 1), "cpu_used_share": round(used, 4),
+            "cpu_cost_us": round(1e6 * used / throughput, 2) if handled else None,
+            "backlog": bisect.bisect_right(sends, to_wall) - bisect.bisect_right(walls, to_wall),
+        })
+    return rows
 
 
 def chain_delays(emu: Emulation, rates_hz: Sequence[int], step_s: float, out: Path
