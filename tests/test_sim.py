@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -10,8 +11,11 @@ from typing import Any
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from experiments.bench import sim as bench_sim
+from nodes import summary as summary_module
 from nodes.core import (
     Action,
     Arrived,
@@ -405,6 +409,18 @@ def test_summary_counts_and_percentiles() -> None:
                                                    "mean": 2.5}
     assert summary["delay_ms"]["subscription"] is None
     assert delay_stats_ms([0.2]) == {"p50": 200.0, "p95": 200.0, "max": 200.0, "mean": 200.0}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 50, allow_subnormal=False), min_size=1, max_size=300))
+def test_delay_statistics_are_the_same_sorted_as_floats_or_as_one_array(
+        delays_s: list[float]) -> None:
+    """Few samples are sorted as Python floats, many as one numpy array (see
+    delay_stats_ms): the figures are the same to the last digit either way."""
+    as_floats = delay_stats_ms(delays_s)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(summary_module, "_ARRAY_SAMPLES", 0)
+        assert delay_stats_ms(array("d", delays_s)) == as_floats
 
 
 def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
