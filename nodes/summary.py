@@ -94,9 +94,8 @@ def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
     Many samples are scaled and sorted as one array of doubles, to the same figures: a
     10,000-peer simulation times some ten million matchings, and as Python floats their
     scaled list and its sorted copy took 40 bytes a sample at the end of the run. A few
-    are sorted as Python floats: `pubsublab watch` asks every half second, and importing
-    numpy there (a quarter of a second and more on a busy machine) put its first figures
-    late (the live-view test)."""
+    are sorted as Python floats, as quick at that size: `pubsublab watch` asks every half
+    second and need not import numpy for it (0.08 s here, 0.4 s from a cold cache)."""
     if not len(delays_s):
         return None
     if len(delays_s) < _ARRAY_SAMPLES:
