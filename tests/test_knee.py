@@ -10,7 +10,7 @@ CI machine may be faster or slower.
 What the comparison is robust to, and how (each seen on this two-core machine):
 
 - The machine's pace changing from one second to the next: at a fixed share, the CPU
-  per message moved between about 185 and 385 us from one 1 s window to the next, and
+  per message moved between about 185 and 385 us over 1 s windows (183 to 323 in one run), and
   by up to 40 % between 3 s steps; steps at the two shares one after the other once
   gave a ratio of 0.73. So the calibration and the prediction come from one saturated
   run whose share alternates every ``WINDOW_S`` (``PAIRS`` windows at each share):
