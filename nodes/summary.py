@@ -100,10 +100,10 @@ def delay_stats_ms(delays_s: Sequence[float]) -> dict[str, float] | None:
         return None
     if len(delays_s) < _ARRAY_SAMPLES:
         stats = _sorted_stats(sorted(d * 1000.0 for d in delays_s))
-        return {k: round(x, 6) for k, x in stats.items()}
-    import numpy as np  # here: brokers import this module, and numpy is slow to import
+    else:
+        import numpy as np  # here: brokers import this module, and numpy is slow to import
 
-    stats = _sorted_stats(np.sort(np.asarray(delays_s, dtype=float) * 1000.0))
+        stats = _sorted_stats(np.sort(np.asarray(delays_s, dtype=float) * 1000.0))
     return {k: round(float(x), 6) for k, x in stats.items()}
 
 

@@ -406,9 +406,7 @@ def alternating_saturation(emu: Emulation, shares: Sequence[float], window_s: fl
     core), ``cpu_cost_us`` (``cpu_used_share`` / ``throughput_hz``) and ``backlog``
     (publications sent but not yet received by the broker at its end: above zero, the
     broker never waited for work)."""
-    if "pc2" not in emu.cpu_limits:
-        raise ValueError("the broker host pc2 is not CPU-limited: build the Emulation "
-                         "with cpu_limits={'pc2': share}")
+    _limit_broker(emu, shares[0])
     # Per window: its share, and the Unix time and pc2's CPU time (ns) at its two ends.
     marks: list[tuple[float, float, int, float, int]] = []
 
@@ -422,24 +420,26 @@ def alternating_saturation(emu: Emulation, shares: Sequence[float], window_s: fl
             _sleep_until(switch_wall + window_s)
             marks.append((share, from_wall, from_ns, time.time(), cpu_usage_ns("pc2")))
 
-    switcher: list[threading.Thread] = []  # started by the chain once its clients are
+    switcher: threading.Thread | None = None  # started by the chain once its clients are
 
     def on_start(first_pub_wall: float) -> None:
-        switcher.append(threading.Thread(target=switch, args=(first_pub_wall,),
-                                         name="share-switch", daemon=True))
-        switcher[0].start()
+        nonlocal switcher
+        switcher = threading.Thread(target=switch, args=(first_pub_wall,),
+                                    name="share-switch", daemon=True)
+        switcher.start()
 
     _run_chain(emu, 1, rate_hz, _LEAD_S + len(shares) * window_s + 0.5, out,
                on_start=on_start)
-    for thread in switcher:
-        thread.join()
+    if switcher is not None:
+        switcher.join()
     walls = sorted(_broker_publish_walls(out))
     sends = sorted(r["t_pub"] for r in iter_jsonl(out / "pub.jsonl", Ev.SEND)
                    if r.get("type") == "PUBLISH")
     rows = []
     for share, from_wall, from_ns, to_wall, to_ns in marks:
         length_s = to_wall - from_wall
-        handled = bisect.bisect_right(walls, to_wall) - bisect.bisect_right(walls, from_wall)
+        got_by_end = bisect.bisect_right(walls, to_wall)
+        handled = got_by_end - bisect.bisect_right(walls, from_wall)
         used = (to_ns - from_ns) / 1e9 / length_s
         throughput = handled / length_s
         rows.append({
@@ -447,7 +447,7 @@ def alternating_saturation(emu: Emulation, shares: Sequence[float], window_s: fl
             "end_wall": round(to_wall, 3), "handled": handled,
             "throughput_hz": round(throughput, 1), "cpu_used_share": round(used, 4),
             "cpu_cost_us": round(1e6 * used / throughput, 2) if handled else None,
-            "backlog": bisect.bisect_right(sends, to_wall) - bisect.bisect_right(walls, to_wall),
+            "backlog": bisect.bisect_right(sends, to_wall) - got_by_end,
         })
     return rows
 
