@@ -46,6 +46,13 @@ is silent):
   ``neighbour_zones`` and ``neighbour_peers``: per peer, the neighbour zones and the peers
   holding them (what its zone's load report goes to); mean, p50, p95, max
   (a CAN of equal halvings has 2d neighbour zones in d dimensions).
+- **Joins** (Table 1's other side): the peers that joined as a replica of a zone or by
+  splitting one (the seed peer neither), in bands of the peers live just before each
+  joined (``1-9``, ``10-99``, …, from the membership), with the % that replicated. Table
+  1 implies how the paper's joins went: 24 of the 99 joins to 100 peers replicated, 348
+  of the 999 to 1,000 and 378 of the 9,999 to 10,000 (peers less unique zones, with
+  synthetic events), so at most 30 of those from 1,000 to 10,000 peers; peers that left
+  are not counted.
 - **Hops**: routing hops from the origin peer to the owner of the point, over every
   subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
 - **Duplicates**: event copies a peer received after it had handled the event, summed.
@@ -212,6 +219,24 @@ def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _joins(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+    live = _live_counter(workload.meta.get("membership", {}))
+    bands: dict[int, Counter[str]] = {}
+    for r in peers:
+        mode = r.get("joined_as")
+        if mode is None:
+            continue
+        before = max(1, live(float(r["joined_s"])) - 1)  # the newcomer itself is live then
+        bands.setdefault(int(math.log10(before)), Counter())[str(mode)] += 1
+    out = {}
+    for k in sorted(bands):
+        n = bands[k].total()
+        out[f"{10 ** k}-{10 ** (k + 1) - 1}"] = {
+            "joins": n, "replicas": bands[k]["replica"],
+            "replica_pct": 100.0 * bands[k]["replica"] / n}
+    return out
+
+
 def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
     merged: Counter[int] = Counter()
     for hist in hists:
@@ -228,6 +253,7 @@ def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> 
         "contacted": _contacted(peers, workload),
         "load": _load(peers),
         "zones": _zones(peers),
+        "joins_by_peers": _joins(peers, workload),
         "hops": {"subscriptions": _hops(r.get("sub_hops", ()) for r in peers),
                  "events": _hops(r.get("event_hops", ()) for r in peers)},
         "duplicates": sum(int(r.get("duplicates", 0)) for r in peers),
@@ -252,8 +278,9 @@ def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path)
     None entries skipped) in ``out_dir``: ``fig-meghdoot-contacted.png`` (% of events per
     bucket of % peers contacted, Figs. 9–11), ``fig-meghdoot-load.png`` (mean load share
     per decile of peers ranked by load, Figs. 12–14) and ``fig-meghdoot-replication.png``
-    (zones per replication degree, log y, Fig. 15). Returns the PNG paths written (none
-    without metrics)."""
+    (zones per replication degree, log y, Fig. 15) and ``fig-meghdoot-joins.png`` (% of
+    the joins that replicated a zone, by the peers live before them; not a figure of the
+    paper's). Returns the PNG paths written (none without metrics)."""
     runs = {label: m for label, m in series.items() if m}
     if not runs:
         return []
@@ -292,4 +319,17 @@ def draw_meghdoot(series: Mapping[str, Mapping[str, Any] | None], out_dir: Path)
     ax.set_ylabel("zones (count, log scale)")
     ax.set_title("Replication of zones (Meghdoot Fig. 15)")
     written.append(save_png(fig, out_dir / "fig-meghdoot-replication.png"))
+
+    bands = sorted({b for m in runs.values() for b in m.get("joins_by_peers", {})},
+                   key=lambda b: int(b.split("-")[0]))
+    if bands:
+        fig, ax = plt.subplots(figsize=(8.4, 4.2))
+        _grouped_bars(ax, bands, {
+            label: [(m.get("joins_by_peers", {}).get(b) or {}).get("replica_pct")
+                    for b in bands] for label, m in runs.items()})
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("peers live before the join")
+        ax.set_ylabel("joins that replicated a zone (%)")
+        ax.set_title("Joins that replicated a zone, as the CAN grew (ours, not a paper figure)")
+        written.append(save_png(fig, out_dir / "fig-meghdoot-joins.png"))
     return written

@@ -167,6 +167,17 @@ def test_zones_replication_degrees() -> None:
     assert z["neighbour_peers"]["max"] == 5
 
 
+def test_joins_are_banded_by_the_peers_live_before_each_joined() -> None:
+    peers = [peer("p00")]
+    peers += [peer(f"p{i:02d}", joined_s=i + 0.01, joined_as="replica" if i % 4 == 0 else "split")
+              for i in range(1, 12)]
+    membership = {r["node"]: float(int(r["joined_s"])) for r in peers}
+    joins = meghdoot_metrics(peers, workload([], membership))["joins_by_peers"]
+    # p01..p09 joined with 1 to 9 peers live (p04, p08 as replicas); p10, p11 with 10, 11.
+    assert joins == {"1-9": {"joins": 9, "replicas": 2, "replica_pct": pytest.approx(200 / 9)},
+                     "10-99": {"joins": 2, "replicas": 0, "replica_pct": 0.0}}
+
+
 def test_hops_and_duplicates_merge_the_peers_histograms() -> None:
     peers = [peer("a", sub_hops=[[0, 1], [2, 2]], event_hops=[[1, 3]], duplicates=2),
              peer("b", sub_hops=[[4, 1]], duplicates=1)]
@@ -216,6 +227,10 @@ def test_a_simulated_run_is_consistent_and_drawn(tmp_path: Path) -> None:
     assert sum(int(d) * n for d, n in z["degree_hist"].items()) == z["peers"] == 30
     assert z["group_mismatches"] == 0 and z["volume_sum"] == pytest.approx(1.0)
     assert z["max_degree"] >= 2  # event load replicated some zone
+    # A split adds a zone and a replica does not (no peer left): the bands count them.
+    joins = m["joins_by_peers"]
+    assert sum(b["joins"] for b in joins.values()) == 29
+    assert sum(b["replicas"] for b in joins.values()) == z["peers"] - z["unique_zones"]
 
     load = m["load"]
     totals: Counter[int] = Counter()
@@ -244,7 +259,7 @@ def test_a_simulated_run_is_consistent_and_drawn(tmp_path: Path) -> None:
     figs.mkdir()
     paths = draw_meghdoot({"30 peers": m, "30 peers, CAN join": can_m, "none": None}, figs)
     assert [p.name for p in paths] == ["fig-meghdoot-contacted.png", "fig-meghdoot-load.png",
-                                       "fig-meghdoot-replication.png"]
+                                       "fig-meghdoot-replication.png", "fig-meghdoot-joins.png"]
     for p in paths:
         assert p.stat().st_size > 5_000
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -331,6 +331,7 @@ class MeghdootCore(Repair):
         self._ticking = False
         # Metrics (the final record; analysis.meghdoot reads them).
         self.joined_s: float | None = 0.0 if self.zone is not None else None
+        self.joined_as: str | None = None  # "replica" or "split" (the seed peer: None)
         self.received = 0
         self._buckets = Runs()
         self.contacts: list[str] = []  # event keys, interned: one string per event
@@ -877,7 +878,7 @@ class MeghdootCore(Repair):
             self.mirror_subs = dict(Mirror.from_json(m) for m in p.get("mirrors", ()))
             events, spread = p["recent"]
             self.events, self.spread = Recent(*events), Recent(*spread)
-            self.joined_s = now_s
+            self.joined_s, self.joined_as = now_s, str(p["grant"])
             out: list[Action] = [Record("can_joined", {
                 "mode": p["grant"], "via": msg.origin, "climb": p.get("climb", 0),
                 "volume": can.volume(self.zone)})]
@@ -960,11 +961,12 @@ class MeghdootCore(Repair):
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
         """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
-        peers), load and contacts."""
+        peers), load, contacts, and how it joined."""
         if self.zone is None:
             return []
         return [("can_peer", {
-            "joined_s": self.joined_s, "zone": can.zone_to_json(self.zone),
+            "joined_s": self.joined_s, "joined_as": self.joined_as,
+            "zone": can.zone_to_json(self.zone),
             "volume": can.volume(self.zone), "group": sorted(self.group),
             "neighbours": [len(self._table), len(self.nbrs)],
             "subscriptions": len(self.subs), "received": self.received,
