@@ -227,7 +227,7 @@ def _joins(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, 
         if mode is None:
             continue
         before = max(1, live(float(r["joined_s"])) - 1)  # the newcomer itself is live then
-        bands.setdefault(int(math.log10(before)), Counter())[str(mode)] += 1
+        bands.setdefault(len(str(before)) - 1, Counter())[str(mode)] += 1  # its decade
     out = {}
     for k in sorted(bands):
         n = bands[k].total()
