@@ -110,12 +110,12 @@ def _live_counter(membership: Mapping[str, Sequence[Sequence[float | None]]]
     return live
 
 
-def _contacted(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+def _contacted(peers: Sequence[Mapping[str, Any]], workload: Workload,
+               live: Callable[[float], int]) -> dict[str, Any]:
     events = {f"{op.msg.origin}:{op.msg.msg_id}": op.t_s for op in workload.ops
               if op.msg.type is MsgType.PUBLISH}
     membership = workload.meta.get("membership", {})
     first_join = {p: min(float(j) for j, _ in spans) for p, spans in membership.items() if spans}
-    live = _live_counter(membership)
     count: Counter[str] = Counter()
     late = unknown = 0
     for r in peers:
@@ -219,22 +219,17 @@ def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _joins(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
-    live = _live_counter(workload.meta.get("membership", {}))
-    bands: dict[int, Counter[str]] = {}
+def _joins(peers: Sequence[Mapping[str, Any]], live: Callable[[float], int]
+           ) -> dict[str, Any]:
+    bands: dict[int, Counter[str]] = {}  # decade of the peers live before -> modes
     for r in peers:
-        mode = r.get("joined_as")
-        if mode is None:
-            continue
-        before = max(1, live(float(r["joined_s"])) - 1)  # the newcomer itself is live then
-        bands.setdefault(len(str(before)) - 1, Counter())[str(mode)] += 1  # its decade
-    out = {}
-    for k in sorted(bands):
-        n = bands[k].total()
-        out[f"{10 ** k}-{10 ** (k + 1) - 1}"] = {
-            "joins": n, "replicas": bands[k]["replica"],
-            "replica_pct": 100.0 * bands[k]["replica"] / n}
-    return out
+        if r.get("joined_as") is not None:
+            before = max(1, live(float(r["joined_s"])) - 1)  # the newcomer is live then
+            bands.setdefault(len(str(before)) - 1, Counter())[str(r["joined_as"])] += 1
+    return {f"{10 ** k}-{10 ** (k + 1) - 1}": {
+        "joins": modes.total(), "replicas": modes["replica"],
+        "replica_pct": 100.0 * modes["replica"] / modes.total()}
+        for k, modes in sorted(bands.items())}
 
 
 def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
@@ -249,11 +244,12 @@ def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
 def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
     """The metrics of the module docstring from the ``can_peer`` records ``peers`` (one
     per joined peer) and the run's ``workload``; a JSON-able dict."""
+    live = _live_counter(workload.meta.get("membership", {}))
     return {
-        "contacted": _contacted(peers, workload),
+        "contacted": _contacted(peers, workload, live),
         "load": _load(peers),
         "zones": _zones(peers),
-        "joins_by_peers": _joins(peers, workload),
+        "joins_by_peers": _joins(peers, live),
         "hops": {"subscriptions": _hops(r.get("sub_hops", ()) for r in peers),
                  "events": _hops(r.get("event_hops", ()) for r in peers)},
         "duplicates": sum(int(r.get("duplicates", 0)) for r in peers),
