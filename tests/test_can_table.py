@@ -176,7 +176,7 @@ def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -
         # Which zone lies upper-left of which, kept as rows come and go, is still true.
         for i in range(len(t)):
             for k in range(len(t)):
-                assert bool(t.ul[i, k]) == can.upper_left(t.zones[i], t.zones[k]), (i, k)
+                assert t.upper_left(i, k) == can.upper_left(t.zones[i], t.zones[k]), (i, k)
         for corners, point in [([0.0, 1.0] * d, [0.5] * d), *probes]:  # the whole space too
             region = box(corners)
             for paper in (True, False):
@@ -193,10 +193,10 @@ def test_a_table_holds_at_most_a_quarter_more_rows_than_its_zones() -> None:
     zones = [((i / 1000,), ((i + 1) / 1000,)) for i in range(1000)]
     t = ZoneTable(1)
     t.reset(None, {})
-    assert len(t.lo) == 0
+    assert t.capacity == 0
     for i, z in enumerate(zones):
         t.add(f"p{i:04d}", z)
-        assert len(t) <= len(t.lo) <= len(t) + max(8, len(t) // 4)
+        assert len(t) <= t.capacity <= len(t) + max(8, len(t) // 4)
     t.reset(None, {f"p{i:04d}": z for i, z in enumerate(zones[:300])})
-    assert len(t.lo) == len(t) == 300
+    assert t.capacity == len(t) == 300
     assert t.ordered() == [(z, [f"p{i:04d}"]) for i, z in enumerate(zones[:300])]

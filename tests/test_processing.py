@@ -62,7 +62,7 @@ def test_one_message_takes_exactly_its_service_times(tmp_path: Path) -> None:
     _exactly_once(result, w)
     at_b0 = 300e-6 + 40e-6
     at_b1 = (1000e-6 + 500e-6) / 0.5
-    assert result.delays_s["notification"] == [pytest.approx(at_b0 + 1e-3 + at_b1, abs=1e-9)]
+    assert list(result.delays_s["notification"]) == [pytest.approx(at_b0 + 1e-3 + at_b1, abs=1e-9)]
     # b1 also handled the SUBSCRIBE (no action: base time only); b0 never saw it.
     assert result.busy_s == {"b0": pytest.approx(at_b0), "b1": pytest.approx(2000e-6 + at_b1)}
     # b1 logs the frame's recv when it starts handling it, as the emulated broker does.

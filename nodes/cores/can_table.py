@@ -9,8 +9,13 @@ neighbours in replicated zones), and rebuilding the arrays, the sides and the zo
 order after each change was a fifth of the run's time (a profile at 15 % of its
 operations); :class:`ZoneTable` adds, moves and removes one row per change instead.
 The paper's duplicate rule asks which of those zones lie upper-left of which: the table
-keeps that too, as a (zones x zones) matrix of booleans updated with the rows (about
-20 kB for a peer's hundred-odd neighbour zones at 10,000 peers).
+keeps that too, as a (zones x zones) matrix of bits updated with the rows.
+
+Memory: at the end of a 3,000-peer run with 50,000 subscriptions the tables held 545 of
+the peers' 880 MB, 207 MB of it that matrix as one byte a pair, 130 MB the zones' bounds
+and 130 MB their corners again as two more arrays. A table keeps the bounds alone (the
+corners follow from them exactly, where routing and a new row's sides need them) and the
+matrix as bits, eight pairs a byte.
 
 Rows are in no particular order (a removed row's place takes the last row). What the
 peer sends follows the zones' order by their first peer's name, as before: the rows a
@@ -89,6 +94,27 @@ def _bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.concatenate([lo, np.where(hi == 1.0, -np.inf, -hi)], axis=-1)
 
 
+def _corners(bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The zones ``lo``, ``hi`` of rows ``bounds`` (:func:`_bounds` undone, exactly:
+    negating a float is exact)."""
+    import numpy as np
+    dims = bounds.shape[-1] // 2
+    neg_hi = bounds[..., dims:]
+    return bounds[..., :dims], np.where(neg_hi == -np.inf, 1.0, -neg_hi)
+
+
+@functools.cache
+def _masks() -> np.ndarray:
+    """The bit of column ``k`` within its byte, by ``k % 8`` (np.packbits' order)."""
+    import numpy as np
+    return np.array([0x80 >> b for b in range(8)], dtype=np.uint8)
+
+
+def _packed_width(cols: int) -> int:
+    """Bytes of a row of ``cols`` bits."""
+    return (cols + 7) // 8
+
+
 class ZoneTable:
     """Neighbour zones with their peers (each zone's peers sorted by name), as rows of
     arrays, and which lie upper-left and bottom-right of the peer's own zone ``own``."""
@@ -101,20 +127,27 @@ class ZoneTable:
         self.zones: list[Zone] = []
         self.peers: list[list[str]] = []  # per row, sorted; the first names the zone's order
         self.row: dict[Zone, int] = {}
-        self.lo = np.zeros((0, dims))
-        self.hi = np.zeros((0, dims))
         # Per row [lo, -hi], with -inf for a side closed at the domain's end (1.0): a
         # zone meets a box when the whole row is at most probe(box), one comparison
         # (as two, with the closed end tested apart, a fifth of a 1,000-peer run's time).
         self.bounds = np.zeros((0, 2 * dims))
         self.ahead = np.zeros(0, dtype=bool)  # upper-left of own
         self.later = np.zeros(0, dtype=bool)  # bottom-right of own
-        # ul[i, k]: whether zone i lies upper-left of zone k (the duplicate rule's
-        # question, kept as rows come and go: see propagation).
-        self.ul = np.zeros((0, 0), dtype=bool)
+        # Bit k of row i (np.packbits' order): whether zone i lies upper-left of zone k
+        # (the duplicate rule's question, kept as rows come and go: see propagation).
+        self.ul = np.zeros((0, 0), dtype=np.uint8)
 
     def __len__(self) -> int:
         return self.n
+
+    @property
+    def capacity(self) -> int:
+        """Rows the arrays have room for."""
+        return len(self.bounds)
+
+    def upper_left(self, i: int, k: int) -> bool:
+        """Whether the zone of row ``i`` lies upper-left of the zone of row ``k``."""
+        return bool(self.ul[i, k >> 3] & _masks()[k & 7])
 
     def reset(self, own: Zone | None, nbrs: Mapping[str, Zone]) -> None:
         """The whole table anew: the peer holds ``own``, its neighbours ``nbrs``. Which
@@ -123,7 +156,7 @@ class ZoneTable:
         a split most of a peer's neighbours stay; working out every pair anew was an
         eighth of a 10,000-peer run's time at half its operations)."""
         import numpy as np
-        old_row, old_ul = self.row, self.ul
+        old_row, old_ul, old_n = self.row, self.ul, self.n
         self.own = own
         self.zones, self.peers, self.row = [], [], {}
         for peer in sorted(nbrs):
@@ -136,23 +169,29 @@ class ZoneTable:
             else:
                 self.peers[i].append(peer)
         self.n = n = len(self.zones)
-        self.lo, self.hi = np.zeros((n, self.dims)), np.zeros((n, self.dims))
         self.bounds = np.zeros((n, 2 * self.dims))
         self.ahead, self.later = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        self.ul = np.zeros((n, n), dtype=bool)
+        ul = np.zeros((n, n), dtype=bool)  # as bytes while it is worked out, then packed
         if n:
-            lo, hi = self.lo, self.hi
-            lo[:n] = [z[0] for z in self.zones]
-            hi[:n] = [z[1] for z in self.zones]
-            self.bounds[:n] = _bounds(lo[:n], hi[:n])
+            lo = np.array([z[0] for z in self.zones], dtype=float)
+            hi = np.array([z[1] for z in self.zones], dtype=float)
+            self.bounds[:] = _bounds(lo, hi)
             if own is not None:
-                self.ahead[:n], self.later[:n] = sides(
-                    lo[:n], hi[:n], np.asarray(own[0])[None, :], np.asarray(own[1])[None, :])
+                self.ahead[:], self.later[:] = sides(
+                    lo, hi, np.asarray(own[0])[None, :], np.asarray(own[1])[None, :])
             was = np.array([old_row.get(z, -1) for z in self.zones])
             kept, fresh = (was >= 0).nonzero()[0], (was < 0).nonzero()[0]
-            self.ul[np.ix_(kept, kept)] = old_ul[np.ix_(was[kept], was[kept])]
+            if kept.size:
+                old = np.unpackbits(old_ul[was[kept]], axis=1, count=old_n).view(bool)
+                ul[np.ix_(kept, kept)] = old[:, was[kept]]
             for a in range(0, len(fresh), _CHUNK_ROWS):  # (rows x n x dimensions) at a time
-                self._relate(fresh[a:a + _CHUNK_ROWS], n)
+                rows = fresh[a:a + _CHUNK_ROWS]
+                # Each fresh zone upper-left of every zone, and every zone upper-left of
+                # it (when it lies bottom-right of that zone).
+                ul[rows], right = sides(lo[rows, None, :], hi[rows, None, :],
+                                        lo[None, :, :], hi[None, :, :])
+                ul[:, rows] = right.T
+        self.ul = np.packbits(ul, axis=1)
 
     def add(self, peer: str, zone: Zone) -> None:
         """``peer`` holds ``zone``, a neighbour zone (not yet filed under it)."""
@@ -162,34 +201,38 @@ class ZoneTable:
             bisect.insort(self.peers[i], peer)
             return
         i = self.n
-        if i == len(self.lo):  # full: grow the arrays
+        if i == self.capacity:  # full: grow the arrays
             cap = i + max(_MIN_ROWS, i // 4)
-            self.lo = np.concatenate([self.lo, np.zeros((cap - i, self.dims))])
-            self.hi = np.concatenate([self.hi, np.zeros((cap - i, self.dims))])
             self.bounds = np.concatenate([self.bounds, np.zeros((cap - i, 2 * self.dims))])
             self.ahead = np.concatenate([self.ahead, np.zeros(cap - i, dtype=bool)])
             self.later = np.concatenate([self.later, np.zeros(cap - i, dtype=bool)])
-            ul = np.zeros((cap, cap), dtype=bool)
-            ul[:i, :i] = self.ul[:i, :i]
+            ul = np.zeros((cap, _packed_width(cap)), dtype=np.uint8)
+            ul[:i, :self.ul.shape[1]] = self.ul[:i]
             self.ul = ul
-        self.lo[i], self.hi[i] = zone[0], zone[1]
-        self.bounds[i] = _bounds(self.lo[i], self.hi[i])
+        self.bounds[i] = _bounds(np.asarray(zone[0], dtype=float),
+                                 np.asarray(zone[1], dtype=float))
         own = self.own
         self.ahead[i] = own is not None and can.upper_left(zone, own)
         self.later[i] = own is not None and can.bottom_right(zone, own)
-        self._relate(slice(i, i + 1), i + 1)
+        # The new zone upper-left of every zone (its row), and every zone upper-left of
+        # it (its column: when it lies bottom-right of that zone).
+        lo, hi = _corners(self.bounds[:i + 1])
+        mine, right = sides(lo[i], hi[i], lo, hi)
+        self.ul[i] = 0
+        self.ul[i, :_packed_width(i + 1)] = np.packbits(mine)
+        self._set_column(i, right)
         self.zones.append(zone)
         self.peers.append([peer])
         self.row[zone] = i
         self.n = i + 1
 
-    def _relate(self, rows: np.ndarray | slice, n: int) -> None:
-        """Fill ``ul`` for the zones of ``rows`` against the first ``n``: each upper-left
-        of every zone, and every zone upper-left of each (it is when the row's zone is
-        bottom-right of it), in one pass over the rows."""
-        self.ul[rows, :n], right = sides(self.lo[rows, None, :], self.hi[rows, None, :],
-                                         self.lo[None, :n, :], self.hi[None, :n, :])
-        self.ul[:n, rows] = right.T
+    def _set_column(self, k: int, bits: np.ndarray) -> None:
+        """Bit ``k`` of the first ``len(bits)`` rows of ``ul``, to ``bits``."""
+        import numpy as np
+        mask = _masks()[k & 7]
+        col = self.ul[:len(bits), k >> 3]  # a view: changed in place
+        col &= ~mask
+        col |= np.where(bits, mask, np.uint8(0))
 
     def remove(self, peer: str, zone: Zone) -> None:
         """``peer`` no longer holds ``zone``; the zone's row goes with its last peer."""
@@ -204,13 +247,12 @@ class ZoneTable:
             moved = self.zones[last]
             self.zones[i], self.peers[i] = moved, self.peers[last]
             self.row[moved] = i
-            self.lo[i], self.hi[i] = self.lo[last], self.hi[last]
             self.bounds[i] = self.bounds[last]
             self.ahead[i], self.later[i] = self.ahead[last], self.later[last]
             ul = self.ul
-            ul[i, :last] = ul[last, :last]
-            ul[:last, i] = ul[:last, last]
-            ul[i, i] = False
+            ul[i] = ul[last]
+            self._set_column(i, (ul[:last, last >> 3] & _masks()[last & 7]) != 0)
+            ul[i, i >> 3] &= ~_masks()[i & 7]  # no zone lies upper-left of itself
         self.zones.pop()
         self.peers.pop()
         self.n = last
@@ -229,14 +271,16 @@ class ZoneTable:
         """The zone greedy routing takes toward ``point`` (the table must not be empty):
         of the zones nearest to it (:func:`can.distance2`, summed in the same order, so
         equal to the last bit), those that hold it if any, the first in the zones' order;
-        its peers, its squared distance and whether it holds the point."""
+        its peers, its squared distance and whether it holds the point. Read from the
+        bounds: ``p > hi`` is ``-hi > -p``, ``p - hi`` is ``p + (-hi)`` to the bit, and
+        a side closed at 1.0 (``-inf``) holds every point below it."""
         import numpy as np
-        n = self.n
-        lo, hi = self.lo[:n], self.hi[:n]
+        n, dims = self.n, self.dims
+        lo, neg_hi = self.bounds[:n, :dims], self.bounds[:n, dims:]
         p = np.asarray(point)
-        gap = np.where(p < lo, lo - p, np.where(p > hi, p - hi, 0.0))
+        gap = np.where(p < lo, lo - p, np.where(neg_hi > -p, p + neg_hi, 0.0))
         d2 = np.cumsum(gap * gap, axis=1)[:, -1]
-        holds = (lo <= p).all(axis=1) & ((p < hi) | (hi == 1.0)).all(axis=1)
+        holds = ((lo <= p) & (neg_hi < -p)).all(axis=1)
         best = d2 == d2.min()
         if (best & holds).any():
             best &= holds
@@ -261,6 +305,7 @@ class ZoneTable:
         if paper and ahead.size:
             later = (inside & self.later[:n]).nonzero()[0]
             if later.size:
-                ahead = ahead[~self.ul[ahead[:, None], later].any(axis=1)]
+                hit = self.ul[ahead[:, None], later >> 3] & _masks()[later & 7]
+                ahead = ahead[~hit.any(axis=1)]
         rows = sorted(ahead.tolist(), key=lambda r: self.peers[r][0])
         return [self.peers[r] for r in rows]
