@@ -300,12 +300,16 @@ class ZoneTable:
         if not self.n:
             return []
         n = self.n
+        import numpy as np
         inside = self.meeting(region)
         ahead = (inside & self.ahead[:n]).nonzero()[0]
         if paper and ahead.size:
-            later = (inside & self.later[:n]).nonzero()[0]
-            if later.size:
-                hit = self.ul[ahead[:, None], later >> 3] & _masks()[later & 7]
-                ahead = ahead[~hit.any(axis=1)]
+            # The bottom-right zones in the region as one packed row, against the
+            # upper-left zones' rows of ul: whole rows of bytes rather than the pairs'
+            # bits one by one. Benchmarked on random tables (a third of the zones in
+            # the region): 19 us a call at 300 zones where the pairs' bits took 34 and
+            # the byte matrix before 23; 36 us at 1,200 zones (241, 192); 16 at 60 (22, 12).
+            later = np.packbits(inside & self.later[:n])
+            ahead = ahead[~(self.ul[ahead, :len(later)] & later).any(axis=1)]
         rows = sorted(ahead.tolist(), key=lambda r: self.peers[r][0])
         return [self.peers[r] for r in rows]
