@@ -77,14 +77,14 @@ def _starts(dims: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4096)
 def probe(box: Zone) -> np.ndarray:
-    """The closed ``box`` as the one row :meth:`ZoneTable.meeting` compares each zone's
-    :attr:`ZoneTable.bounds` row with: ``box``'s upper corner, then the largest float
-    below each of its lower corner's negated coordinates, so that ``-z_hi <= that``
+    """The closed ``box`` as the one column :meth:`ZoneTable.meeting` compares each
+    zone's :attr:`ZoneTable.bounds` column with: ``box``'s upper corner, then the largest
+    float below each of its lower corner's negated coordinates, so that ``-z_hi <= that``
     says ``lo < z_hi`` exactly. Remembered by box: every peer an event reaches asks of
     the same affected region (:meth:`nodes.cores.can.Space.event_geometry`)."""
     import numpy as np
     lo, hi = np.asarray(box[0], dtype=float), np.asarray(box[1], dtype=float)
-    return np.concatenate([hi, np.nextafter(-lo, -np.inf)])
+    return np.concatenate([hi, np.nextafter(-lo, -np.inf)])[:, None]
 
 
 def _bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -127,10 +127,13 @@ class ZoneTable:
         self.zones: list[Zone] = []
         self.peers: list[list[str]] = []  # per row, sorted; the first names the zone's order
         self.row: dict[Zone, int] = {}
-        # Per row [lo, -hi], with -inf for a side closed at the domain's end (1.0): a
-        # zone meets a box when the whole row is at most probe(box), one comparison
-        # (as two, with the closed end tested apart, a fifth of a 1,000-peer run's time).
-        self.bounds = np.zeros((0, 2 * dims))
+        # Per row, as a column here, [lo, -hi], with -inf for a side closed at the
+        # domain's end (1.0): a zone meets a box when the whole column is at most
+        # probe(box), one comparison (as two, with the closed end tested apart, a fifth
+        # of a 1,000-peer run's time). Columns, so that the test reduces over the
+        # dimensions row by row of contiguous zones: 15 us at 300 zones where rows of
+        # dimensions took 26, 46 at 1,200 where they took 110, in a benchmark of the two.
+        self.bounds = np.zeros((2 * dims, 0))
         self.ahead = np.zeros(0, dtype=bool)  # upper-left of own
         self.later = np.zeros(0, dtype=bool)  # bottom-right of own
         # Bit k of row i (np.packbits' order): whether zone i lies upper-left of zone k
@@ -143,7 +146,7 @@ class ZoneTable:
     @property
     def capacity(self) -> int:
         """Rows the arrays have room for."""
-        return len(self.bounds)
+        return self.bounds.shape[1]
 
     def upper_left(self, i: int, k: int) -> bool:
         """Whether the zone of row ``i`` lies upper-left of the zone of row ``k``."""
@@ -169,13 +172,13 @@ class ZoneTable:
             else:
                 self.peers[i].append(peer)
         self.n = n = len(self.zones)
-        self.bounds = np.zeros((n, 2 * self.dims))
+        self.bounds = np.zeros((2 * self.dims, n))
         self.ahead, self.later = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         ul = np.zeros((n, n), dtype=bool)  # as bytes while it is worked out, then packed
         if n:
             lo = np.array([z[0] for z in self.zones], dtype=float)
             hi = np.array([z[1] for z in self.zones], dtype=float)
-            self.bounds[:] = _bounds(lo, hi)
+            self.bounds[:] = _bounds(lo, hi).T
             if own is not None:
                 self.ahead[:], self.later[:] = sides(
                     lo, hi, np.asarray(own[0])[None, :], np.asarray(own[1])[None, :])
@@ -203,20 +206,21 @@ class ZoneTable:
         i = self.n
         if i == self.capacity:  # full: grow the arrays
             cap = i + max(_MIN_ROWS, i // 4)
-            self.bounds = np.concatenate([self.bounds, np.zeros((cap - i, 2 * self.dims))])
+            self.bounds = np.concatenate([self.bounds, np.zeros((2 * self.dims, cap - i))],
+                                         axis=1)
             self.ahead = np.concatenate([self.ahead, np.zeros(cap - i, dtype=bool)])
             self.later = np.concatenate([self.later, np.zeros(cap - i, dtype=bool)])
             ul = np.zeros((cap, _packed_width(cap)), dtype=np.uint8)
             ul[:i, :self.ul.shape[1]] = self.ul[:i]
             self.ul = ul
-        self.bounds[i] = _bounds(np.asarray(zone[0], dtype=float),
+        self.bounds[:, i] = _bounds(np.asarray(zone[0], dtype=float),
                                  np.asarray(zone[1], dtype=float))
         own = self.own
         self.ahead[i] = own is not None and can.upper_left(zone, own)
         self.later[i] = own is not None and can.bottom_right(zone, own)
         # The new zone upper-left of every zone (its row), and every zone upper-left of
         # it (its column: when it lies bottom-right of that zone).
-        lo, hi = _corners(self.bounds[:i + 1])
+        lo, hi = _corners(self.bounds[:, :i + 1].T)
         mine, right = sides(lo[i], hi[i], lo, hi)
         self.ul[i] = 0
         self.ul[i, :_packed_width(i + 1)] = np.packbits(mine)
@@ -247,7 +251,7 @@ class ZoneTable:
             moved = self.zones[last]
             self.zones[i], self.peers[i] = moved, self.peers[last]
             self.row[moved] = i
-            self.bounds[i] = self.bounds[last]
+            self.bounds[:, i] = self.bounds[:, last]
             self.ahead[i], self.later[i] = self.ahead[last], self.later[last]
             ul = self.ul
             ul[i] = ul[last]
@@ -265,7 +269,8 @@ class ZoneTable:
     def meeting(self, box: Zone) -> np.ndarray:
         """Per row, whether the zone holds a point of the closed ``box`` (as can.meets:
         ``z_lo <= hi`` and ``lo < z_hi`` on every dimension, or ``z_hi`` is 1.0)."""
-        return (self.bounds[: self.n] <= probe(box)).all(axis=1)
+        import numpy as np
+        return np.logical_and.reduce(self.bounds[:, :self.n] <= probe(box), axis=0)
 
     def nearest(self, point: Point) -> tuple[list[str], float, bool]:
         """The zone greedy routing takes toward ``point`` (the table must not be empty):
@@ -276,11 +281,11 @@ class ZoneTable:
         a side closed at 1.0 (``-inf``) holds every point below it."""
         import numpy as np
         n, dims = self.n, self.dims
-        lo, neg_hi = self.bounds[:n, :dims], self.bounds[:n, dims:]
-        p = np.asarray(point)
+        lo, neg_hi = self.bounds[:dims, :n], self.bounds[dims:, :n]
+        p = np.asarray(point)[:, None]
         gap = np.where(p < lo, lo - p, np.where(neg_hi > -p, p + neg_hi, 0.0))
-        d2 = np.cumsum(gap * gap, axis=1)[:, -1]
-        holds = ((lo <= p) & (neg_hi < -p)).all(axis=1)
+        d2 = np.cumsum(gap * gap, axis=0)[-1]
+        holds = np.logical_and.reduce((lo <= p) & (neg_hi < -p), axis=0)
         best = d2 == d2.min()
         if (best & holds).any():
             best &= holds
