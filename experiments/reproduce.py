@@ -76,6 +76,15 @@ def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
     return [(float(v), [*overrides, f"{x['key']}={v}"]) for v in mode["values"]]
 
 
+def paper_plans(experiments: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, list[tuple[float | None, RunPlan]]]:
+    """Per experiment of a paper's data file, (x, compiled plan) of every point at the
+    scale ``modes`` gives it (:func:`_mode`)."""
+    return {name: [(x, compile_plan(load_spec(exp["spec"], overrides)))
+                   for x, overrides in _points(exp, modes[name])]
+            for name, exp in experiments.items()}
+
+
 def _run_emulated(plan: RunPlan, out: Path) -> Path:
     from experiments.runs.testbed import run_experiment, workload_phases
 
@@ -102,7 +111,7 @@ def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
     return runtime == "emulated" and not exp.get("simulated_only")
 
 
-def _finished(out: Path, plan: RunPlan, runtime: str) -> Path | None:
+def finished_run(out: Path, plan: RunPlan, runtime: str) -> Path | None:
     """A run folder under ``out`` of an earlier run of exactly this plan's resolved spec in
     ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
     summaries; None if there is none."""
@@ -185,9 +194,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
         name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
         for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
-    todo = {name: [(x, compile_plan(load_spec(exp["spec"], overrides)))
-                   for x, overrides in _points(exp, modes[name])]
-            for name, exp in experiments.items()}
+    todo = paper_plans(experiments, modes)
     if runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
     # Which experiment, how far, and the time left: the data file's per-point estimates,
@@ -209,7 +216,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             progress.start()
             out = folder / name
             emulated = in_mininet[name]
-            done = (_finished(out, plan, "emulated" if emulated else "simulated")
+            done = (finished_run(out, plan, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             if done is not None:
                 log(f"reproduce {paper_name}: {name} at {x:g}: reusing {done.name}"

@@ -1,0 +1,47 @@
+"""The finished points of long reproductions shipped under ``experiments/papers/finished``
+(README, "Reproducing a paper"): each is a point its paper's full-scale reproduction runs
+now, the same resolved spec, so `reproduce PAPER --resume` of a copy reads it rather than
+running it again; it ran from a clean commit, and its summary's counts add up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.reproduction import load_point
+from experiments.reproduce import finished_run, load_paper, paper_plans
+from nodes.runfolder import MANIFEST, SUMMARY
+
+FINISHED = Path(__file__).resolve().parent.parent / "experiments" / "papers" / "finished"
+FOLDERS = sorted(FINISHED.glob("*-reproduce-*-sim"))
+
+
+def test_there_are_shipped_points() -> None:
+    assert FOLDERS, f"no reproduction folder under {FINISHED}"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name)
+def test_every_shipped_point_is_one_the_reproduction_runs(folder: Path) -> None:
+    paper = re.fullmatch(r"\d{8}-\d{6}-reproduce-(\w+)-sim", folder.name)
+    assert paper, f"{folder.name}: not named <stamp>-reproduce-PAPER-sim"
+    experiments = load_paper(paper[1])["experiments"]
+    plans = paper_plans(experiments, {name: exp["full"] for name, exp in experiments.items()})
+    runs = sorted(p.parent for p in folder.glob(f"*/*/{MANIFEST}"))
+    assert runs
+    for run in runs:
+        exp = run.parent.name
+        assert exp in plans, f"{run}: {exp} is not an experiment of {paper[1]}"
+        found = [(x, plan) for x, plan in plans[exp]
+                 if finished_run(folder / exp, plan, "simulated") == run]
+        assert len(found) == 1, (f"{run}: no point of {exp} has its spec now (or two runs "
+                              f"have one): run that point again, or remove it")
+        # Only what --resume reads: the manifest and the summaries.
+        assert {f.relative_to(run).as_posix() for f in run.rglob("*") if f.is_file()} == {
+            MANIFEST, *(f"{a.name}/{SUMMARY}" for a in found[0][1].algorithms)}
+        point = load_point(run, found[0][0])
+        assert point.manifest["git"]["dirty"] is False
+        for summary in point.summaries.values():
+            assert (summary["delivered"] - summary["unexpected"] + summary["missing"]
+                    == summary["expected_deliveries"])
