@@ -14,7 +14,7 @@ keeps that too, as a (zones x zones) matrix of bits updated with the rows.
 Memory: at the end of a 3,000-peer run with 50,000 subscriptions the tables held 545 of
 the peers' 880 MB, 207 MB of it that matrix as one byte a pair, 130 MB the zones' bounds
 and 130 MB their corners again as two more arrays. A table keeps the bounds alone (the
-corners follow from them exactly, where routing and a new row's sides need them) and the
+corners follow from them exactly, where routing needs them) and the
 matrix as bits, eight pairs a byte.
 
 Rows are in no particular order (a removed row's place takes the last row). What the
@@ -48,31 +48,44 @@ _MIN_ROWS = 8
 _CHUNK_ROWS = 256
 
 
-def sides(n_lo: np.ndarray, n_hi: np.ndarray, z_lo: np.ndarray, z_hi: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """Whether zones ``n`` lie upper-left and bottom-right of zones ``z``
-    (:func:`can.upper_left`, :func:`can.bottom_right`), over the broadcast shape of the
-    arrays without their last axis (the dimensions): touching on exactly one dimension,
-    overlapping on every other, on the side that dimension calls upper-left (below on a
-    start dimension, above on an end one) or bottom-right (the other). Zones have sides of
-    positive length, so a zone touching on one dimension lies on one side of it: the
-    bottom-right zones are the faces that are not upper-left. The reductions are the
-    ufuncs' own (``ndarray.all`` goes through a Python wrapper): a table's row test runs
-    at every split near a peer, most of a 10,000-peer run's table upkeep."""
+def faces(bounds: np.ndarray, zones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether the table's zones (``bounds``: :attr:`ZoneTable.bounds` columns, shape
+    (2 * dims, n)) lie upper-left and bottom-right of the zones ``zones`` (their
+    :func:`_touches` columns, shape (2 * dims, ...)), over the broadcast shape of the
+    two without their first axis (as :func:`can.upper_left`, :func:`can.bottom_right`):
+    a face is a zone that meets the other closed on every dimension and touches it on
+    exactly one, and lies upper-left when it touches below on a start dimension or
+    above on an end one, bottom-right otherwise (zones have sides of positive length,
+    so a zone touching on one dimension lies on one side of it). Both questions are one
+    comparison of the columns each: ``[lo, -hi] == [z_hi, -z_lo]`` says where a zone
+    touches (``lo == z_hi`` above, ``hi == z_lo`` below) and ``<=`` where it meets the
+    other closed. Worked out from the corners, as nine array operations over
+    (zones x dimensions), it was a seventh of a 10,000-peer run's time, at every zone a
+    peer's table gains."""
     import numpy as np
-    below, above = n_hi == z_lo, n_lo == z_hi
-    touch = below | above
-    face = np.logical_and.reduce(touch | ((z_lo < n_hi) & (n_lo < z_hi)), axis=-1)
-    face &= np.add.reduce(touch, axis=-1) == 1
-    left = np.logical_or.reduce(np.where(_starts(n_lo.shape[-1]), below, above), axis=-1)
+    touch = bounds == zones
+    face = np.logical_and.reduce(bounds <= zones, axis=0)
+    face &= np.add.reduce(touch, axis=0) == 1
+    left_rows = _left_rows(bounds.shape[0] // 2).reshape((-1,) + (1,) * (touch.ndim - 1))
+    left = np.logical_or.reduce(touch & left_rows, axis=0)
     return face & left, face & ~left
 
 
-@functools.cache
-def _starts(dims: int) -> np.ndarray:
-    """Per dimension, whether it is a start dimension (even: a range's lower bound)."""
+def _touches(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Columns ``[hi, -lo]`` of zones ``lo``, ``hi`` (last axis: dimensions; first axis
+    of the result), which :func:`faces` compares the table's bounds with."""
     import numpy as np
-    return np.arange(dims) % 2 == 0
+    return np.concatenate([hi, -lo], axis=-1).T
+
+
+@functools.cache
+def _left_rows(dims: int) -> np.ndarray:
+    """Per row of a bounds column, whether touching there puts a zone upper-left: row
+    ``j`` (``lo == z_hi``, above on dimension ``j``) on an end dimension (odd), row
+    ``dims + j`` (``hi == z_lo``, below on it) on a start dimension (even)."""
+    import numpy as np
+    j = np.arange(2 * dims) % dims
+    return np.where(np.arange(2 * dims) < dims, j % 2 == 1, j % 2 == 0)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -92,15 +105,6 @@ def _bounds(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     ends at the domain's end (1.0, closed there) as ``-inf`` (see :func:`probe`)."""
     import numpy as np
     return np.concatenate([lo, np.where(hi == 1.0, -np.inf, -hi)], axis=-1)
-
-
-def _corners(bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zones ``lo``, ``hi`` of rows ``bounds`` (:func:`_bounds` undone, exactly:
-    negating a float is exact)."""
-    import numpy as np
-    dims = bounds.shape[-1] // 2
-    neg_hi = bounds[..., dims:]
-    return bounds[..., :dims], np.where(neg_hi == -np.inf, 1.0, -neg_hi)
 
 
 @functools.cache
@@ -180,20 +184,20 @@ class ZoneTable:
             hi = np.array([z[1] for z in self.zones], dtype=float)
             self.bounds[:] = _bounds(lo, hi).T
             if own is not None:
-                self.ahead[:], self.later[:] = sides(
-                    lo, hi, np.asarray(own[0])[None, :], np.asarray(own[1])[None, :])
+                self.ahead[:], self.later[:] = faces(self.bounds, _touches(
+                    np.asarray(own[0], dtype=float), np.asarray(own[1], dtype=float))[:, None])
             was = np.array([old_row.get(z, -1) for z in self.zones])
             kept, fresh = (was >= 0).nonzero()[0], (was < 0).nonzero()[0]
             if kept.size:
                 old = np.unpackbits(old_ul[was[kept]], axis=1, count=old_n).view(bool)
                 ul[np.ix_(kept, kept)] = old[:, was[kept]]
-            for a in range(0, len(fresh), _CHUNK_ROWS):  # (rows x n x dimensions) at a time
+            for a in range(0, len(fresh), _CHUNK_ROWS):  # (dimensions x rows x n) at a time
                 rows = fresh[a:a + _CHUNK_ROWS]
-                # Each fresh zone upper-left of every zone, and every zone upper-left of
-                # it (when it lies bottom-right of that zone).
-                ul[rows], right = sides(lo[rows, None, :], hi[rows, None, :],
-                                        lo[None, :, :], hi[None, :, :])
-                ul[:, rows] = right.T
+                # Every zone upper-left of each fresh zone (its column) and bottom-right
+                # of it (the fresh zone upper-left of that zone: its row).
+                left, right = faces(self.bounds[:, None, :],
+                                    _touches(lo[rows], hi[rows])[:, :, None])
+                ul[rows], ul[:, rows] = right, left.T
         self.ul = np.packbits(ul, axis=1)
 
     def add(self, peer: str, zone: Zone) -> None:
@@ -218,13 +222,13 @@ class ZoneTable:
         own = self.own
         self.ahead[i] = own is not None and can.upper_left(zone, own)
         self.later[i] = own is not None and can.bottom_right(zone, own)
-        # The new zone upper-left of every zone (its row), and every zone upper-left of
-        # it (its column: when it lies bottom-right of that zone).
-        lo, hi = _corners(self.bounds[:, :i + 1].T)
-        mine, right = sides(lo[i], hi[i], lo, hi)
+        # Every zone upper-left of the new one (its column) and bottom-right of it (the
+        # new zone upper-left of that zone: its row).
+        left, right = faces(self.bounds[:, :i + 1], _touches(
+            np.asarray(zone[0], dtype=float), np.asarray(zone[1], dtype=float))[:, None])
         self.ul[i] = 0
-        self.ul[i, :_packed_width(i + 1)] = np.packbits(mine)
-        self._set_column(i, right)
+        self.ul[i, :_packed_width(i + 1)] = np.packbits(right)
+        self._set_column(i, left)
         self.zones.append(zone)
         self.peers.append([peer])
         self.row[zone] = i
