@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodes.core import Arrived, Event, FromClient, Record, Send, TimerFired
+from nodes.core import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
 from nodes.cores import can
 from nodes.cores.meghdoot import MeghdootCore, Runs
 from nodes.messages import Message, MsgType
@@ -418,6 +418,28 @@ def _two_zones(**params: Any) -> tuple[list[MeghdootCore], list[MeghdootCore]]:
         core._set_nbrs({q: z for q, z in zones.items() if z != zone})
         cores[name] = core
     return [cores[p] for p in ("p1", "p2", "p3")], [cores[q] for q in ("q1", "q2")]
+
+
+def test_a_subscriber_peer_notifies_a_client_once_per_event() -> None:
+    """An event that reached a zone before its split and the new half again after it
+    (traced at 10,000 peers: a replica handled it 15 ms before the split, and a
+    neighbour of the new half then sent the half's owner a copy) has each subscription
+    in the two halves' region matched twice; the subscriber's peer notifies its client
+    once and counts the repeat, for ``seen_s``."""
+    (host, mate, _), (other, _) = _two_zones(seen_s=10.0)
+
+    def notify(sender: MeghdootCore, msg_id: int, clients: list[str], t_s: float) -> list:
+        msg = Message(MsgType.NOTIFY, msg_id, "e-p9", 1,
+                      {"attrs": {"symbol": "IBM"}, "clients": clients})
+        return [(a.client, a.msg.msg_id) for a in host.handle(Arrived(sender.broker, msg), t_s)
+                if isinstance(a, Deliver)]
+
+    assert notify(other, 1, ["c1", "c2"], 1.0) == [("c1", 1), ("c2", 1)]
+    assert notify(mate, 1, ["c2", "c3"], 1.02) == [("c3", 1)]  # c2 had it
+    assert notify(mate, 2, ["c2"], 1.1) == [("c2", 2)]  # another event
+    assert host.counters()["notify_repeats"] == 1
+    assert notify(other, 1, ["c1"], 11.5) == [("c1", 1)]  # forgotten after seen_s
+    assert host.counters()["notify_repeats"] == 1
 
 
 def _sent(out: Sequence[Any]) -> dict[str, dict[str, Any]]:
