@@ -43,7 +43,7 @@ from analysis.reproduction import (
 )
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
-from experiments.spec import PAPERS, PAPERS_DIR, SpecError, load_spec
+from experiments.spec import PAPERS, PAPERS_DIR, Spec, SpecError, load_spec
 from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, SUMMARY, new_run_dir, write_json
 from nodes.time_left import TimeLeft, duration_text
 
@@ -76,11 +76,11 @@ def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
     return [(float(v), [*overrides, f"{x['key']}={v}"]) for v in mode["values"]]
 
 
-def paper_plans(experiments: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
-                ) -> dict[str, list[tuple[float | None, RunPlan]]]:
-    """Per experiment of a paper's data file, (x, compiled plan) of every point at the
+def paper_specs(experiments: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, list[tuple[float | None, Spec]]]:
+    """Per experiment of a paper's data file, (x, resolved spec) of every point at the
     scale ``modes`` gives it (:func:`_mode`)."""
-    return {name: [(x, compile_plan(load_spec(exp["spec"], overrides)))
+    return {name: [(x, load_spec(exp["spec"], overrides))
                    for x, overrides in _points(exp, modes[name])]
             for name, exp in experiments.items()}
 
@@ -111,11 +111,11 @@ def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
     return runtime == "emulated" and not exp.get("simulated_only")
 
 
-def finished_run(out: Path, plan: RunPlan, runtime: str) -> Path | None:
+def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
     """A run folder under ``out`` of an earlier run of exactly this plan's resolved spec in
     ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
     summaries; None if there is none."""
-    want = json.loads(json.dumps(plan.spec.to_dict()))
+    want = json.loads(json.dumps(spec.to_dict()))
     for manifest_path in sorted(out.glob(f"*/{MANIFEST}")):
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -194,7 +194,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
         name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
         for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
-    todo = paper_plans(experiments, modes)
+    todo = {name: [(x, compile_plan(spec)) for x, spec in points]
+            for name, points in paper_specs(experiments, modes).items()}
     if runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
     # Which experiment, how far, and the time left: the data file's per-point estimates,
@@ -216,7 +217,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             progress.start()
             out = folder / name
             emulated = in_mininet[name]
-            done = (finished_run(out, plan, "emulated" if emulated else "simulated")
+            done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             if done is not None:
                 log(f"reproduce {paper_name}: {name} at {x:g}: reusing {done.name}"

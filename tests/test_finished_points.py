@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.reproduction import load_point
-from experiments.reproduce import finished_run, load_paper, paper_plans
+from experiments.reproduce import finished_run, load_paper, paper_specs
 from nodes.runfolder import MANIFEST, SUMMARY
 
 FINISHED = Path(__file__).resolve().parent.parent / "experiments" / "papers" / "finished"
@@ -27,19 +27,19 @@ def test_every_shipped_point_is_one_the_reproduction_runs(folder: Path) -> None:
     paper = re.fullmatch(r"\d{8}-\d{6}-reproduce-(\w+)-sim", folder.name)
     assert paper, f"{folder.name}: not named <stamp>-reproduce-PAPER-sim"
     experiments = load_paper(paper[1])["experiments"]
-    plans = paper_plans(experiments, {name: exp["full"] for name, exp in experiments.items()})
+    specs = paper_specs(experiments, {name: exp["full"] for name, exp in experiments.items()})
     runs = sorted(p.parent for p in folder.glob(f"*/*/{MANIFEST}"))
     assert runs
     for run in runs:
         exp = run.parent.name
-        assert exp in plans, f"{run}: {exp} is not an experiment of {paper[1]}"
-        found = [(x, plan) for x, plan in plans[exp]
-                 if finished_run(folder / exp, plan, "simulated") == run]
+        assert exp in specs, f"{run}: {exp} is not an experiment of {paper[1]}"
+        found = [(x, spec) for x, spec in specs[exp]
+                 if finished_run(folder / exp, spec, "simulated") == run]
         assert len(found) == 1, (f"{run}: no point of {exp} has its spec now (or two runs "
                               f"have one): run that point again, or remove it")
         # Only what --resume reads: the manifest and the summaries.
         assert {f.relative_to(run).as_posix() for f in run.rglob("*") if f.is_file()} == {
-            MANIFEST, *(f"{a.name}/{SUMMARY}" for a in found[0][1].algorithms)}
+            MANIFEST, *(f"{a}/{SUMMARY}" for a in found[0][1].routing.algorithms)}
         point = load_point(run, found[0][0])
         assert point.manifest["git"]["dirty"] is False
         for summary in point.summaries.values():
