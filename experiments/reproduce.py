@@ -112,7 +112,7 @@ def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
 
 
 def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
-    """A run folder under ``out`` of an earlier run of exactly this plan's resolved spec in
+    """A run folder under ``out`` of an earlier run of exactly the resolved ``spec`` in
     ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
     summaries; None if there is none."""
     want = json.loads(json.dumps(spec.to_dict()))

@@ -425,10 +425,11 @@ def test_a_subscriber_peer_notifies_a_client_once_per_event() -> None:
     (traced at 10,000 peers: a replica handled it 15 ms before the split, and a
     neighbour of the new half then sent the half's owner a copy) has each subscription
     in the two halves' region matched twice; the subscriber's peer notifies its client
-    once and counts the repeat, for ``seen_s``."""
-    (host, mate, _), (other, _) = _two_zones(seen_s=10.0)
+    once and counts the repeat, for ``notify_s``."""
+    (host, mate, _), (other, _) = _two_zones(notify_s=10.0)
 
-    def notify(sender: MeghdootCore, msg_id: int, clients: list[str], t_s: float) -> list:
+    def notify(sender: MeghdootCore, msg_id: int, clients: list[str], t_s: float
+               ) -> list[tuple[str, int]]:
         msg = Message(MsgType.NOTIFY, msg_id, "e-p9", 1,
                       {"attrs": {"symbol": "IBM"}, "clients": clients})
         return [(a.client, a.msg.msg_id) for a in host.handle(Arrived(sender.broker, msg), t_s)
@@ -438,7 +439,7 @@ def test_a_subscriber_peer_notifies_a_client_once_per_event() -> None:
     assert notify(mate, 1, ["c2", "c3"], 1.02) == [("c3", 1)]  # c2 had it
     assert notify(mate, 2, ["c2"], 1.1) == [("c2", 2)]  # another event
     assert host.counters()["notify_repeats"] == 1
-    assert notify(other, 1, ["c1"], 11.5) == [("c1", 1)]  # forgotten after seen_s
+    assert notify(other, 1, ["c1"], 11.5) == [("c1", 1)]  # forgotten after notify_s
     assert host.counters()["notify_repeats"] == 1
 
 

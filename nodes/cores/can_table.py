@@ -13,9 +13,9 @@ keeps that too, as a (zones x zones) matrix of bits updated with the rows.
 
 Memory: at the end of a 3,000-peer run with 50,000 subscriptions the tables held 545 of
 the peers' 880 MB, 207 MB of it that matrix as one byte a pair, 130 MB the zones' bounds
-and 130 MB their corners again as two more arrays. A table keeps the bounds alone (the
-corners follow from them exactly, where routing needs them) and the
-matrix as bits, eight pairs a byte.
+and 130 MB their corners again as two more arrays. A table keeps the bounds alone
+(routing and the zones' sides read them directly) and the matrix as bits, eight pairs a
+byte.
 
 Rows are in no particular order (a removed row's place takes the last row). What the
 peer sends follows the zones' order by their first peer's name, as before: the rows a
@@ -44,13 +44,13 @@ if TYPE_CHECKING:
 # a fifth of the run), and most of those peers' tables start empty.
 _MIN_ROWS = 8
 # reset() works out which zones lie upper-left of which this many rows at a time: a
-# table of 3,600 zones at once would hold 180 M elements per temporary array.
+# table of 3,600 zones at once would hold 360 M elements per temporary array.
 _CHUNK_ROWS = 256
 
 
 def faces(bounds: np.ndarray, zones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Whether the table's zones (``bounds``: :attr:`ZoneTable.bounds` columns, shape
-    (2 * dims, n)) lie upper-left and bottom-right of the zones ``zones`` (their
+    (2 * dims, ..., n)) lie upper-left and bottom-right of the zones ``zones`` (their
     :func:`_touches` columns, shape (2 * dims, ...)), over the broadcast shape of the
     two without their first axis (as :func:`can.upper_left`, :func:`can.bottom_right`):
     a face is a zone that meets the other closed on every dimension and touches it on
@@ -59,9 +59,11 @@ def faces(bounds: np.ndarray, zones: np.ndarray) -> tuple[np.ndarray, np.ndarray
     so a zone touching on one dimension lies on one side of it). Both questions are one
     comparison of the columns each: ``[lo, -hi] == [z_hi, -z_lo]`` says where a zone
     touches (``lo == z_hi`` above, ``hi == z_lo`` below) and ``<=`` where it meets the
-    other closed. Worked out from the corners, as nine array operations over
-    (zones x dimensions), it was a seventh of a 10,000-peer run's time, at every zone a
-    peer's table gains."""
+    other closed. A side closed at the domain's end (``-inf`` in the bounds) touches no
+    zone there (no zone starts at 1.0) and meets every one. Worked out from the corners,
+    as nine array operations over (zones x dimensions), it was a fifth to a quarter of a
+    10,000-peer run's time while its peers joined (profiles of a minute), at every zone
+    a peer's table gains."""
     import numpy as np
     touch = bounds == zones
     face = np.logical_and.reduce(bounds <= zones, axis=0)
@@ -77,7 +79,7 @@ def _touches(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Columns ``[hi, -lo]`` of zones ``lo``, ``hi`` (last axis: dimensions; first axis
     of the result), which :func:`faces` compares the table's bounds with."""
     import numpy as np
-    return np.concatenate([hi, -lo], axis=-1).T
+    return np.moveaxis(np.concatenate([hi, -lo], axis=-1), -1, 0)
 
 
 @functools.cache
@@ -193,7 +195,7 @@ class ZoneTable:
             if kept.size:
                 old = np.unpackbits(old_ul[was[kept]], axis=1, count=old_n).view(bool)
                 ul[np.ix_(kept, kept)] = old[:, was[kept]]
-            for a in range(0, len(fresh), _CHUNK_ROWS):  # (dimensions x rows x n) at a time
+            for a in range(0, len(fresh), _CHUNK_ROWS):  # (2 dims x rows x n) at a time
                 rows = fresh[a:a + _CHUNK_ROWS]
                 # Every zone upper-left of each fresh zone (its column) and bottom-right
                 # of it (the fresh zone upper-left of that zone: its row).
