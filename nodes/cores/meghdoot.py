@@ -241,6 +241,13 @@ def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in ("spread", "clients", "handoff")}
 
 
+def _forget(order: deque[tuple[float, str]], table: dict[str, Any], before_s: float) -> None:
+    """Drop from ``table`` the keys ``order`` (time first seen, key; oldest first) saw
+    before ``before_s``: the expiry of a peer's event memories (``seen_s``, ``notify_s``)."""
+    while order and order[0][0] < before_s:
+        table.pop(order.popleft()[1], None)
+
+
 class _Report(NamedTuple):
     """A peer's load as its reports carry it (:meth:`MeghdootCore._report`)."""
 
@@ -512,8 +519,7 @@ class MeghdootCore(Repair):
 
     def _first_contact(self, key: str, now_s: float, bit: int) -> bool:
         """Remember ``bit`` of event ``key``; whether it was new."""
-        while self._seen_order and self._seen_order[0][0] < now_s - self.seen_s:
-            self._seen.pop(self._seen_order.popleft()[1], None)
+        _forget(self._seen_order, self._seen, now_s - self.seen_s)
         had = self._seen.get(key, 0)
         if not had:
             self._seen_order.append((now_s, key))
@@ -535,8 +541,7 @@ class MeghdootCore(Repair):
         notification of that run came 1.5 s after its publication); ``seen_s`` (60 s)
         would keep some 870,000 pairs over all peers there (1,450 deliveries an event,
         ten events a second), this about 70,000."""
-        while self._notified_order and self._notified_order[0][0] < now_s - self.notify_s:
-            self._notified.pop(self._notified_order.popleft()[1], None)
+        _forget(self._notified_order, self._notified, now_s - self.notify_s)
         got = self._notified.get(key)
         if got is None:
             got = self._notified[key] = set()
