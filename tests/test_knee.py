@@ -14,8 +14,8 @@ What the comparison is robust to, and how (each seen on this two-core machine):
   by up to 40 % between 3 s steps; steps at the two shares one after the other once
   gave a ratio of 0.73. (A later, faster machine used about 70 us a message, and
   handled 2,600 a second at 0.2 core: the offered rate must stand well above that.) So
-  the calibration and the prediction come from one saturated
-  run whose share alternates every ``WINDOW_S`` (``PAIRS`` windows at each share):
+  the calibration and the prediction come from one saturated run whose share
+  alternates every ``WINDOW_S`` (``PAIRS`` windows at each share):
   both shares see the same mix of paces, and the cost at each is pooled over its
   windows (CPU used over messages handled). Eleven such runs here gave ratios of 0.84
   to 1.12.
