@@ -443,6 +443,99 @@ def test_a_subscriber_peer_notifies_a_client_once_per_event() -> None:
     assert host.counters()["notify_repeats"] == 1
 
 
+def _stale_after_two_splits(**params: Any) -> dict[str, MeghdootCore]:
+    """A tiling the way a 150,000-subscription run left it when a message circled for
+    65,536 hops (traced): ``a1`` holds the left half; the right half was split twice
+    by its group ``g1, g2``, first giving ``n1`` its top half, then ``n2`` the upper half
+    of what it kept. The splitter's table lacked ``a1`` (a co-replica's had it), so
+    ``a1`` still takes ``g1, g2`` for the owners of the whole right half and knows
+    neither newcomer, and the newcomers do not know ``a1``."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    rest, top = can.split(right, 1, 0.5)
+    low, mid = can.split(rest, 1, 0.25)
+    return _peers_with_tables({
+        "a1": (left, {"g1": right, "g2": right}),
+        "g1": (low, {"a1": left, "n2": mid}), "g2": (low, {"a1": left, "n2": mid}),
+        "n2": (mid, {"g1": low, "g2": low, "n1": top}), "n1": (top, {"n2": mid})}, params)
+
+
+def _peers_with_tables(tables: Mapping[str, tuple[can.Zone, Mapping[str, can.Zone]]],
+                       params: Mapping[str, Any]) -> dict[str, MeghdootCore]:
+    """Peers holding the given zones and neighbour tables (peers of one zone: a group)."""
+    cores = {}
+    for name, (zone, nbrs) in tables.items():
+        core = MeghdootCore(name, (), {"seed_peer": "a1", **params})
+        core.zone = zone
+        core.group = {q for q, (z, _) in tables.items() if z == zone}
+        core._set_nbrs(nbrs)
+        cores[name] = core
+    return cores
+
+
+def _route_by_hand(cores: Mapping[str, MeghdootCore], first: str, msg: Message,
+                   limit: int = 10_000) -> None:
+    """Pass ``msg``, arriving at ``first``, and every message it causes, peer to peer in
+    the order sent (at most ``limit`` messages)."""
+    queue = [("x9", first, msg)]
+    for _ in range(limit):
+        if not queue:
+            return
+        sender, to, m = queue.pop(0)
+        for a in cores[to].handle(Arrived(sender, m), 1.0):
+            if isinstance(a, Send):
+                queue.append((to, a.link, a.msg))
+    raise AssertionError("messages still moving")
+
+
+@pytest.mark.parametrize("loop_hops", [8, 10_000])
+def test_a_message_circling_on_a_stale_table_corrects_it_and_arrives(loop_hops: int) -> None:
+    """``a1`` sends a subscription for a point of ``n1``'s zone to ``g1, g2``; they, not
+    holding it, send it back to ``a1``, their nearest neighbour to it. Past ``loop_hops``
+    the ``g`` peer passing it on tells ``a1`` its zone and introduces ``n2``, and the
+    subscription reaches ``n1`` by ``n2``; without that, it circles until ``max_hops``
+    and is dropped."""
+    cores = _stale_after_two_splits(loop_hops=loop_hops, max_hops=200)
+    point = (0.75, 0.8, *[0.5] * (len(cores["a1"].zone[0]) - 2))
+    sub = Message(MsgType.SUBSCRIBE, 1, "c1", 1,
+                  {"filter": [], "point": list(point), "peer": "a1", "client": "c1"})
+    _route_by_hand(cores, "a1", sub)
+    counts = {k: sum(c.counters()[k] for c in cores.values())
+              for k in ("route_corrections", "route_dropped")}
+    if loop_hops < 200:
+        assert list(cores["n1"].subs) == [("c1", 1)]
+        assert counts["route_dropped"] == 0 and counts["route_corrections"] >= 1
+        assert cores["a1"].nbrs["g1"] == cores["g1"].zone and "n2" in cores["a1"].nbrs
+        assert max(cores["n1"].sub_hops) <= loop_hops + 4  # the next round after it
+    else:
+        assert not cores["n1"].subs
+        assert counts == {"route_corrections": 0, "route_dropped": 1}
+
+
+@pytest.mark.parametrize("loop_hops", [8, 10_000])
+def test_two_peers_that_both_lack_the_owner_pass_a_message_on_past_the_loop(
+        loop_hops: int) -> None:
+    """``b1`` and ``b2`` both abut the owner ``o`` of the point and neither knows it (as
+    traced at 150,000 subscriptions, after a split neither was told of); each is the
+    other's nearest to the point, so greedy routing passes the subscription between
+    them. Past ``loop_hops`` it goes on to the nearest peer not on its trail, ``r``,
+    which knows ``o``; without that, it is dropped at ``max_hops``."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    b1, rest = can.split(right, 1, 0.25)
+    b2, r = can.split(rest, 1, 0.5)
+    cores = _peers_with_tables({
+        "o": (left, {"r": r}), "b1": (b1, {"b2": b2}), "b2": (b2, {"b1": b1, "r": r}),
+        "r": (r, {"o": left, "b2": b2})}, {"loop_hops": loop_hops, "max_hops": 200})
+    point = (0.45, 0.3, *[0.5] * (len(left[0]) - 2))
+    sub = Message(MsgType.SUBSCRIBE, 1, "c1", 1,
+                  {"filter": [], "point": list(point), "peer": "b1", "client": "c1"})
+    _route_by_hand(cores, "b1", sub)
+    dropped = sum(c.counters()["route_dropped"] for c in cores.values())
+    if loop_hops < 200:
+        assert list(cores["o"].subs) == [("c1", 1)] and dropped == 0
+    else:
+        assert not cores["o"].subs and dropped == 1
+
+
 def _sent(out: Sequence[Any]) -> dict[str, dict[str, Any]]:
     return {a.link: a.msg.payload for a in out if isinstance(a, Send)}
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from nodes.cores import can
@@ -281,11 +281,13 @@ class ZoneTable:
         import numpy as np
         return np.logical_and.reduce(self.bounds[:, :self.n] <= probe(box), axis=0)
 
-    def nearest(self, point: Point) -> tuple[list[str], float, bool]:
+    def nearest(self, point: Point, avoid: Collection[str] = ()
+                ) -> tuple[list[str], float, bool]:
         """The zone greedy routing takes toward ``point`` (the table must not be empty):
         of the zones nearest to it (:func:`can.distance2`, summed in the same order, so
         equal to the last bit), those that hold it if any, the first in the zones' order;
-        its peers, its squared distance and whether it holds the point. Read from the
+        its peers, its squared distance and whether it holds the point. Zones with a
+        peer in ``avoid`` are passed over unless every zone has one. Read from the
         bounds: ``p > hi`` is ``-hi > -p``, ``p - hi`` is ``p + (-hi)`` to the bit, and
         a side closed at 1.0 (``-inf``) holds every point below it."""
         import numpy as np
@@ -294,6 +296,11 @@ class ZoneTable:
         p = np.asarray(point)[:, None]
         gap = np.where(p < lo, lo - p, np.where(neg_hi > -p, p + neg_hi, 0.0))
         d2 = np.cumsum(gap * gap, axis=0)[-1]
+        if avoid:  # only for a message gone round a loop: rows scanned in Python
+            away = set(avoid)
+            shunned = [i for i in range(n) if not away.isdisjoint(self.peers[i])]
+            if len(shunned) < n:
+                d2[shunned] = np.inf
         holds = np.logical_and.reduce((lo <= p) & (neg_hi < -p), axis=0)
         best = d2 == d2.min()
         if (best & holds).any():

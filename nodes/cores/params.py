@@ -25,9 +25,9 @@ class Param:
     """One declared setting of a core.
 
     ``kind`` is ``int``, ``float``, ``bool`` or ``str``; ``default`` ``None`` means the
-    core derives the value from another param (``meaning`` says how); ``minimum`` bounds
-    numbers from below (inclusive); ``choices``, when given, are the only values allowed;
-    ``unit`` is empty for plain counts and ratios.
+    core derives the value from another param (``meaning`` says how); ``minimum`` and
+    ``maximum`` bound numbers (inclusive); ``choices``, when given, are the only values
+    allowed; ``unit`` is empty for plain counts and ratios.
     """
 
     name: str
@@ -37,17 +37,21 @@ class Param:
     meaning: str
     minimum: float | None = None
     choices: tuple[Any, ...] = ()
+    maximum: float | None = None
 
     def check(self, value: Any, where: str) -> Any:
         """``value`` as this param's kind, or ValueError naming ``where`` and the rule."""
         types = _KINDS[self.kind]
         ok = isinstance(value, types) and not (self.kind != "bool" and isinstance(value, bool))
         if ok and self.kind in ("int", "float"):
-            ok = math.isfinite(value) and (self.minimum is None or value >= self.minimum)
+            ok = (math.isfinite(value) and (self.minimum is None or value >= self.minimum)
+                  and (self.maximum is None or value <= self.maximum))
         if ok and self.choices:
             ok = value in self.choices
         if not ok:
-            bound = f" >= {self.minimum:g}" if self.minimum is not None else ""
+            limits = [f"{op} {x:g}" for op, x in ((">=", self.minimum), ("<=", self.maximum))
+                      if x is not None]
+            bound = f" {' and '.join(limits)}" if limits else ""
             if self.choices:
                 bound = f" in {{{', '.join(map(str, self.choices))}}}"
             unit = f" ({self.unit})" if self.unit else ""
@@ -59,6 +63,7 @@ class Param:
         """JSON-able description, for ``pubsublab plan`` and the manifest."""
         return {"name": self.name, "type": self.kind, "default": self.default,
                 "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum,
+                **({"maximum": self.maximum} if self.maximum is not None else {}),
                 **({"choices": list(self.choices)} if self.choices else {})}
 
 
