@@ -74,6 +74,19 @@ So a subscriber's peer notifies each of its clients once per event, for ``notify
 (ours; the copies it drops are counted as ``notify_repeats``): once in 16,684,244
 deliveries of a 10,000-peer run with 50,000 subscriptions.
 
+Neighbour tables are not always exact at 10,000 peers: a split's updates go to the
+neighbours in the splitter's table, which may lack one that a co-replica's table has, or
+one whose own split the splitter had not yet heard of. Greedy routing then loops: with
+150,000 subscriptions an event circled between two peers for 65,536 hops (traced: one
+held its neighbour group's zone from before three splits; in another loop both peers
+abutted the owner's zone, split 1 s before, and neither knew it). So a routed message
+past ``loop_hops`` hops (ours; 64, where the shipped 10,000-peer runs' longest routes
+took 11 to 47, so those runs are unchanged) makes each peer that passes it on tell the
+sender its zone and introduce the neighbours it knows beside the sender's zone (taken
+only where the sender has no entry), and go to the nearest peer not on its trail; past
+``max_hops`` it is dropped and counted (``route_dropped``; the frame's hop count has 16
+bits).
+
 A joining peer holds what other peers send it before its grant arrives (events, updates,
 split notices) and handles it once granted, as it does its clients' operations: the
 neighbours' update naming it is small and the grant (the zone's subscriptions and table)
