@@ -536,6 +536,15 @@ def test_two_peers_that_both_lack_the_owner_pass_a_message_on_past_the_loop(
         assert not cores["o"].subs and dropped == 1
 
 
+def test_a_hop_limit_the_frame_cannot_carry_is_refused_in_one_line() -> None:
+    from experiments.plan import compile_plan
+    from experiments.spec import SpecError, load_spec
+    with pytest.raises(SpecError) as err:
+        compile_plan(load_spec("meghdoot-peers", ["routing.params.max_hops=65536"]))
+    assert str(err.value).startswith("routing.params.meghdoot.max_hops: bad value 65536; "
+                                     "allowed: int >= 1 and <= 65535")
+
+
 def _sent(out: Sequence[Any]) -> dict[str, dict[str, Any]]:
     return {a.link: a.msg.payload for a in out if isinstance(a, Send)}
 
