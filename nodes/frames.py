@@ -28,6 +28,7 @@ from nodes.messages import Message, MsgType
 
 FRAME_VERSION = 1
 BODY_FRAME_VERSION = 2
+MAX_HOPS = 2**16 - 1  # the head's u16 hop count: a message cannot have taken more
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a bulk slice of 64 KB fits many times over
 _LEN = struct.Struct("!I")
 _HEAD = struct.Struct("!BBHQB")

@@ -126,6 +126,7 @@ from nodes.cores.can_table import ZoneTable
 from nodes.cores.meghdoot_common import CONTACTED, HANDLED, Mirror, Sub, msg_key, pick
 from nodes.cores.meghdoot_repair import Orphan, Repair
 from nodes.cores.params import Param
+from nodes.frames import MAX_HOPS
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json
@@ -168,7 +169,7 @@ PARAMS = (
           "10,000-peer runs took 11 to 47 hops)", minimum=1),
     Param("max_hops", "int", 4096, "",
           "hops after which a routed message is dropped and counted (route_dropped): a "
-          "message's hop count has 16 bits on the wire", minimum=1, maximum=65535),
+          "message's hop count has 16 bits on the wire", minimum=1, maximum=MAX_HOPS),
     Param("max_climb", "int", 16, "", "hops after which a join probe stops (a join must "
           "finish within a workload step)", minimum=0),
     Param("failure_periods", "int", 3, "",
