@@ -4,7 +4,7 @@ A frame is a 4-byte big-endian length (of everything after it) followed by::
 
     version  u8    (FRAME_VERSION, or BODY_FRAME_VERSION)
     type     u8    (MsgType code)
-    hops     u16
+    hops     u16   (at most nodes.messages.MAX_HOPS)
     msg_id   u64
     origin   u8 length + UTF-8 bytes (1..255)
     version 1:  payload      compact JSON (UTF-8), the rest of the frame
@@ -28,7 +28,6 @@ from nodes.messages import Message, MsgType
 
 FRAME_VERSION = 1
 BODY_FRAME_VERSION = 2
-MAX_HOPS = 2**16 - 1  # the head's u16 hop count: a message cannot have taken more
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a bulk slice of 64 KB fits many times over
 _LEN = struct.Struct("!I")
 _HEAD = struct.Struct("!BBHQB")

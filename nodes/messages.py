@@ -41,6 +41,9 @@ class MsgType(enum.IntEnum):
     TREE = 23  # CoDD: tree maintenance (join, leave, reorganization); payload "op" names the step
 
 
+# The most overlay hops a message can record: the frame carries ``hops`` as a u16.
+MAX_HOPS = 2**16 - 1
+
 # Frames that keep a connection rather than carry routing: never an inter-broker message.
 LINK_FRAMES = (MsgType.HELLO, MsgType.KEEPALIVE)
 

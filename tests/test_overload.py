@@ -58,7 +58,7 @@ def _longest_stall_ms(windows: list[dict[str, Any]]) -> float:
 
 def test_a_stalled_neighbour_slows_the_publisher_and_loses_nothing(tmp_path: Path,
                                                                     spawn: Spawn) -> None:  # noqa: F811
-    """b1 stops reading for 1.5 s (SIGSTOP): b0's queue to it reaches the high-water mark
+    """b1 stops reading for 2.5 s (SIGSTOP): b0's queue to it reaches the high-water mark
     and stays there, b0 stops reading its publisher; nothing is dropped, and the
     subscriber gets every notification once, in order."""
     ov = Overlay(tmp_path, [("b0", "b1")], write_buffer_bytes=4096,
@@ -69,7 +69,10 @@ def test_a_stalled_neighbour_slows_the_publisher_and_loses_nothing(tmp_path: Pat
     clients = _clients(ov, spawn, "b0", "b1", count, rate, "", duration_s=12.0)
     time.sleep(0.3 + 0.3 + 0.2)  # the clients' start, the publisher's start_s, a little
     os.kill(brokers[1].pid, signal.SIGSTOP)
-    time.sleep(1.5)
+    # The kernel's buffers toward b1 (autotuned up to tcp_rmem's 16 MB here) take the
+    # first 0.2 to 0.8 s of the stall, b0's backpressure toggling meanwhile: only then do
+    # publications wait. 2.5 s leaves over a second of waiting on a loaded machine.
+    time.sleep(2.5)
     rss = rss_mib(brokers[0].pid)
     os.kill(brokers[1].pid, signal.SIGCONT)
     assert [c.wait(timeout=30) for c in clients] == [0, 0]

@@ -126,9 +126,8 @@ from nodes.cores.can_table import ZoneTable
 from nodes.cores.meghdoot_common import CONTACTED, HANDLED, Mirror, Sub, msg_key, pick
 from nodes.cores.meghdoot_repair import Orphan, Repair
 from nodes.cores.params import Param
-from nodes.frames import MAX_HOPS
 from nodes.matching import SubscriptionIndex
-from nodes.messages import Message, MsgType
+from nodes.messages import MAX_HOPS, Message, MsgType
 from nodes.model import filter_from_json
 
 if TYPE_CHECKING:
