@@ -55,6 +55,12 @@ is silent):
   are not counted.
 - **Hops**: routing hops from the origin peer to the owner of the point, over every
   subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
+- **Tables**: how far the peers' neighbour tables are from the final zones (each record
+  lists its neighbours with a digest of the zone it holds for each): ``missing``
+  entries (a peer of an abutting zone the table lacks), ``stale`` ones (listed with a
+  zone it no longer holds), ``extra`` ones (listed, no longer abutting), and the
+  ``inexact_peers`` that have any; 0 everywhere is an exact CAN. A peer left or failed
+  is not a record, so a table still naming one counts it as extra.
 - **Duplicates**: event copies a peer received after it had handled the event, summed.
   ``handoff_first``: events that reached a peer first through the old owner of its zone
   after a split (the core's handoff, :mod:`nodes.cores.meghdoot`), summed.
@@ -72,9 +78,11 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 from matplotlib import ticker
 
 from analysis.paper_figures import save_png
+from nodes.cores.can import zone_digest
 from nodes.cores.meghdoot import bucket_of
 from nodes.messages import MsgType
 from nodes.summary import value_stats
@@ -219,6 +227,45 @@ def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _abutting(lo: np.ndarray, hi: np.ndarray, i: int) -> np.ndarray:
+    """Indices of the zones (rows of ``lo``, ``hi``) that abut zone ``i``: as
+    :func:`nodes.cores.can.abutment`, touching on exactly one dimension and overlapping
+    in every other, for all rows at once."""
+    touch = (hi == lo[i]) | (lo == hi[i])
+    overlap = (lo < hi[i]) & (lo[i] < hi)
+    return np.flatnonzero((touch.sum(axis=1) == 1) & (touch | overlap).all(axis=1))
+
+
+def _tables(peers: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
+    """How far the peers' neighbour tables are from the zones the records hold: per
+    entry, ``missing`` (a peer of an abutting zone the table lacks), ``stale`` (listed
+    with another zone than it holds) and ``extra`` (listed, not abutting); ``inexact``
+    peers have any. None when the records carry no tables (older runs)."""
+    if not peers or any("table" not in r for r in peers):
+        return None
+    zones: dict[tuple, list[str]] = {}
+    zone_of: dict[str, tuple] = {}
+    for r in peers:
+        z = (tuple(map(float, r["zone"][0])), tuple(map(float, r["zone"][1])))
+        zones.setdefault(z, []).append(str(r["node"]))
+        zone_of[str(r["node"])] = z
+    order = list(zones)
+    lo = np.array([z[0] for z in order])
+    hi = np.array([z[1] for z in order])
+    digest = {z: zone_digest(z) for z in order}
+    abutting = {z: [order[j] for j in _abutting(lo, hi, i)] for i, z in enumerate(order)}
+    missing = stale = extra = inexact = 0
+    for r in peers:
+        table = r["table"]
+        want = {q for n in abutting[zone_of[str(r["node"])]] for q in zones[n]}
+        gaps = len(want - table.keys())
+        wrong = sum(1 for q, d in table.items() if q in want and d != digest[zone_of[q]])
+        beyond = sum(1 for q in table if q not in want)
+        missing, stale, extra = missing + gaps, stale + wrong, extra + beyond
+        inexact += bool(gaps or wrong or beyond)
+    return {"inexact_peers": inexact, "missing": missing, "stale": stale, "extra": extra}
+
+
 def _joins(peers: Sequence[Mapping[str, Any]], live: Callable[[float], int]
            ) -> dict[str, Any]:
     bands: dict[int, Counter[str]] = {}  # decade of the peers live before -> modes
@@ -254,6 +301,7 @@ def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> 
                  "events": _hops(r.get("event_hops", ()) for r in peers)},
         "duplicates": sum(int(r.get("duplicates", 0)) for r in peers),
         "handoff_first": sum(int(r.get("handoff_first", 0)) for r in peers),
+        "tables": _tables(peers),
     }
 
 

@@ -536,6 +536,63 @@ def test_two_peers_that_both_lack_the_owner_pass_a_message_on_past_the_loop(
         assert not cores["o"].subs and dropped == 1
 
 
+def _deliver_all(cores: Mapping[str, MeghdootCore], queue: list[tuple[str, str, Message]],
+                 limit: int = 10_000) -> None:
+    """Deliver ``queue`` ((sender, receiver, message), in order) and every message it
+    causes, each in the order sent."""
+    for _ in range(limit):
+        if not queue:
+            return
+        sender, to, m = queue.pop(0)
+        queue += [(to, a.link, a.msg) for a in cores[to].handle(Arrived(sender, m), 1.0)
+                  if isinstance(a, Send)]
+    raise AssertionError("messages still moving")
+
+
+def _sends_of(sender: str, actions: Sequence[Any]) -> list[tuple[str, str, Message]]:
+    return [(sender, a.link, a.msg) for a in actions if isinstance(a, Send)]
+
+
+@pytest.mark.parametrize(("mates", "relay_s"), [(False, 1.0), (True, 1.0), (False, 0.0)])
+def test_two_neighbours_splitting_at_once_tell_each_others_newcomer(mates: bool,
+                                                                   relay_s: float) -> None:
+    """``a`` and ``c`` hold the two halves of the space (with ``mates``, ``c`` has a
+    co-replica ``d``) and split at once, before either hears of the other's split (two
+    joins whose messages cross, as large grants make them at 150,000 subscriptions):
+    each newcomer's table comes from its splitter's, so ``n1`` holds ``c``'s old zone
+    and ``n2`` ``a``'s, and neither hears of the other from its own splitter. After the
+    messages settle every table is exact: the peers of a zone that split pass on to its
+    newcomer, for ``relay_s``, the zone changes they hear of; without (``relay_s: 0``)
+    the two newcomers' tables stay stale."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    group = {"c": right, "d": right} if mates else {"c": right}
+    params = {"relay_s": relay_s}
+    cores = _peers_with_tables({"a": (left, dict(group)),
+                                **{g: (right, {"a": left}) for g in group}}, params)
+    for name in ("n1", "n2"):
+        cores[name] = MeghdootCore(name, (), {"seed_peer": "a1", **params})
+    queue = [*_sends_of("a", cores["a"]._split("n1", (1, 0.5), 0, 1.0)),
+             *_sends_of("c", cores["c"]._split("n2", (1, 0.5), 0, 1.0))]
+    _deliver_all(cores, queue)
+    if relay_s > 0:
+        check_can(list(cores.values()))
+    else:
+        assert "n2" not in cores["n1"].nbrs and cores["n1"].nbrs["c"] == right
+
+
+def test_a_split_reaches_the_neighbours_only_a_co_replica_knew() -> None:
+    """``a`` and ``b`` hold the left half, ``y`` the right; ``b``'s table has ``y`` and
+    ``a``'s lacks it (an update that reached ``b`` only, as traced at 150,000
+    subscriptions). ``a`` splits: ``b``, told whom ``a`` told, tells ``y`` and
+    introduces it to the newcomer and to ``a``, so every table is exact."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    cores = _peers_with_tables({"a": (left, {}), "b": (left, {"y": right}),
+                                "y": (right, {"a": left, "b": left})}, {})
+    cores["n"] = MeghdootCore("n", (), {"seed_peer": "a1"})
+    _deliver_all(cores, _sends_of("a", cores["a"]._split("n", (1, 0.5), 0, 1.0)))
+    check_can(list(cores.values()))
+
+
 def test_a_hop_limit_the_frame_cannot_carry_is_refused_in_one_line() -> None:
     from experiments.plan import compile_plan
     from experiments.spec import SpecError, load_spec

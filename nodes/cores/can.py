@@ -37,6 +37,8 @@ import datetime
 import itertools
 import json
 import math
+import struct
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -221,6 +223,12 @@ def meets(z: Zone, box: Zone) -> bool:
                for a, b, c, d in zip(zl, zh, bl, bh, strict=True))
 
 
+def inside(a: Zone, b: Zone) -> bool:
+    """Whether zone ``a`` lies within zone ``b`` (equal zones included)."""
+    return all(bl <= al and ah <= bh for al, ah, bl, bh in zip(a[0], a[1], b[0], b[1],
+                                                              strict=True))
+
+
 def distance2(z: Zone, p: Point) -> float:
     """Squared Euclidean distance from ``p`` to the box of ``z`` (0 inside it)."""
     s = 0.0
@@ -384,6 +392,13 @@ def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
 def zone_to_json(z: Zone) -> list[list[float]]:
     """``[lo, hi]`` lists (JSON carries floats exactly: shared faces stay shared)."""
     return [list(z[0]), list(z[1])]
+
+
+def zone_digest(z: Zone) -> int:
+    """A 32-bit fingerprint of ``z`` (CRC-32 of its coordinates as doubles): a peer's
+    final record names the zone it holds for each neighbour by it, so a run can count the
+    entries that are stale without writing a million zones out."""
+    return zlib.crc32(struct.pack(f"{2 * len(z[0])}d", *z[0], *z[1]))
 
 
 _ZONES: dict[Zone, Zone] = {}  # one object per distinct zone read (see zone_from_json)

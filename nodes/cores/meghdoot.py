@@ -183,6 +183,11 @@ PARAMS = (
           "how long after a split the old zone's peers pass events meeting the given half "
           "on to its new owner (the views of the zone's neighbours lag the split)",
           minimum=0),
+    Param("relay_s", "float", 1.0, "s",
+          "how long after a split or a replication the zone's peers pass on to the "
+          "newcomer the zone changes their neighbours tell them (its table is a copy of "
+          "its splitter's, which a neighbour's join at the same moment changes)",
+          minimum=0),
     Param("seen_s", "float", 60.0, "s",
           "how long a peer remembers an event it has seen (duplicate detection)", minimum=0),
     Param("notify_s", "float", 5.0, "s",
@@ -326,6 +331,9 @@ class MeghdootCore(Repair):
         self.handoff_s = float(params.get("handoff_s", 1.0))
         # (until_s, zone, newcomer) of this zone's recent splits, oldest first.
         self._handoffs: deque[tuple[float, Zone, str]] = deque()
+        self.relay_s = float(params.get("relay_s", 1.0))
+        # (until_s, newcomer) of this zone's recent splits and replications, oldest first.
+        self._relays: deque[tuple[float, str]] = deque()
         self.failure_periods = int(params.get("failure_periods", 3))
         self.mirroring = bool(params.get("mirrors", False))
         # Peer -> this peer's load period in which it was last heard from (a count of its
@@ -381,6 +389,7 @@ class MeghdootCore(Repair):
         self.event_hops: Counter[int] = Counter()
         self.duplicates = self.notifications = self.stuck = self.mirror_messages = 0
         self.corrections = self.dropped = 0  # loops on stale tables (_route)
+        self.relayed = 0  # zone changes passed on to a newcomer (_relay)
         self.handoff_first = 0  # events a split's old owner passed on that came here first
         self.repeats = 0  # notifications of an event to a client that had it (dropped)
         self.joins: Counter[str] = Counter()
@@ -784,6 +793,8 @@ class MeghdootCore(Repair):
                 # brings it back.
                 self._failed.discard(member)
                 self._update(member, zone)
+            else:  # a report refreshes the table, as CAN's periodic updates do
+                self._introduce(member, zone)
         if "group" in p:
             vouched = self._ticks + 2
             for member in group:
@@ -869,7 +880,7 @@ class MeghdootCore(Repair):
         assert self.zone is not None
         newcomer = str(msg.payload["newcomer"])
         if self.join_mode == "meghdoot" and self._loaded_by_events():
-            return self._replicate(newcomer, msg.payload.get("climb", 0))
+            return self._replicate(newcomer, msg.payload.get("climb", 0), now_s)
         cut = None
         if self.join_mode == "meghdoot":
             cut = can.balanced_cut(self.zone, [s.point for s in self.subs.values()])
@@ -901,7 +912,7 @@ class MeghdootCore(Repair):
             return spread / mean_spread >= self.kappa * max(1.0, subs_ratio)
         return subs == 0 or spread / mean_spread >= self.kappa * subs_ratio
 
-    def _replicate(self, newcomer: str, climb: int) -> list[Action]:
+    def _replicate(self, newcomer: str, climb: int, now_s: float) -> list[Action]:
         assert self.zone is not None
         zone = self.zone
         self.joins["replicate"] += 1
@@ -917,6 +928,7 @@ class MeghdootCore(Repair):
             "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb,
             "recent": [self.events.counts, self.spread.counts], "mirrors": self._mirrors_json()})
         self.group.add(newcomer)
+        self._relay_to(newcomer, now_s)
         update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)},
                                           "loads": loads})
         others = sorted((set(self.nbrs) | self.group) - {self.broker, newcomer})
@@ -947,8 +959,10 @@ class MeghdootCore(Repair):
             Record("can_grant", {"newcomer": newcomer, "mode": "split", "climb": climb,
                                  "dim": dim, "given": len(given), "kept": len(self.subs)}),
             Send(newcomer, grant)]
+        # The co-replicas tell the neighbours their tables have and this one's lacks,
+        # and take the ones they lack (_split_in).
         split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer,
-                                             "loads": loads})
+                                             "loads": loads, "told": old_nbrs})
         out += [Send(g, split_msg) for g in group if g != self.broker]
         update = self._msg(MsgType.ZONE, {"update": {
             **{g: can.zone_to_json(lower) for g in group},
@@ -969,6 +983,7 @@ class MeghdootCore(Repair):
         self.zone = lower
         if self.handoff_s > 0:
             self._handoffs.append((now_s + self.handoff_s, upper, newcomer))
+        self._relay_to(newcomer, now_s)
         nbrs = {p: z for p, z in self.nbrs.items() if can.abutment(lower, z)}
         nbrs[newcomer] = upper
         self._set_nbrs(nbrs)
@@ -1010,12 +1025,9 @@ class MeghdootCore(Repair):
             return self._recover_in(msg, now_s)
         if "recovered" in p:
             return self._recovered_in(msg, now_s)
-        refilled: list[Action] = []
+        out = []
         if "split" in p:
-            dim, at = p["split"]
-            lower, upper = can.split(self.zone, int(dim), float(at))
-            self._apply_split(lower, str(p["newcomer"]), upper, now_s)
-            self._share_events(0.5)
+            out = self._split_in(p, now_s)
         else:
             failed = p.get("failed", ())
             for peer, zj in p["update"].items():
@@ -1027,13 +1039,78 @@ class MeghdootCore(Repair):
                 else:  # it left: a late report naming it must not bring it back
                     self._failed.discard(peer)
             for peer, zj in p.get("introduce", {}).items():
-                if (peer not in self.nbrs and peer not in self.group
-                        and peer not in self._departed and peer not in self._failed):
-                    self._update(peer, can.zone_from_json(zj))
+                self._introduce(peer, can.zone_from_json(zj))
             if "refill" in p and min(self.group) == self.broker:  # one peer per zone
-                refilled = self._refill(can.zone_from_json(p["refill"]), now_s)
+                out = self._refill(can.zone_from_json(p["refill"]), now_s)
+            out += self._relay(msg, now_s)
         self._heard(p.get("loads", {}))
-        return refilled
+        return out
+
+    def _split_in(self, p: Mapping[str, Any], now_s: float) -> list[Action]:
+        """A co-replica split this peer's zone too: keep the lower half. The splitter
+        told the neighbours its table had (``told``); a co-replica's table may have more
+        (an update the splitter missed), so this peer tells those and introduces them to
+        the newcomer and its co-replicas, and takes from ``told`` the ones it lacks."""
+        assert self.zone is not None
+        dim, at = p["split"]
+        newcomer = str(p["newcomer"])
+        lower, upper = can.split(self.zone, int(dim), float(at))
+        before = dict(self.nbrs)
+        self._apply_split(lower, newcomer, upper, now_s)
+        self._share_events(0.5)
+        told = p.get("told", {})
+        for peer, zj in told.items():
+            self._introduce(peer, can.zone_from_json(zj))
+        untold = sorted(q for q in before if q not in told and q != newcomer)
+        if not untold:
+            return []
+        update = self._msg(MsgType.ZONE, {"update": {
+            **{g: can.zone_to_json(lower) for g in sorted(self.group)},
+            newcomer: can.zone_to_json(upper)}, "loads": p.get("loads", {})})
+        out: list[Action] = [Send(q, update) for q in untold]
+        for half, to in ((upper, [newcomer]), (lower, sorted(self.group - {self.broker}))):
+            beside = {q: before[q] for q in untold if can.abutment(half, before[q]) is not None}
+            if beside:
+                introduce = self._msg(MsgType.ZONE, {"update": {}, "introduce": beside})
+                out += [Send(g, introduce) for g in to]
+        return out
+
+    def _relay_to(self, newcomer: str, now_s: float) -> None:
+        """Pass on to ``newcomer``, for ``relay_s``, the zone changes neighbours tell."""
+        if self.relay_s > 0:
+            self._relays.append((now_s + self.relay_s, newcomer))
+
+    def _relay(self, msg: Message, now_s: float) -> list[Action]:
+        """A neighbour's zone update, passed on to the newcomers of this zone's recent
+        splits and replications as introductions. The newcomer's table is a copy of its
+        splitter's: a neighbour that split at the same moment told the splitter, which
+        it knew, of its new half, and neither newcomer learns of the other otherwise
+        (two joins whose messages cross, as large grants make them)."""
+        while self._relays and self._relays[0][0] <= now_s:
+            self._relays.popleft()
+        entries = {q: zj for q, zj in msg.payload["update"].items() if zj is not None}
+        if not self._relays or not entries:
+            return []
+        out: list[Action] = []
+        for _, newcomer in self._relays:
+            if newcomer != msg.origin:
+                self.relayed += 1
+                out.append(Send(newcomer, self._msg(MsgType.ZONE, {
+                    "update": {}, "introduce": {q: zj for q, zj in entries.items()
+                                                if q != newcomer}})))
+        return out
+
+    def _introduce(self, peer: str, zone: Zone) -> None:
+        """What another peer says ``peer`` holds, second hand, which may be older than
+        what this peer has heard: taken for a peer not in the table (unless it left or
+        failed), or for a neighbour whose listed zone holds it (a zone only shrinks by
+        splits: the smaller is the later)."""
+        if (peer == self.broker or peer in self.group or peer in self._departed
+                or peer in self._failed):
+            return
+        known = self.nbrs.get(peer)
+        if known is None or (known != zone and can.inside(zone, known)):
+            self._update(peer, zone)
 
     def _update(self, peer: str, zone: Zone | None) -> None:
         """What a peer now holds (None: nothing); this peer files it where it belongs."""
@@ -1068,6 +1145,7 @@ class MeghdootCore(Repair):
                 "duplicates": self.duplicates, "notify_messages": self.notifications,
                 "route_stuck": self.stuck, "handoff_first": self.handoff_first,
                 "route_corrections": self.corrections, "route_dropped": self.dropped,
+                "table_relays": self.relayed,
                 "notify_repeats": self.repeats,
                 "joins_split": self.joins["split"],
                 "joins_replicate": self.joins["replicate"],
@@ -1076,7 +1154,8 @@ class MeghdootCore(Repair):
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
         """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
-        peers), load, contacts, and how it joined."""
+        peers, and its table: each neighbour's zone as :func:`can.zone_digest`), load,
+        contacts, and how it joined."""
         if self.zone is None:
             return []
         return [("can_peer", {
@@ -1084,6 +1163,7 @@ class MeghdootCore(Repair):
             "zone": can.zone_to_json(self.zone),
             "volume": can.volume(self.zone), "group": sorted(self.group),
             "neighbours": [len(self._table), len(self.nbrs)],
+            "table": {q: can.zone_digest(z) for q, z in self.nbrs.items()},
             "subscriptions": len(self.subs), "received": self.received,
             "buckets": self._buckets.items(), "bucket_s": self.bucket_s,
             "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),
