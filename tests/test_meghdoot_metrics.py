@@ -15,6 +15,7 @@ import pytest
 
 import nodes.cores
 from analysis.meghdoot import CONTACT_BUCKETS_PCT, draw_meghdoot, meghdoot_metrics
+from nodes.cores.can import zone_digest
 from nodes.cores.meghdoot import bucket_of
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
@@ -165,6 +166,32 @@ def test_zones_replication_degrees() -> None:
     assert z["neighbour_zones"]["mean"] == 2 and z["neighbour_zones"]["max"] == 2
     assert z["neighbour_peers"]["mean"] == pytest.approx(22 / 6)
     assert z["neighbour_peers"]["max"] == 5
+
+
+def test_tables_count_missing_stale_and_extra_entries() -> None:
+    """a and d hold the left half, b the lower right quarter, c the upper: every zone
+    abuts the other two. Exact tables count nothing. Then a's table lacks c, b's lists
+    a with the whole space (a zone a no longer holds), and c's lists e, which holds no
+    zone (gone): one missing, one stale and one extra entry, in three tables."""
+    za = ((0.0, 0.0), (0.5, 1.0))
+    zb = ((0.5, 0.0), (1.0, 0.5))
+    zc = ((0.5, 0.5), (1.0, 1.0))
+
+    def rec(node: str, zone: Any, table: Mapping[str, Any], group: Sequence[str]) -> dict:
+        return peer(node, zone=[list(zone[0]), list(zone[1])], group=list(group),
+                    table={q: zone_digest(z) for q, z in table.items()})
+
+    exact = [rec("a", za, {"b": zb, "c": zc}, "ad"), rec("d", za, {"b": zb, "c": zc}, "ad"),
+             rec("b", zb, {"a": za, "d": za, "c": zc}, "b"),
+             rec("c", zc, {"a": za, "d": za, "b": zb}, "c")]
+    tables = meghdoot_metrics(exact, workload([], {}))["tables"]
+    assert tables == {"inexact_peers": 0, "missing": 0, "stale": 0, "extra": 0}
+    wrong = [rec("a", za, {"b": zb}, "ad"), rec("d", za, {"b": zb, "c": zc}, "ad"),
+             rec("b", zb, {"a": ((0.0, 0.0), (1.0, 1.0)), "d": za, "c": zc}, "b"),
+             rec("c", zc, {"a": za, "d": za, "b": zb, "e": zb}, "c")]
+    tables = meghdoot_metrics(wrong, workload([], {}))["tables"]
+    assert tables == {"inexact_peers": 3, "missing": 1, "stale": 1, "extra": 1}
+    assert meghdoot_metrics([peer("a")], workload([], {}))["tables"] is None  # older runs
 
 
 def test_joins_are_banded_by_the_peers_live_before_each_joined() -> None:
