@@ -25,8 +25,9 @@ is silent):
   exactly 5 % is in bucket ``0-5`` but not under 5 %. Mean and p95 (linear interpolation,
   :func:`nodes.summary.percentile`) of the percentage; ``no_contact`` counts events no
   peer was contacted for (a correct run has none); ``late_contacts`` counts contacts of
-  peers that joined after the event was published (they inflate the percentage; none
-  expected); ``unknown_keys`` counts contact keys of no workload event.
+  peers that joined after the event was published (they inflate the percentage; an event
+  still spreading when a zone splits reaches the new half's owner, so a 10,000-peer run
+  has a few hundred); ``unknown_keys`` counts contact keys of no workload event.
 - **Load** (Figs. 12–14, M2): per peer, the share (%) of the messages it ``received``
   (routing and propagation of subscriptions and events) among all such messages received
   system-wide since it joined: the sum over every peer of the counts in the time buckets
