@@ -206,11 +206,16 @@ def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _zone(r: Mapping[str, Any]) -> tuple:
+    """A record's zone as a hashable ``(lo, hi)`` of float tuples."""
+    return tuple(tuple(map(float, side)) for side in r["zone"])
+
+
 def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     holders: dict[tuple, list[str]] = {}
     volume: dict[tuple, float] = {}
     for r in peers:
-        z = tuple(tuple(map(float, side)) for side in r["zone"])
+        z = _zone(r)
         holders.setdefault(z, []).append(str(r.get("node", "")))
         volume.setdefault(z, float(r.get("volume", math.nan)))
     by_degree = Counter(len(h) for h in holders.values())
@@ -247,7 +252,7 @@ def _tables(peers: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     zones: dict[tuple, list[str]] = {}
     zone_of: dict[str, tuple] = {}
     for r in peers:
-        z = (tuple(map(float, r["zone"][0])), tuple(map(float, r["zone"][1])))
+        z = _zone(r)
         zones.setdefault(z, []).append(str(r["node"]))
         zone_of[str(r["node"])] = z
     order = list(zones)

@@ -476,15 +476,7 @@ def _route_by_hand(cores: Mapping[str, MeghdootCore], first: str, msg: Message,
                    limit: int = 10_000) -> None:
     """Pass ``msg``, arriving at ``first``, and every message it causes, peer to peer in
     the order sent (at most ``limit`` messages)."""
-    queue = [("x9", first, msg)]
-    for _ in range(limit):
-        if not queue:
-            return
-        sender, to, m = queue.pop(0)
-        for a in cores[to].handle(Arrived(sender, m), 1.0):
-            if isinstance(a, Send):
-                queue.append((to, a.link, a.msg))
-    raise AssertionError("messages still moving")
+    _deliver_all(cores, [("x9", first, msg)], limit)
 
 
 @pytest.mark.parametrize("loop_hops", [8, 10_000])

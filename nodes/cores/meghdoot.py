@@ -982,9 +982,7 @@ class MeghdootCore(Repair):
         split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer,
                                              "loads": loads, "told": old_nbrs})
         out += [Send(g, split_msg) for g in group if g != self.broker]
-        update = self._msg(MsgType.ZONE, {"update": {
-            **{g: can.zone_to_json(lower) for g in group},
-            newcomer: can.zone_to_json(upper)}, "loads": loads})
+        update = self._split_update(group, lower, newcomer, upper, loads)
         out += [Send(p, update) for p in sorted(old_nbrs)]
         if self.mirroring:  # after the grant: a copy may travel through the newcomer
             for k, sub in self.subs.items():
@@ -1082,9 +1080,8 @@ class MeghdootCore(Repair):
         untold = sorted(q for q in before if q not in told and q != newcomer)
         if not untold:
             return []
-        update = self._msg(MsgType.ZONE, {"update": {
-            **{g: can.zone_to_json(lower) for g in sorted(self.group)},
-            newcomer: can.zone_to_json(upper)}, "loads": p.get("loads", {})})
+        update = self._split_update(sorted(self.group), lower, newcomer, upper,
+                                    p.get("loads", {}))
         out: list[Action] = [Send(q, update) for q in untold]
         for half, to in ((upper, [newcomer]), (lower, sorted(self.group - {self.broker}))):
             beside = {q: before[q] for q in untold if can.abutment(half, before[q]) is not None}
@@ -1092,6 +1089,14 @@ class MeghdootCore(Repair):
                 introduce = self._msg(MsgType.ZONE, {"update": {}, "introduce": beside})
                 out += [Send(g, introduce) for g in to]
         return out
+
+    def _split_update(self, group: Sequence[str], lower: Zone, newcomer: str, upper: Zone,
+                      loads: Mapping[str, Any]) -> Message:
+        """What a split tells the zone's neighbours: ``group`` holds ``lower`` and
+        ``newcomer`` ``upper``, with the loads of the two peers it changed."""
+        return self._msg(MsgType.ZONE, {"update": {
+            **{g: can.zone_to_json(lower) for g in group},
+            newcomer: can.zone_to_json(upper)}, "loads": loads})
 
     def _relay_to(self, newcomer: str, now_s: float) -> None:
         """Pass on to ``newcomer``, for ``relay_s``, the zone changes neighbours tell."""
