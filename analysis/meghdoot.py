@@ -84,6 +84,7 @@ from matplotlib import ticker
 
 from analysis.paper_figures import save_png
 from nodes.cores.can import zone_digest
+from nodes.cores.can_table import abutting as can_abutting
 from nodes.cores.meghdoot import bucket_of
 from nodes.messages import MsgType
 from nodes.summary import value_stats
@@ -233,15 +234,6 @@ def _zones(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _abutting(lo: np.ndarray, hi: np.ndarray, i: int) -> np.ndarray:
-    """Indices of the zones (rows of ``lo``, ``hi``) that abut zone ``i``: as
-    :func:`nodes.cores.can.abutment`, touching on exactly one dimension and overlapping
-    in every other, for all rows at once."""
-    touch = (hi == lo[i]) | (lo == hi[i])
-    overlap = (lo < hi[i]) & (lo[i] < hi)
-    return np.flatnonzero((touch.sum(axis=1) == 1) & (touch | overlap).all(axis=1))
-
-
 def _tables(peers: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     """How far the peers' neighbour tables are from the zones the records hold: per
     entry, ``missing`` (a peer of an abutting zone the table lacks), ``stale`` (listed
@@ -259,7 +251,7 @@ def _tables(peers: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
     lo = np.array([z[0] for z in order])
     hi = np.array([z[1] for z in order])
     digest = {z: zone_digest(z) for z in order}
-    abutting = {z: [order[j] for j in _abutting(lo, hi, i)] for i, z in enumerate(order)}
+    abutting = {z: [order[j] for j in can_abutting(lo, hi, i)] for i, z in enumerate(order)}
     missing = stale = extra = inexact = 0
     for r in peers:
         table = r["table"]

@@ -75,6 +75,15 @@ def faces(bounds: np.ndarray, zones: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return face & left, face & ~left
 
 
+def abutting(lo: np.ndarray, hi: np.ndarray, i: int) -> np.ndarray:
+    """Indices of the zones (rows of ``lo``, ``hi``; last axis: dimensions) that abut
+    zone ``i`` (:func:`can.abutment`), by :func:`faces`: a whole CAN's zones at once,
+    for a run's final check of the peers' tables."""
+    import numpy as np
+    ul, br = faces(np.moveaxis(_bounds(lo, hi), -1, 0), _touches(lo[i], hi[i])[:, None])
+    return np.flatnonzero(ul | br)
+
+
 def _touches(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Columns ``[hi, -lo]`` of zones ``lo``, ``hi`` (last axis: dimensions; first axis
     of the result), which :func:`faces` compares the table's bounds with."""
