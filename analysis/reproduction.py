@@ -58,6 +58,7 @@ import matplotlib
 
 from analysis.paper_figures import metric
 from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
+from nodes.time_left import duration_text
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
@@ -347,8 +348,10 @@ def delivery_text(point: Point) -> str:
 def run_records(points: Mapping[str, Sequence[Point]], page_dir: Path
                 ) -> list[dict[str, Any]]:
     """Each run the page's numbers came from: experiment, x, folder (relative to the
-    page), runtime, deliveries (see :func:`delivery_text`), seed, scale, git revision, and
-    the workload's measured selectivity and advertisement overlap where it has them."""
+    page), runtime, deliveries (see :func:`delivery_text`), seed, scale, git revision,
+    what the run cost where its manifest says (``resources``: wall seconds, peak memory in
+    MiB, the machine's CPUs and memory; simulated runs), and the workload's measured
+    selectivity and advertisement overlap where it has them."""
     records = []
     for exp, pts in points.items():
         for p in pts:
@@ -358,7 +361,7 @@ def run_records(points: Mapping[str, Sequence[Point]], page_dir: Path
                 "experiment": exp, "x": p.x, "run_dir": str(p.run_dir.relative_to(page_dir)),
                 "runtime": m.get("runtime"), "deliveries": delivery_text(p),
                 "seed": m.get("seed"), "scale": m.get("scale"),
-                "git": m.get("git"),
+                "git": m.get("git"), "resources": m.get("resources"),
                 **{k: meta[k] for k in ("selectivity", "adv_overlap", "selectivity_of")
                    if k in meta},
             })
@@ -431,7 +434,8 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
     body.append("</ol><h2>Runs</h2><table id='runs'><tr><th>Experiment</th><th>x</th>"
                 "<th>Run folder</th><th>Runtime</th><th>Deliveries</th><th>Seed</th><th>Scale</th>"
-                "<th>Git revision</th><th>Measured selectivity</th>"
+                "<th>Git revision</th><th>Run time</th><th>Peak memory</th>"
+                "<th>Measured selectivity</th>"
                 "<th>Advertisements a subscription overlaps</th></tr>")
     records = run_records(points, out_dir)
     if beside:
@@ -448,6 +452,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"(<a href='{e(r['run_dir'])}/{MANIFEST}'>manifest</a>)</td>"
             f"<td>{_fmt(r['runtime'])}</td><td>{_fmt(r['deliveries'])}</td><td>{_fmt(r['seed'])}</td>"
             f"<td>{_fmt(r['scale'])}</td><td><code>{e(rev)}</code></td>"
+            f"{_cost_cells(r.get('resources'))}"
             f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
     body.append("</table>")
@@ -475,6 +480,20 @@ def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     widths = [min(48, max(len(str(c[i])) for c in cells)) for i in range(len(head))]
     return "\n".join("  ".join(str(c)[:w].ljust(w) for c, w in zip(line, widths, strict=True))
                      .rstrip() for line in cells)
+
+
+def _cost_cells(resources: Mapping[str, Any] | None) -> str:
+    """A run's time and peak memory as two cells, with the machine in a tooltip; a dash
+    for runs whose manifest does not say (emulated runs, and runs before it was kept)."""
+    if not resources:
+        return "<td class='num'>—</td><td class='num'>—</td>"
+    machine = html.escape(f"{resources.get('cpus')} CPUs, "
+                          f"{resources.get('mem_total_gib')} GiB", quote=True)
+    peak = f"{resources['peak_rss_mib'] / 1024:.1f} GiB"
+    if not resources.get("peak_reset", True):
+        peak += " (with earlier runs')"
+    return (f"<td class='num' title='{machine}'>{duration_text(resources['wall_s'])}</td>"
+            f"<td class='num' title='{machine}'>{peak}</td>")
 
 
 def _pct(share: float | None) -> str:

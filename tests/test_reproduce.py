@@ -65,6 +65,12 @@ def test_runs_are_linked_with_manifest_seed_and_revision(reproduced: dict[str, d
         assert run["seed"] == manifest["seed"] == 1
         assert run["git"] == manifest["git"] and "commit" in run["git"]
         assert run["runtime"] == "simulated"
+        # What the point cost, on this machine: its own peak (reset at its start), at
+        # least the interpreter with numpy and networkx loaded.
+        cost = run["resources"]
+        assert cost == manifest["resources"]
+        assert cost["peak_reset"] and cost["wall_s"] > 0 and cost["peak_rss_mib"] > 30
+        assert cost["cpus"] == os.cpu_count()
 
 
 @pytest.mark.parametrize("paper", PAPERS)
@@ -144,6 +150,13 @@ def test_the_page_renders_in_a_browser(reproduced: dict[str, dict], paper: str,
             "return [...document.querySelectorAll('#runs a')].map(a => a.href)")
         assert len(run_links) == 2 * len(d["runs"])
         assert all(link.startswith("file://") for link in run_links)
+        costs = driver.execute_script(
+            "return [...document.querySelectorAll('#runs tr')].slice(1).map("
+            "tr => [tr.cells[8].innerText, tr.cells[9].innerText])")
+        assert len(costs) == len(d["runs"])
+        for (took, peak), run in zip(costs, d["runs"], strict=True):
+            assert took.endswith((" s", " min")) and peak == (
+                f"{run['resources']['peak_rss_mib'] / 1024:.1f} GiB")
     finally:
         driver.quit()
 

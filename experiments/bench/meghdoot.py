@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from experiments.bench.sim import _peak_mib
+from experiments.runs.resources import peak_rss_mib
 
 SPEC = "meghdoot-peers"
 
@@ -45,7 +45,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     from nodes.messages import MsgType
     from nodes.sim import simulate
 
-    baseline = _peak_mib()
+    baseline = peak_rss_mib()
     plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}",
                                          f"routing.params.load_reports={load_reports}"]),
                         netem=False)
@@ -72,7 +72,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
             "operations": done, "of_operations": len(ops), "first_join": head,
             "wall_s": round(wall_s, 2), "ms_per_operation": round(1000 * wall_s / done, 3),
             "ims": ims, "ims_per_s": round(ims / wall_s),
-            "baseline_mib": round(baseline, 1), "peak_mib": round(_peak_mib(), 1)}
+            "baseline_mib": round(baseline, 1), "peak_mib": round(peak_rss_mib(), 1)}
 
 
 def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3) -> dict[str, Any]:

@@ -30,7 +30,6 @@ import json
 import math
 import multiprocessing
 import random
-import resource
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -39,6 +38,7 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.runs.resources import peak_rss_mib
 from nodes.core import Action, Event, FromClient, Send
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
@@ -178,23 +178,9 @@ def _on_demand_workload(n: int, messages: int, seed: int) -> tuple[nx.Graph, Wor
     return g, Workload(Schema({}), clients, tuple(ops), {"seed": seed})
 
 
-def _peak_mib() -> float:
-    """This process's peak resident set size (MiB): ``VmHWM`` of ``/proc/self/status``,
-    which starts afresh at exec (``ru_maxrss`` would carry over the parent's peak into a
-    spawned child); ``ru_maxrss`` where there is no ``/proc``."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
 def _measure(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
     """One run of the comparison, in the (fresh) process that calls it."""
-    baseline = _peak_mib()
+    baseline = peak_rss_mib()
     if kind == "static":
         r = _one("random_regular", n, messages, seed)
         r["rate_per_s"] = r["ims_per_s"]
@@ -214,7 +200,7 @@ def _measure(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
              "events_per_s": round(res.events / loop_s), "ims_per_s": round(ims / loop_s),
              "rate_per_s": round(ims / loop_s)}
     r["baseline_mib"] = round(baseline, 1)
-    r["peak_mib"] = round(_peak_mib(), 1)
+    r["peak_mib"] = round(peak_rss_mib(), 1)
     return r
 
 

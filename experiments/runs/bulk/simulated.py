@@ -20,6 +20,7 @@ from experiments.runs.bulk.rounds import (
     run_rounds,
 )
 from experiments.runs.manifest import base_manifest
+from experiments.runs.resources import RunCost
 from nodes.core import Action, Deliver, Event, Record, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.lbdd import lbdd_tree, tree_stats
@@ -174,6 +175,7 @@ def run_bulk_simulation(run_plan: RunPlan, out_base: Path, *, label: str | None 
                         ) -> tuple[Path, dict[str, dict[str, Any]]]:
     """``pubsublab sim`` for a bulk plan: the rounds in the simulator, or the depth sweep;
     the run folder is named ``label`` (default ``<spec>-sim``)."""
+    cost = RunCost()
     run_dir = new_run_dir(out_base, label or f"{run_plan.name}-sim")
     manifest = {**base_manifest(run_plan, run_dir, "simulated"),
                 "workload": dict(run_plan.workload_params)}
@@ -196,5 +198,6 @@ def run_bulk_simulation(run_plan: RunPlan, out_base: Path, *, label: str | None 
 
         ips = {b: overlay.nodes[b]["ip"] for b in names}
         summaries = run_rounds(run_plan, ips, "simulated", round_fn, run_dir)
+    manifest["resources"] = cost.record()
     write_manifest(run_dir, manifest)
     return run_dir, summaries

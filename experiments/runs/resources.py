@@ -1,0 +1,74 @@
+"""What a run cost: its wall time and the peak memory of the process that ran it, for the
+manifest (``resources``), so that a reproduction can say how long each point took and
+how much memory it needed on the machine it names.
+
+Peak memory is ``VmHWM`` of ``/proc/self/status``, the process's peak resident set size,
+reset at the start of each run by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0
+and later): ``pubsublab reproduce`` runs its points one after the other in one process,
+and without the reset a point would report the largest of the points before it. Where
+there is no ``/proc`` the peak is ``ru_maxrss`` (the process's, not reset).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+_MEMINFO = "/proc/meminfo"
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size (MiB) since it began or since the last
+    :func:`reset_peak_rss` (``VmHWM``; it starts afresh at exec, where ``ru_maxrss``
+    would carry over the parent's peak into a spawned child)."""
+    try:
+        with open(_STATUS, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak resident set size afresh from the current one; False where the
+    kernel does not allow it (then :func:`peak_rss_mib` includes earlier work)."""
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _mem_total_gib() -> float | None:
+    try:
+        with open(_MEMINFO, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2**20, 1)  # kB
+    except OSError:
+        pass
+    return None
+
+
+class RunCost:
+    """Started when a run starts; :meth:`record` gives the manifest's ``resources``:
+    ``wall_s`` (seconds since the start), ``peak_rss_mib`` (this process's peak since
+    the start), ``peak_reset`` (whether that peak could be reset at the start: if not,
+    it may be an earlier run's), and the machine's ``cpus`` and ``mem_total_gib``."""
+
+    def __init__(self) -> None:
+        self.peak_reset = reset_peak_rss()
+        self.t0 = time.perf_counter()
+
+    def record(self) -> dict[str, Any]:
+        """The run's cost so far (see the class docstring)."""
+        return {"wall_s": round(time.perf_counter() - self.t0, 3),
+                "peak_rss_mib": round(peak_rss_mib(), 1), "peak_reset": self.peak_reset,
+                "cpus": os.cpu_count(), "mem_total_gib": _mem_total_gib()}
