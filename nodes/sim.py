@@ -378,7 +378,9 @@ def simulate(
     docstring, "Membership"). With ``processing`` brokers take time to handle messages
     and hold their senders back when their input buffers fill (:mod:`nodes.processing`).
     ``progress``, if given, is called with the share of client operations done, at most
-    every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line).
+    every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
+    each operation weighed by the brokers that are members when it runs (see
+    :meth:`_Sim._membership`).
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -819,7 +821,7 @@ class _Sim:
                     wall = time.perf_counter()
                     if wall - last_report >= PROGRESS_EVERY_S:
                         last_report = wall
-                        self.progress(ops_done / len(ops))
+                        self.progress(self.op_share[ops_done - 1])
             elif kind == _TIMER:
                 act(a, cores[a].handle(TimerFired(b), t), t)
             else:  # _DEPART: a queue hands a frame to the wire; no core sees it
@@ -1247,7 +1249,15 @@ class _Sim:
 
     def _membership(self, ops: Sequence[ClientOp]) -> set[int]:
         """Check the workload's membership ops and return the brokers dormant at the
-        start (those with a JOIN op); CRASH ops become kills (the earliest counts)."""
+        start (those with a JOIN op); CRASH ops become kills (the earliest counts).
+
+        It also sets ``op_share``: per operation in run order, the share of the work done
+        once it has run, each operation weighed by the members (brokers joined and not
+        left) there are when it runs, since an event reaches a share of them. On a fixed
+        overlay that is the share of operations. In a 10,000-peer Meghdoot run the
+        events after the last join cost thousands of times the subscriptions the first
+        peer stores before the first; counted alike, a run's line said "91 % done, about
+        20 min left" after 5 minutes of 69."""
         bidx = self.bidx
         for op in ops:
             if op.msg.type is MsgType.CRASH:
@@ -1255,7 +1265,11 @@ class _Sim:
                 self.kill_at[bi] = min(self.kill_at.get(bi, math.inf), float(op.t_s))
         dormant = {bidx[op.broker] for op in ops if op.msg.type is MsgType.JOIN}
         away = set(dormant)
+        done = 0  # the members summed over the operations so far
+        cumulative = []
         for i in sorted(range(len(ops)), key=lambda i: (ops[i].t_s, i)):  # run order
+            done += max(1, len(bidx) - len(away))
+            cumulative.append(done)
             op = ops[i]
             bi, mtype = bidx[op.broker], op.msg.type
             dies = self.kill_at.get(bi, math.inf)
@@ -1273,6 +1287,7 @@ class _Sim:
                                  "only to nodes that have joined")
             elif mtype is MsgType.LEAVE:
                 away.add(bi)
+        self.op_share = [c / done for c in cumulative]
         return dormant
 
     def _member_op(self, op: ClientOp, t: float) -> None:
