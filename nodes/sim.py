@@ -165,9 +165,11 @@ analysis does not care which runtime produced a run. Modelling choices:
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
 import math
+import operator
 import random
 import resource
 import time
@@ -242,6 +244,7 @@ _UP, _CLOSE, _REFUSE = 8, 9, 10
 _MEMBERSHIP = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
+_end = operator.itemgetter(1)  # a NIC reservation's end (start, end)
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
@@ -1095,18 +1098,18 @@ class _Sim:
         Reservations that touch are kept as one interval: a burst of frames queued at
         one instant is then one entry, not a list scanned once per frame."""
         busy = self.nic_busy[bi]
-        past = 0
-        while past < len(busy) and busy[past][1] <= now:
-            past += 1
-        del busy[:past]  # reservations over by now can hold nothing up
+        # Reservations are disjoint and in order, so their ends are too: those over by
+        # now can hold nothing up, and the search starts at the first that ends after
+        # ready (found by bisection: a peer reporting its load to a thousand
+        # neighbours holds as many reservations).
+        del busy[:bisect.bisect_right(busy, now, key=_end)]
         start, pos = ready, len(busy)
-        for i, (s, e) in enumerate(busy):
-            if e <= start:
-                continue
+        for i in range(bisect.bisect_right(busy, ready, key=_end), len(busy)):
+            s, e = busy[i]
             if s >= start + busy_s:
                 pos = i
                 break
-            start = max(start, e)
+            start = e
         end = start + busy_s
         if pos > 0 and busy[pos - 1][1] == start:  # touches the one before: extend it
             pos -= 1
