@@ -434,7 +434,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
     body.append("</ol><h2>Runs</h2><table id='runs'><tr><th>Experiment</th><th>x</th>"
                 "<th>Run folder</th><th>Runtime</th><th>Deliveries</th><th>Seed</th><th>Scale</th>"
-                "<th>Git revision</th><th>Run time</th><th>Peak memory</th>"
+                "<th>Git revision</th><th>Wall time</th><th>Peak memory</th>"
                 "<th>Measured selectivity</th>"
                 "<th>Advertisements a subscription overlaps</th></tr>")
     records = run_records(points, out_dir)
@@ -452,7 +452,7 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"(<a href='{e(r['run_dir'])}/{MANIFEST}'>manifest</a>)</td>"
             f"<td>{_fmt(r['runtime'])}</td><td>{_fmt(r['deliveries'])}</td><td>{_fmt(r['seed'])}</td>"
             f"<td>{_fmt(r['scale'])}</td><td><code>{e(rev)}</code></td>"
-            f"{_cost_cells(r.get('resources'))}"
+            f"{cost_cells(r.get('resources'))}"
             f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
     body.append("</table>")
@@ -482,16 +482,20 @@ def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
                      .rstrip() for line in cells)
 
 
-def _cost_cells(resources: Mapping[str, Any] | None) -> str:
-    """A run's time and peak memory as two cells, with the machine in a tooltip; a dash
-    for runs whose manifest does not say (emulated runs, and runs before it was kept)."""
-    if not resources:
-        return "<td class='num'>—</td><td class='num'>—</td>"
-    machine = html.escape(f"{resources.get('cpus')} CPUs, "
-                          f"{resources.get('mem_total_gib')} GiB", quote=True)
-    peak = f"{resources['peak_rss_mib'] / 1024:.1f} GiB"
+def cost_cells(resources: Mapping[str, Any] | None) -> str:
+    """A run's wall time and peak memory as two cells, the machine in their tooltip; a
+    dash for runs whose manifest does not say (emulated runs, and runs from before it
+    was kept). A peak that could not be reset at the run's start is the process's since
+    it began: an upper bound."""
+    if not resources or "wall_s" not in resources or "peak_rss_mib" not in resources:
+        return "<td class='num'>-</td><td class='num'>-</td>"
+    machine = html.escape(f"{resources.get('cpus', '?')} CPUs, "
+                          f"{resources.get('mem_total_gib', '?')} GiB of memory")
+    mib = resources["peak_rss_mib"]
+    peak = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
     if not resources.get("peak_reset", True):
-        peak += " (with earlier runs')"
+        peak = f"at most {peak}"
+        machine += html.escape("; the process's peak since it began (not reset)")
     return (f"<td class='num' title='{machine}'>{duration_text(resources['wall_s'])}</td>"
             f"<td class='num' title='{machine}'>{peak}</td>")
 

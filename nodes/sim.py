@@ -382,7 +382,7 @@ def simulate(
     and hold their senders back when their input buffers fill (:mod:`nodes.processing`).
     ``progress``, if given, is called with the share of client operations done, at most
     every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
-    each operation weighed by the brokers that are members when it runs (see
+    each operation weighted by the brokers that are members when it runs (see
     :meth:`_Sim._membership`).
     """
     if window_ms <= 0:
@@ -669,7 +669,7 @@ class _Sim:
             if workload.clients.get(op.client) != op.broker:
                 raise ValueError(f"op at {op.t_s} s: client {op.client} is not attached to "
                                  f"{op.broker} in the workload's client map")
-        self.dormant = self._membership(workload.ops)
+        self.dormant, self.op_work = self._membership(workload.ops)
 
         # ---- cores
         if isinstance(core, str):
@@ -824,7 +824,7 @@ class _Sim:
                     wall = time.perf_counter()
                     if wall - last_report >= PROGRESS_EVERY_S:
                         last_report = wall
-                        self.progress(self.op_share[ops_done - 1])
+                        self.progress(self.op_work[ops_done - 1] / self.op_work[-1])
             elif kind == _TIMER:
                 act(a, cores[a].handle(TimerFired(b), t), t)
             else:  # _DEPART: a queue hands a frame to the wire; no core sees it
@@ -1250,13 +1250,13 @@ class _Sim:
 
     # ---- membership and links on demand (module docstring) --------------------------------
 
-    def _membership(self, ops: Sequence[ClientOp]) -> set[int]:
+    def _membership(self, ops: Sequence[ClientOp]) -> tuple[set[int], array[int]]:
         """Check the workload's membership ops and return the brokers dormant at the
-        start (those with a JOIN op); CRASH ops become kills (the earliest counts).
+        start (those with a JOIN op), and the work done once each operation in run order
+        has run, for the progress share; CRASH ops become kills (the earliest counts).
 
-        It also sets ``op_share``: per operation in run order, the share of the work done
-        once it has run, each operation weighed by the members (brokers joined and not
-        left) there are when it runs, since an event reaches a share of them. On a fixed
+        The work: each operation weighted by the members (brokers joined and not left)
+        there are when it runs, since an event reaches a share of them. On a fixed
         overlay that is the share of operations. In a 10,000-peer Meghdoot run the
         events after the last join cost thousands of times the subscriptions the first
         peer stores before the first; counted alike, a run's line said "91 % done, about
@@ -1269,7 +1269,7 @@ class _Sim:
         dormant = {bidx[op.broker] for op in ops if op.msg.type is MsgType.JOIN}
         away = set(dormant)
         done = 0  # the members summed over the operations so far
-        cumulative = []
+        cumulative = array("q")
         for i in sorted(range(len(ops)), key=lambda i: (ops[i].t_s, i)):  # run order
             done += max(1, len(bidx) - len(away))
             cumulative.append(done)
@@ -1290,8 +1290,7 @@ class _Sim:
                                  "only to nodes that have joined")
             elif mtype is MsgType.LEAVE:
                 away.add(bi)
-        self.op_share = [c / done for c in cumulative]
-        return dormant
+        return dormant, cumulative
 
     def _member_op(self, op: ClientOp, t: float) -> None:
         """A JOIN, LEAVE or CRASH op (CRASH is carried out as a kill, see _membership)."""

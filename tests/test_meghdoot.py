@@ -942,3 +942,16 @@ def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:
         runs.count(k)
     assert runs.items() == sorted(Counter(keys).items())
     assert len(runs.keys) == 6  # the runs, not one entry per message
+
+
+def test_a_load_report_naming_the_receiver_leaves_its_own_entry_as_it_was() -> None:
+    """The receiver knows its own load best: a neighbour's loadedPeerList naming it
+    neither changes its entry nor adds one; the others' loads are taken as floats."""
+    core = MeghdootCore("p0", (), {"seed_peer": "p0"})
+    core.loaded = {"p0": 7, "p1": 1.0}
+    core._merge_loaded([["p2", 5], ["p0", 99.0], ["p1", 3]])
+    assert core.loaded == {"p0": 7, "p1": 3.0, "p2": 5.0}
+    assert [type(v) for v in core.loaded.values()] == [int, float, float]
+    core.loaded = {"p1": 1.0}
+    core._merge_loaded([["p0", 99.0], ["p3", 2.5]])
+    assert core.loaded == {"p1": 1.0, "p3": 2.5}

@@ -155,8 +155,8 @@ def test_the_page_renders_in_a_browser(reproduced: dict[str, dict], paper: str,
             "tr => [tr.cells[8].innerText, tr.cells[9].innerText])")
         assert len(costs) == len(d["runs"])
         for (took, peak), run in zip(costs, d["runs"], strict=True):
-            assert took.endswith((" s", " min")) and peak == (
-                f"{run['resources']['peak_rss_mib'] / 1024:.1f} GiB")
+            assert took.endswith((" s", " min"))
+            assert peak == f"{run['resources']['peak_rss_mib']:.0f} MiB"  # under a GiB
     finally:
         driver.quit()
 
@@ -302,3 +302,18 @@ def test_the_run_list_says_which_runs_missed_deliveries(tmp_path: Path) -> None:
              "tid-dynamic": {"missing": 0, "duplicates": 2}}
     assert delivery_text(Point(None, tmp_path, {}, lossy)) == (
         "tid-static: 8 missing, 0 twice; tid-dynamic: 0 missing, 2 twice")
+
+
+def test_a_runs_cost_reads_in_mib_or_gib_and_says_when_its_peak_is_an_upper_bound() -> None:
+    from analysis.reproduction import cost_cells
+
+    base = {"wall_s": 4140.0, "cpus": 2, "mem_total_gib": 23.5, "peak_reset": True}
+    assert ">69.0 min<" in cost_cells({**base, "peak_rss_mib": 9830.4})
+    assert ">9.6 GiB<" in cost_cells({**base, "peak_rss_mib": 9830.4})
+    assert ">812 MiB<" in cost_cells({**base, "peak_rss_mib": 812.3})
+    unreset = cost_cells({**base, "peak_rss_mib": 812.3, "peak_reset": False})
+    assert ">at most 812 MiB<" in unreset and "not reset" in unreset
+    assert "title='2 CPUs, 23.5 GiB of memory'" in cost_cells({**base, "peak_rss_mib": 1})
+    # Emulated runs, and runs from before the manifest said: two dashes.
+    assert cost_cells(None) == cost_cells({}) == (
+        "<td class='num'>-</td><td class='num'>-</td>")

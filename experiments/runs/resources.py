@@ -5,8 +5,9 @@ how much memory it needed on the machine it names.
 Peak memory is ``VmHWM`` of ``/proc/self/status``, the process's peak resident set size,
 reset at the start of each run by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0
 and later): ``pubsublab reproduce`` runs its points one after the other in one process,
-and without the reset a point would report the largest of the points before it. Where
-there is no ``/proc`` the peak is ``ru_maxrss`` (the process's, not reset).
+and without the reset a point would report the largest of the points before it. The
+reset restarts the peak from what the process holds at that moment (what earlier points
+left behind included), so a point's peak is what it held at its largest.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import resource
 import time
 from typing import Any
 
+from nodes.time_left import duration_text
+
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
-_MEMINFO = "/proc/meminfo"
 
 
 def peak_rss_mib() -> float:
     """This process's peak resident set size (MiB) since it began or since the last
     :func:`reset_peak_rss` (``VmHWM``; it starts afresh at exec, where ``ru_maxrss``
-    would carry over the parent's peak into a spawned child)."""
+    would carry over the parent's peak into a spawned child). Without ``/proc`` (a
+    container that does not mount it) ``ru_maxrss``, in KiB on Linux, never reset."""
     try:
         with open(_STATUS, encoding="ascii") as fh:
             for line in fh:
@@ -32,7 +35,7 @@ def peak_rss_mib() -> float:
                     return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def reset_peak_rss() -> bool:
@@ -46,22 +49,13 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def _mem_total_gib() -> float | None:
-    try:
-        with open(_MEMINFO, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 2**20, 1)  # kB
-    except OSError:
-        pass
-    return None
-
-
 class RunCost:
     """Started when a run starts; :meth:`record` gives the manifest's ``resources``:
     ``wall_s`` (seconds since the start), ``peak_rss_mib`` (this process's peak since
     the start), ``peak_reset`` (whether that peak could be reset at the start: if not,
-    it may be an earlier run's), and the machine's ``cpus`` and ``mem_total_gib``."""
+    it is the process's peak since it began, an upper bound), and the machine's
+    ``cpus`` and ``mem_total_gib``. Starting one resets the whole process's peak, so a
+    measure around it (a benchmark of the process) loses its own."""
 
     def __init__(self) -> None:
         self.peak_reset = reset_peak_rss()
@@ -69,6 +63,13 @@ class RunCost:
 
     def record(self) -> dict[str, Any]:
         """The run's cost so far (see the class docstring)."""
+        mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return {"wall_s": round(time.perf_counter() - self.t0, 3),
                 "peak_rss_mib": round(peak_rss_mib(), 1), "peak_reset": self.peak_reset,
-                "cpus": os.cpu_count(), "mem_total_gib": _mem_total_gib()}
+                "cpus": os.cpu_count(), "mem_total_gib": round(mem_bytes / 2**30, 1)}
+
+
+def cost_text(record: dict[str, Any]) -> str:
+    """A run's :meth:`RunCost.record` as the line a runner logs at its end."""
+    return (f"took {duration_text(record['wall_s'])}, peak memory "
+            f"{record['peak_rss_mib']:.0f} MiB")

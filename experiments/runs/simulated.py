@@ -20,14 +20,14 @@ from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
 from experiments.runs.manifest import base_manifest, node_names
-from experiments.runs.resources import RunCost
+from experiments.runs.resources import RunCost, cost_text
 from experiments.runs.summaries import log_extras, summed_counters
 from experiments.spec import load_spec
 from nodes.log_summary import summarize_logs
 from nodes.runfolder import SWEEP, WORKLOAD, new_run_dir, write_json, write_manifest, write_summary
 from nodes.sim import LinkModel, SimResult, simulate, summarize
 from nodes.summary import delay_stats_ms
-from nodes.time_left import TimeLeft, duration_text
+from nodes.time_left import TimeLeft
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import Key, expected_deliveries
 from topologies.links import LinkParams
@@ -109,8 +109,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
             f"duplicates {summary['duplicates']}")
     manifest["resources"] = cost.record()
     write_manifest(run_dir, manifest)
-    log(f"took {duration_text(manifest['resources']['wall_s'])}, peak memory "
-        f"{manifest['resources']['peak_rss_mib']:.0f} MiB")
+    log(cost_text(manifest["resources"]))
     draw([(None, summaries)], run_dir)
     draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
     draw_meghdoot({a: s.get("meghdoot") for a, s in summaries.items()}, run_dir)

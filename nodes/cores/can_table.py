@@ -153,11 +153,12 @@ class ZoneTable:
         self.peers: list[list[str]] = []  # per row, sorted; the first names the zone's order
         self.row: dict[Zone, int] = {}
         # Per row, as a column here, [lo, -hi], with -inf for a side closed at the
-        # domain's end (1.0): a zone meets a box when the whole column is at most
-        # probe(box), one comparison (as two, with the closed end tested apart, a fifth
-        # of a 1,000-peer run's time). Columns, so that the test reduces over the
-        # dimensions row by row of contiguous zones: 15 us at 300 zones where rows of
-        # dimensions took 26, 46 at 1,200 where they took 110, in a benchmark of the two.
+        # domain's end (1.0): a zone meets a box when the column is at most probe(box)
+        # on the rows the box can fail, one comparison (as two, with the closed end
+        # tested apart, a fifth of a 1,000-peer run's time). Columns, so that the test
+        # reduces over the dimensions row by row of contiguous zones: 15 us at 300 zones
+        # where rows of dimensions took 26, 46 at 1,200 where they took 110, in a
+        # benchmark of the two.
         self.bounds = np.zeros((2 * dims, 0))
         self.ahead = np.zeros(0, dtype=bool)  # upper-left of own
         self.later = np.zeros(0, dtype=bool)  # bottom-right of own
@@ -294,7 +295,9 @@ class ZoneTable:
 
     def meeting(self, box: Zone) -> np.ndarray:
         """Per row, whether the zone holds a point of the closed ``box`` (as can.meets:
-        ``z_lo <= hi`` and ``lo < z_hi`` on every dimension, or ``z_hi`` is 1.0)."""
+        ``z_lo <= hi`` and ``lo < z_hi`` on every dimension, or ``z_hi`` is 1.0), for
+        zones as CAN makes them (inside [0, 1], every side of positive length: see
+        :func:`probe`)."""
         import numpy as np
         column, rows = probe(box)
         return np.logical_and.reduce(self.bounds[rows, :self.n] <= column, axis=0)

@@ -124,7 +124,7 @@ import sys
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from nodes.core import (
     Action,
@@ -300,7 +300,11 @@ class _Report(NamedTuple):
     subs: int  # subscriptions stored
 
 
-class _SharedRead:
+P = TypeVar("P")  # a payload part
+R = TypeVar("R")  # what is read from it
+
+
+class _SharedRead(Generic[P, R]):
     """``read(part)`` of a payload part, remembered for the part last read (kept alive
     here, so the identity test cannot meet a new part at a freed one's address). In the
     simulator a report's copies share one payload and reach the sender's neighbours one
@@ -311,11 +315,11 @@ class _SharedRead:
     events (two thirds of its messages). Each emulated broker decodes its own payload:
     no sharing there, the same values either way."""
 
-    def __init__(self, read: Callable[[Any], Any]) -> None:
+    def __init__(self, read: Callable[[P], R]) -> None:
         self.read = read
-        self.last: tuple[Any, Any] | None = None
+        self.last: tuple[P, R] | None = None
 
-    def __call__(self, part: Any) -> Any:
+    def __call__(self, part: P) -> R:
         last = self.last
         if last is not None and last[0] is part:
             return last[1]
@@ -324,12 +328,20 @@ class _SharedRead:
         return value
 
 
-# The _Report of each peer's [load, spread, subs] in a report's loads.
-_reports_of = _SharedRead(lambda loads: {peer: _Report(float(load), int(spread), int(subs))
-                                         for peer, (load, spread, subs) in loads.items()})
+def _read_loads(loads: Mapping[str, Sequence[float]]) -> dict[str, _Report]:
+    """The :class:`_Report` of each peer's ``[load, spread, subs]`` in a report's loads."""
+    return {peer: _Report(float(load), int(spread), int(subs))
+            for peer, (load, spread, subs) in loads.items()}
+
+
+def _read_top(top: Sequence[Sequence[Any]]) -> list[tuple[str, float]]:
+    """A report's loadedPeerList as ``(peer, load)`` pairs."""
+    return [(str(peer), float(load)) for peer, load in top]
+
+
+_reports_of = _SharedRead(_read_loads)
 _zone_of = _SharedRead(can.zone_from_json)  # a report's zone
-# A report's loadedPeerList as (peer, load) pairs.
-_top_of = _SharedRead(lambda top: [(str(peer), float(load)) for peer, load in top])
+_top_of = _SharedRead(_read_top)
 
 
 def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
@@ -867,7 +879,9 @@ class MeghdootCore(Repair):
                     self.loaded[peer] = report.load
 
     def _merge_loaded(self, top: Sequence[Sequence[Any]]) -> None:
-        """A report's loadedPeerList into this peer's, but for this peer's own entry."""
+        """A report's loadedPeerList into this peer's, but for this peer's own entry
+        (which this peer knows best, and which it keeps out of its list if it is not
+        there). Every entry is read first (a malformed load fails the whole report)."""
         loaded, own = self.loaded, self.loaded.get(self.broker)
         loaded.update(_top_of(top))
         if own is not None:

@@ -20,7 +20,7 @@ from experiments.runs.bulk.rounds import (
     run_rounds,
 )
 from experiments.runs.manifest import base_manifest
-from experiments.runs.resources import RunCost
+from experiments.runs.resources import RunCost, cost_text
 from nodes.core import Action, Deliver, Event, Record, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.lbdd import lbdd_tree, tree_stats
@@ -200,4 +200,5 @@ def run_bulk_simulation(run_plan: RunPlan, out_base: Path, *, label: str | None 
         summaries = run_rounds(run_plan, ips, "simulated", round_fn, run_dir)
     manifest["resources"] = cost.record()
     write_manifest(run_dir, manifest)
+    log(cost_text(manifest["resources"]))
     return run_dir, summaries
