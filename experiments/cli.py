@@ -108,12 +108,13 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
 
     from experiments.plan import emulation_fits
     from experiments.runs.faults import EXIT_LOSSY, LOSSY
+    from experiments.runs.resources import physical_memory_bytes
     from experiments.runs.summaries import summary_table
     from experiments.runs.testbed import run_experiment, workload_phases
 
     plan = _plan(args)
     if not args.allow_large:
-        mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        mem_mb = physical_memory_bytes() / 2**20
         too_big = emulation_fits(plan, os.cpu_count() or 1, mem_mb)
         if too_big:
             raise SpecError(f"topology too large to emulate here: {too_big} (--allow-large "

@@ -49,6 +49,11 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def physical_memory_bytes() -> int:
+    """The machine's memory, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 class RunCost:
     """Started when a run starts; :meth:`record` gives the manifest's ``resources``:
     ``wall_s`` (seconds since the start), ``peak_rss_mib`` (this process's peak since
@@ -63,7 +68,7 @@ class RunCost:
 
     def record(self) -> dict[str, Any]:
         """The run's cost so far (see the class docstring)."""
-        mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        mem_bytes = physical_memory_bytes()
         return {"wall_s": round(time.perf_counter() - self.t0, 3),
                 "peak_rss_mib": round(peak_rss_mib(), 1), "peak_reset": self.peak_reset,
                 "cpus": os.cpu_count(), "mem_total_gib": round(mem_bytes / 2**30, 1)}
