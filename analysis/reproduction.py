@@ -142,6 +142,8 @@ def curve(points: Sequence[Point], ours: Mapping[str, Any],
     series = ours.get("series")
     out: list[tuple[float, float]] = []
     if series is not None:
+        if not points:  # the experiment's one run did not run (reproduce --no-run)
+            return out
         summary = points[0].summaries.get(algorithm, {})
         for item in summary.get(series, []):
             y = _figure_of({**item, "scale": summary.get("scale")}, ours)
@@ -208,7 +210,12 @@ def _direction(row: Mapping[str, Any], ours: float, numbers: Mapping[str, float 
     return ours > ref if side == "above" else ours < ref
 
 
-def _scale_text(exp: Mapping[str, Any], points: Sequence[Point]) -> str:
+def _scale_text(exp: Mapping[str, Any], points: Sequence[Point],
+                missing: Sequence[float | None] = ()) -> str:
+    """The scale the points ran at, their x values beside the paper's, and the x values
+    of the experiment's points that did not run (``missing``), if any."""
+    if not points:
+        return "not run: no point of this experiment has finished"
     scale = points[0].manifest.get("scale")
     text = f"workload x{scale:g} of the paper's" if scale is not None else "as the spec states"
     x = exp.get("x")
@@ -217,6 +224,9 @@ def _scale_text(exp: Mapping[str, Any], points: Sequence[Point]) -> str:
         paper = [round(v * x.get("paper_per_ours", 1.0), 3) for v in ours]
         text += (f"; {x['label']}: ours {', '.join(f'{v:g}' for v in ours)} for the "
                  f"paper's {', '.join(f'{v:g}' for v in paper)}")
+    if missing:
+        text += (f"; not run: {', '.join(f'{v:g}' for v in missing if v is not None)} "
+                 "(Points not run)")
     return text
 
 
@@ -232,9 +242,15 @@ def _ran_in(points: Sequence[Point], default: str) -> str:
 
 
 def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]],
-                  runtime: str) -> list[dict[str, Any]]:
+                  runtime: str, not_run: Sequence[Mapping[str, Any]] = ()
+                  ) -> list[dict[str, Any]]:
     """One row per headline number of ``paper``: the paper's, ours and how they compare
-    (the keys of ``pubsublab reproduce --json``'s rows, plus ``source``)."""
+    (the keys of ``pubsublab reproduce --json``'s rows, plus ``source``). ``not_run``:
+    points without a run (experiment and x), named in their experiment's rows' scale, so
+    a row over fewer points than the paper's says so."""
+    missing: dict[str, list[float | None]] = {}
+    for p in not_run:
+        missing.setdefault(p["experiment"], []).append(p["x"])
     rows = []
     for row in paper["rows"]:
         spec = row["ours"]
@@ -260,7 +276,8 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
             # The runtime the points really ran in: under --runtime emulated, a
             # simulated-only experiment's rows still come from the simulator.
             "conditions": f"{exp['conditions']}; {_ran_in(pts, runtime)}",
-            "scale": _scale_text(exp, pts), "why": " ".join(row["why"].split()),
+            "scale": _scale_text(exp, pts, missing.get(spec["experiment"], ())),
+            "why": " ".join(row["why"].split()),
             "experiment": spec["experiment"],
         })
     return rows
@@ -295,6 +312,9 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
                 (f" ({other})", other_points, "--", "x", 0.5)]
     curves = [(alg, suffix, curve(pts, spec, alg), ls, marker, alpha)
               for suffix, pts, ls, marker, alpha in runs for alg in algorithms]
+    if not points:  # reproduce --no-run, no finished point: an empty bar would read as 0
+        ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+        curves = []
     single = all(len(c) <= 1 for _, _, c, *_ in curves)
     for alg, suffix, c, ls, marker, alpha in curves:
         name = legend.get(alg, alg) + suffix
@@ -383,10 +403,12 @@ img { display: block; }
 
 def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                points: Mapping[str, Sequence[Point]], out_dir: Path, *, runtime: str,
-               quick: bool, beside: Beside | None = None) -> Path:
+               quick: bool, beside: Beside | None = None,
+               not_run: Sequence[Mapping[str, Any]] = ()) -> Path:
     """``out_dir/reproduction.html``: one self-contained page (figures inline as base64
     PNG) with the rows, our figure beside each, and links to the run folders; with
-    ``beside``, the other runtime's numbers in their own columns and curves."""
+    ``beside``, the other runtime's numbers in their own columns and curves; with
+    ``not_run`` (experiment, x, est_s), a table of the points that did not run."""
     e = html.escape
     scale = "quick scale (tests and CI)" if quick else "the specs' stated scale"
     shown = (f"<b>{e(runtime)}</b>, beside <b>{e(beside.runtime)}</b> (the reproduction "
@@ -456,6 +478,17 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
     body.append("</table>")
+    if not_run:
+        body.append(
+            "<h2>Points not run</h2><p>This folder has no finished run of these points, "
+            "so the rows above stand on the others (their scale names them). "
+            f"<code>pubsublab reproduce {e(paper['paper'])} --resume {e(str(out_dir))}"
+            "</code> runs them; the estimate is the data file's, from runs on a "
+            "2-core machine.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
+            "<th>Estimated time</th></tr>")
+        body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
+                 f"<td class='num'>{duration_text(p['est_s'])}</td></tr>" for p in not_run]
+        body.append("</table>")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"
             f"</head><body>{''.join(body)}</body></html>")

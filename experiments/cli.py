@@ -169,7 +169,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     resume = Path(args.resume) if args.resume else None
     beside = Path(args.beside) if args.beside else None
     _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out), resume,
-                          beside)
+                          beside, run=not args.no_run)
     _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
     return 0
 
@@ -382,6 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "curves, dashed, on our figures (read, not run again); e.g. "
                          "sudo pubsublab reproduce octopia --runtime emulated --beside "
                          "runs/<stamp>-reproduce-octopia-sim")
+    rp.add_argument("--no-run", action="store_true",
+                    help="with --resume: run nothing; the page of the points the folder "
+                         "has, listing those it lacks with their estimated time (e.g. "
+                         "a copy of experiments/papers/finished/<stamp>-reproduce-"
+                         "meghdoot-sim, read in seconds)")
     rp.add_argument("--quick", action="store_true",
                     help="the smaller scale the data file states (about a minute each)")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,

@@ -18,6 +18,12 @@ sweep), which run in the simulator and say so in the page's run list.
 ``beside``: an earlier reproduction folder of the same paper and scale in the other
 runtime, whose rows and curves the page and the JSON show next to this one's (read from
 its run folders, nothing run again).
+
+``run=False`` (``--no-run``) with ``resume``: the page of the points the folder has,
+nothing run; the points it lacks are listed (the JSON's ``not_run``, a table on the
+page) with the data file's estimate of their time, and the rows say which points they
+stand on. Meghdoot's shipped points are read this way in seconds, where two of its
+points take longer than a working session here.
 """
 
 from __future__ import annotations
@@ -171,7 +177,7 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
 
 
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
-              resume: Path | None = None, beside: Path | None = None
+              resume: Path | None = None, beside: Path | None = None, run: bool = True
               ) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
@@ -179,7 +185,12 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     a finished run there (the same resolved spec) is read instead of run again, the others
     run into it, and the page is written anew. With ``beside``, an earlier reproduction of
     the same paper and scale in the other runtime: its rows go beside ours (each row's
-    ``beside``) and its folder into the result's ``beside``."""
+    ``beside``) and its folder into the result's ``beside``. With ``run`` false, nothing
+    runs: the points ``resume`` lacks go into the result's ``not_run`` (experiment, x and
+    the data file's ``est_s``) and onto the page."""
+    if not run and resume is None:
+        raise SpecError("--no-run reads the finished points of a reproduction folder: "
+                        "give it with --resume FOLDER")
     if runtime not in RUNTIMES:
         raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
     paper = load_paper(paper_name)
@@ -196,25 +207,27 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     # Every point compiled before the first runs: a bad override fails at once.
     todo = {name: [(x, compile_plan(spec)) for x, spec in points]
             for name, points in paper_specs(experiments, modes).items()}
-    if runtime == "emulated" and os.geteuid() != 0:
+    if run and runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
     # Which experiment, how far, and the time left: the data file's per-point estimates,
     # stretched by how long the points done so far took against theirs.
+    est_s = {name: _estimates(modes[name], len(pts), in_mininet[name])
+             for name, pts in todo.items()}
     steps = [(f"{name} run {i} of {len(pts)}" + (f" at {x:g}" if x is not None else ""), est)
              for name, pts in todo.items()
-             for i, ((x, _), est) in enumerate(zip(pts, _estimates(
-                 modes[name], len(pts), in_mininet[name]),
-                 strict=True), 1)]
+             for i, ((x, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
     progress = TimeLeft(f"reproduce {paper_name}", steps, log)
     points: dict[str, list[Point]] = {}
+    not_run: list[dict[str, Any]] = []
     for name, plans in todo.items():
         exp = experiments[name]
         points[name] = []
-        for x, plan in plans:
-            progress.start()
+        for (x, plan), est in zip(plans, est_s[name], strict=True):
+            if run:  # with nothing to run, no time left to tell
+                progress.start()
             out = folder / name
             emulated = in_mininet[name]
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
@@ -224,6 +237,9 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                     if x is not None else f"reproduce {paper_name}: {name}: reusing {done.name}")
                 points[name].append(load_point(done, x))
                 progress.skip()
+                continue
+            if not run:
+                not_run.append({"experiment": name, "x": x, "est_s": est})
                 continue
             label = plan.name if x is None else re.sub(
                 r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
@@ -238,15 +254,21 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             points[name].append(load_point(run_dir, x))
             progress.finish()
     shown = _shown(runtime)
-    rows = headline_rows(paper, points, shown)
+    rows = headline_rows(paper, points, shown, not_run)
     if other is not None:
         rows = with_beside(rows, other.rows, other.runtime)
     result = {"paper": paper_name, "runtime": runtime, "quick": quick, "rows": rows,
               "runs": run_records(points, folder),
+              **({"not_run": not_run} if not run else {}),
               **({"beside": str(other.folder)} if other is not None else {})}
     write_json(folder / REPRODUCTION_INDEX, result)
     page = write_page(paper, rows, points, folder, runtime=shown, quick=quick,
-                      beside=other)
+                      beside=other, not_run=not_run)
+    if not_run:
+        log(f"reproduce {paper_name}: {len(not_run)} points not run (--no-run): "
+            + ", ".join(f"{p['experiment']}" + (f" at {p['x']:g}" if p["x"] is not None
+                                                 else "")
+                        + f" (estimated {duration_text(p['est_s'])})" for p in not_run))
     log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
         f" page {page}")
     return folder, {**result, "page": str(page)}
