@@ -479,11 +479,13 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
     body.append("</table>")
     if not_run:
+        flags = (" --runtime emulated" if runtime == "emulated" else "") + (
+            " --quick" if quick else "")
         body.append(
             "<h2>Points not run</h2><p>This folder has no finished run of these points, "
             "so the rows above stand on the others (their scale names them). "
-            f"<code>pubsublab reproduce {e(paper['paper'])} --resume {e(str(out_dir))}"
-            "</code> runs them; the estimate is the data file's, from runs on a "
+            f"<code>pubsublab reproduce {e(paper['paper'])}{flags} --resume "
+            f"{e(str(out_dir))}</code> runs them; the estimate is the data file's, from runs on a "
             "2-core machine.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
             "<th>Estimated time</th></tr>")
         body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
