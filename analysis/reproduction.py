@@ -311,10 +311,10 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
         runs = [(f" ({this})", points, "-", "o", 1.0),
                 (f" ({other})", other_points, "--", "x", 0.5)]
     curves = [(alg, suffix, curve(pts, spec, alg), ls, marker, alpha)
-              for suffix, pts, ls, marker, alpha in runs for alg in algorithms]
+              for suffix, pts, ls, marker, alpha in runs for alg in algorithms
+              ] if points else []
     if not points:  # reproduce --no-run, no finished point: an empty bar would read as 0
         ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
-        curves = []
     single = all(len(c) <= 1 for _, _, c, *_ in curves)
     for alg, suffix, c, ls, marker, alpha in curves:
         name = legend.get(alg, alg) + suffix

@@ -112,6 +112,11 @@ def _estimates(mode: Mapping[str, Any], n: int, emulated: bool = False) -> list[
     return [float(est)] * n
 
 
+def _at(x: float | None) -> str:
+    """`` at X`` for a point of a sweep, nothing for an experiment's one run."""
+    return f" at {x:g}" if x is not None else ""
+
+
 def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
     """Whether an experiment's points run in Mininet under ``runtime``."""
     return runtime == "emulated" and not exp.get("simulated_only")
@@ -213,7 +218,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     # stretched by how long the points done so far took against theirs.
     est_s = {name: _estimates(modes[name], len(pts), in_mininet[name])
              for name, pts in todo.items()}
-    steps = [(f"{name} run {i} of {len(pts)}" + (f" at {x:g}" if x is not None else ""), est)
+    steps = [(f"{name} run {i} of {len(pts)}{_at(x)}", est)
              for name, pts in todo.items()
              for i, ((x, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
@@ -233,8 +238,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             if done is not None:
-                log(f"reproduce {paper_name}: {name} at {x:g}: reusing {done.name}"
-                    if x is not None else f"reproduce {paper_name}: {name}: reusing {done.name}")
+                log(f"reproduce {paper_name}: {name}{_at(x)}: reusing {done.name}")
                 points[name].append(load_point(done, x))
                 progress.skip()
                 continue
@@ -266,9 +270,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                       beside=other, not_run=not_run)
     if not_run:
         log(f"reproduce {paper_name}: {len(not_run)} points not run (--no-run): "
-            + ", ".join(f"{p['experiment']}" + (f" at {p['x']:g}" if p["x"] is not None
-                                                 else "")
-                        + f" (estimated {duration_text(p['est_s'])})" for p in not_run))
+            + ", ".join(f"{p['experiment']}{_at(p['x'])} (estimated "
+                        f"{duration_text(p['est_s'])})" for p in not_run))
     log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
         f" page {page}")
     return folder, {**result, "page": str(page)}
