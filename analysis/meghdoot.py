@@ -63,8 +63,8 @@ is silent):
   ``inexact_peers`` that have any; 0 everywhere is an exact CAN. A peer left or failed
   is not a record, so a table still naming one counts it as extra.
 - **Duplicates**: event copies a peer received after it had handled the event, summed.
-  ``handoff_first``: events that reached a peer first through the old owner of its zone
-  after a split (the core's handoff, :mod:`nodes.cores.meghdoot`), summed.
+  ``handoff_first``: events that reached a peer first through the other half of a
+  recent split (the core's handoff, :mod:`nodes.cores.meghdoot`), summed.
 
 All percentages are in % (0–100); times in seconds.
 """

@@ -745,10 +745,10 @@ class MeghdootCore(Repair):
             return []
         handoff = msg.payload.get("handoff")
         if handoff is True and len(self.group) > 1:
-            # The old owner sent it to the newcomer, which may since have co-replicas:
-            # the replica every other sender picks handles it (this one, having passed it
-            # on, drops later copies; passed on once, so that two replicas with
-            # different views of their group cannot pass it round).
+            # One half of a split sent it to the other, which may have more co-replicas
+            # than the sender knew: the replica every other sender picks handles it (this
+            # one, having passed it on, drops later copies; passed on once, so that two
+            # replicas with different views of their group cannot pass it round).
             picked = pick(sorted(self.group), key)
             if picked != self.broker:
                 return [Send(picked, msg.forwarded({**msg.payload, "handoff": "picked"}))]
