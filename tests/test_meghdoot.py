@@ -631,6 +631,22 @@ def test_an_event_meeting_both_halves_of_a_split_reaches_the_half_every_view_lea
     check_can(list(cores.values()))
 
 
+def test_a_load_report_older_than_a_split_update_does_not_bring_back_the_old_zone() -> None:
+    """``g``'s zone splits and the half it keeps no longer abuts ``a``'s: ``a`` drops it.
+    A report ``g`` sent before the split, arriving after the update (as random
+    workloads made it), names the old zone; ``a`` keeps its table exact."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    cores = _peers_with_tables({"a": (left, {"g": right})}, {})
+    _, far = can.split(right, 0, 0.75)  # the half g keeps, not beside a's zone
+    cores["a"].handle(Arrived("g", Message(MsgType.ZONE, 1, "g", 0, {
+        "update": {"g": can.zone_to_json(far)}})), 1.0)
+    assert "g" not in cores["a"].nbrs
+    report = Message(MsgType.LOAD, 2, "g", 0, {"loads": {"g": [1, 0, 1]}, "top": [],
+                                               "zone": can.zone_to_json(right)})
+    cores["a"].handle(Arrived("g", report), 1.01)
+    assert "g" not in cores["a"].nbrs
+
+
 def test_a_hop_limit_the_frame_cannot_carry_is_refused_in_one_line() -> None:
     from experiments.plan import compile_plan
     from experiments.spec import SpecError, load_spec

@@ -386,6 +386,10 @@ class MeghdootCore(Repair):
         self.relay_s = float(params.get("relay_s", 1.0))
         # (until_s, newcomer) of this zone's recent splits and replications, oldest first.
         self._relays: deque[tuple[float, str]] = deque()
+        # Peers dropped from the table because the zone they were last told to hold no
+        # longer abuts this one: a report sent before that news, arriving after it,
+        # names their older (larger) zone and must not bring them back (_introduce).
+        self._moved: dict[str, Zone] = {}
         self.failure_periods = int(params.get("failure_periods", 3))
         self.mirroring = bool(params.get("mirrors", False))
         # Peer -> this peer's load period in which it was last heard from (a count of its
@@ -1178,6 +1182,9 @@ class MeghdootCore(Repair):
         if (peer == self.broker or peer in self.group or peer in self._departed
                 or peer in self._failed):
             return
+        moved = self._moved.get(peer)
+        if moved is not None and moved != zone and can.inside(moved, zone):
+            return  # older than what this peer was told first hand
         known = self.nbrs.get(peer)
         if known is None or (known != zone and can.inside(zone, known)):
             self._update(peer, zone)
@@ -1195,6 +1202,7 @@ class MeghdootCore(Repair):
                 # drops neighbours without forgetting when they were last heard, and a
                 # peer that adopted a zone comes back from afar).
                 self._heard_tick.pop(peer, None)
+        self._moved.pop(peer, None)
         if zone == self.zone:
             self.group.add(peer)
             self._nbr_drop(peer)
@@ -1202,6 +1210,8 @@ class MeghdootCore(Repair):
             self._nbr_put(peer, zone)
             self.group.discard(peer)
         else:
+            if zone is not None:
+                self._moved[peer] = zone
             self._nbr_drop(peer)
             self.group.discard(peer)
             self.nbr_load.pop(peer, None)
