@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from nodes.core import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
 from nodes.cores import can
 from nodes.cores.meghdoot import MeghdootCore, Runs
+from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim import LinkModel, SimResult, simulate
@@ -542,7 +543,7 @@ def _deliver_all(cores: Mapping[str, MeghdootCore], queue: list[tuple[str, str, 
             if isinstance(a, Send):
                 queue.append((to, a.link, a.msg))
             elif isinstance(a, Deliver):
-                delivered.append((a.client, f"{a.msg.origin}:{a.msg.msg_id}"))
+                delivered.append((a.client, msg_key(a.msg)))
     raise AssertionError("messages still moving")
 
 
