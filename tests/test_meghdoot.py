@@ -648,6 +648,32 @@ def test_a_load_report_older_than_a_split_update_does_not_bring_back_the_old_zon
     assert "g" not in cores["a"].nbrs
 
 
+def test_a_peer_listing_a_zone_that_split_away_is_corrected_by_the_report_it_sends_there(
+        ) -> None:
+    """``g``'s zone splits: ``g`` keeps the far half and ``n`` gets the near one, beside
+    ``a``'s zone. ``a`` was never told (a newcomer whose table, copied from its splitter,
+    predates the split: the 50,000-subscription run's stale entries). ``a``'s load report
+    goes to ``g``, which answers with its zone and introduces ``n``: ``a``'s table is
+    exact after one load period, and nothing answers a report from a neighbour."""
+    left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
+    near, far = can.split(right, 0, 0.75)
+    cores = _peers_with_tables({"a": (left, {"g": right}), "g": (far, {"n": near}),
+                                "n": (near, {"a": left, "g": far})}, {})
+    report = _sent(cores["a"].handle(TimerFired("load"), 1.0))
+    assert list(report) == ["g"]
+    answer = _sent(cores["g"].handle(Arrived("a", Message(MsgType.LOAD, 1, "a", 0,
+                                                           report["g"])), 1.1))
+    assert list(answer) == ["a"]
+    cores["a"].handle(Arrived("g", Message(MsgType.ZONE, 2, "g", 0, answer["a"])), 1.2)
+    assert cores["a"].nbrs == {"n": near}
+    assert cores["a"].counters()["report_corrections"] == 0
+    assert cores["g"].counters()["report_corrections"] == 1
+    again = _sent(cores["a"].handle(TimerFired("load"), 2.0))
+    assert list(again) == ["n"]
+    assert _sent(cores["n"].handle(Arrived("a", Message(MsgType.LOAD, 3, "a", 0,
+                                                         again["n"])), 2.1)) == {}
+
+
 def test_a_hop_limit_the_frame_cannot_carry_is_refused_in_one_line() -> None:
     from experiments.plan import compile_plan
     from experiments.spec import SpecError, load_spec
