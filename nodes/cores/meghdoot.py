@@ -849,7 +849,8 @@ class MeghdootCore(Repair):
 
     def _load_in(self, peer: str, p: Mapping[str, Any]) -> list[Action]:
         """A load report: the sender's own, or its zone's (``group``: the peers it
-        names, whose loads it carries as last heard)."""
+        names, whose loads it carries as last heard). Returns this peer's answer to a
+        sender whose zone does not abut its own (module docstring, (4)), else nothing."""
         group = p.get("group", (peer,))
         zone = _zone_of(p["zone"])
         for member in group:
