@@ -185,8 +185,9 @@ def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         start = bucket_of(float(r.get("joined_s") or 0.0), bucket_s) if bucket_s else 0
         since = suffix[bisect.bisect_left(keys, start)]
         shares.append((100.0 * int(r["received"]) / since if since else 0.0,
-                       str(r.get("node", ""))))
-    ranked = [s for s, _ in sorted(shares, key=lambda sn: (-sn[0], sn[1]))]
+                       str(r.get("node", "")), r))
+    shares.sort(key=lambda snr: (-snr[0], snr[1]))
+    ranked = [s for s, _, _ in shares]
     n = len(ranked)
     size, extra = divmod(n, N_GROUPS)
     groups: dict[str, float | None] = {}
@@ -203,8 +204,18 @@ def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "peers": n, "bucket_s": bucket_s, "messages": suffix[0],
         "deciles_pct": groups, "decile_sizes": sizes,
         "max_pct": ranked[0] if ranked else None, "sum_pct": math.fsum(ranked),
+        # Who the most loaded peer is, so a max_pct above the paper's can be traced:
+        # a share counts the messages since the peer joined, so a late joiner's
+        # share stands on fewer messages.
+        "max_peer": _most_loaded(shares[0][2]) if shares else None,
         "received_mismatches": mismatched,
     }
+
+
+def _most_loaded(r: Mapping[str, Any]) -> dict[str, Any]:
+    """The most loaded peer's name, join time (s) and messages received."""
+    return {"node": str(r.get("node", "")), "joined_s": float(r.get("joined_s") or 0.0),
+            "received": int(r["received"])}
 
 
 def _zone(r: Mapping[str, Any]) -> tuple:

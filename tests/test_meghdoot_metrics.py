@@ -112,6 +112,7 @@ def test_load_share_counts_messages_since_each_peer_joined() -> None:
     shares = {"a": 100 * 8 / 15, "b": 100 * 4 / 8, "c": 100 * 3 / 11}
     assert load["messages"] == 15
     assert load["max_pct"] == pytest.approx(shares["a"])
+    assert load["max_peer"] == {"node": "a", "joined_s": 0.0, "received": 8}
     assert load["sum_pct"] == pytest.approx(sum(shares.values()))
     assert load["decile_sizes"] == [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
     assert list(load["deciles_pct"].values())[:4] == pytest.approx(
