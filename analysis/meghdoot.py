@@ -184,10 +184,9 @@ def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for r in peers:
         start = bucket_of(float(r.get("joined_s") or 0.0), bucket_s) if bucket_s else 0
         since = suffix[bisect.bisect_left(keys, start)]
-        shares.append((100.0 * int(r["received"]) / since if since else 0.0,
-                       str(r.get("node", "")), r))
-    shares.sort(key=lambda snr: (-snr[0], snr[1]))
-    ranked = [s for s, _, _ in shares]
+        shares.append((100.0 * int(r["received"]) / since if since else 0.0, r))
+    shares.sort(key=lambda sr: (-sr[0], str(sr[1].get("node", ""))))
+    ranked = [s for s, _ in shares]
     n = len(ranked)
     size, extra = divmod(n, N_GROUPS)
     groups: dict[str, float | None] = {}
@@ -207,7 +206,7 @@ def _load(peers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # Who the most loaded peer is, so a max_pct above the paper's can be traced:
         # a share counts the messages since the peer joined, so a late joiner's
         # share stands on fewer messages.
-        "max_peer": _most_loaded(shares[0][2]) if shares else None,
+        "max_peer": _most_loaded(shares[0][1]) if shares else None,
         "received_mismatches": mismatched,
     }
 
