@@ -141,9 +141,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from experiments.runs.simulated import run_simulation, run_sweep
+    from experiments.runs.simulated import RunPaused, run_simulation, run_sweep
     from experiments.runs.summaries import summary_table
 
+    pause_after_s = _pause_after_s(args)
+    if pause_after_s is not None and (args.sweep or not args.no_logs):
+        raise SpecError("--pause-after-min: only for one run with --no-logs (a paused run "
+                        "cannot keep log files open)")
     if args.sweep:
         key, _, raw = args.sweep.partition("=")
         values = [v for v in raw.split(",") if v]
@@ -157,9 +161,42 @@ def cmd_sim(args: argparse.Namespace) -> int:
     plan = _plan(args)
     if plan.workload is None and plan.workload_kind != "bulk":
         raise SpecError(f"spec {plan.name!r} has no workload section: nothing to simulate")
-    run_dir, summaries = run_simulation(plan, _out_dir(args.out), log_messages=not args.no_logs)
+    if pause_after_s is not None and plan.workload_kind == "bulk":
+        raise SpecError(f"--pause-after-min: spec {plan.name!r} runs a bulk workload, which "
+                        "cannot pause")
+    try:
+        run_dir, summaries = run_simulation(plan, _out_dir(args.out),
+                                            log_messages=not args.no_logs,
+                                            pause_after_s=pause_after_s,
+                                            source=(args.spec, list(args.set)))
+    except RunPaused as paused:
+        _emit(args, {"paused": str(paused.run_dir)}, str(paused))
+        return 0
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
     return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from experiments.runs.simulated import RunPaused, resume_simulation
+    from experiments.runs.summaries import summary_table
+
+    pause_after_s = _pause_after_s(args)
+    try:
+        run_dir, summaries = resume_simulation(args.run, pause_after_s=pause_after_s)
+    except RunPaused as paused:
+        _emit(args, {"paused": str(paused.run_dir)}, str(paused))
+        return 0
+    _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
+    return 0
+
+
+def _pause_after_s(args: argparse.Namespace) -> float | None:
+    """``--pause-after-min`` in seconds (None if not given); SpecError unless positive."""
+    if args.pause_after_min is None:
+        return None
+    if not args.pause_after_min > 0:
+        raise SpecError(f"--pause-after-min {args.pause_after_min}: must be positive")
+    return args.pause_after_min * 60.0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -309,6 +346,14 @@ def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool,
                             help="folder for run folders (default ./runs)")
 
 
+def _pause_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pause-after-min", type=float, metavar="MIN",
+                        help="stop after MIN minutes of wall time, between two events, and "
+                             "write the simulator's state into the run folder (about a "
+                             "minute per GiB it holds; needs --no-logs); `pubsublab resume "
+                             "RUN_FOLDER` goes on later, for a run longer than one sitting")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pubsublab",
@@ -357,8 +402,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "e.g. --sweep workload.n_publishers=100,200,300")
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
+    _pause_flag(sm)
     _json_flag(sm)
     sm.set_defaults(func=cmd_sim)
+
+    rs = sub.add_parser("resume", help="go on with a simulated run that paused",
+                        description="Go on with a run that `pubsublab sim ... "
+                                    "--pause-after-min` paused, from the simulator's state "
+                                    "in its folder, in this process: it makes what the run "
+                                    "would have made without the pause (the manifest's "
+                                    "resources list each part). Only on the code the run "
+                                    "started on (its commit, and the same changes to it).")
+    rs.add_argument("run", type=Path, metavar="RUN_FOLDER",
+                    help="the paused run's folder (it holds paused.json)")
+    _pause_flag(rs)
+    _json_flag(rs)
+    rs.set_defaults(func=cmd_resume)
 
     rp = sub.add_parser("reproduce", help="run a paper's experiments and write "
                                           "reproduction.html beside the paper's numbers",

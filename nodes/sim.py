@@ -161,6 +161,12 @@ analysis does not care which runtime produced a run. Modelling choices:
   link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
   enqueued before ``t_s`` keep the departure times they were given at the old rate (a
   simplification: the emulated runtime's HTB class changes under the queued packets too).
+- **Pausing** (``pause``, :mod:`nodes.checkpoint`): a run without logs may stop at a
+  wall-clock deadline, between two events (checked every
+  :data:`PAUSE_CHECK_EVERY` of them), write its state to a file and raise
+  :class:`~nodes.checkpoint.Paused`; :func:`resume` goes on from the file in another
+  process and makes what the uninterrupted run makes. The link model's functions and
+  the progress callback are handed in again.
 """
 
 from __future__ import annotations
@@ -184,6 +190,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from nodes.checkpoint import Pause, Paused, read_state, write_state
 from nodes.core import (
     Action,
     Arrived,
@@ -259,6 +266,9 @@ SIZE_CACHE_MAX = 4_096
 # a full collection waits for this many collections of the middle generation (Python's
 # default: 10); the young generations are collected as before.
 FULL_GC_AFTER = 1000
+# Heap events between two looks at the clock for a pause: a look costs a system call,
+# and 4,096 events of a large run take a fraction of a second.
+PAUSE_CHECK_EVERY = 4096
 
 
 @contextmanager
@@ -363,6 +373,7 @@ def simulate(
     on_demand: LinkModel | None = None,
     processing: Processing | None = None,
     progress: Callable[[float], None] | None = None,
+    pause: Pause | None = None,
 ) -> SimResult:
     """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
 
@@ -384,9 +395,14 @@ def simulate(
     every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
     each operation weighted by the brokers that are members when it runs (see
     :meth:`_Sim._membership`).
+    With ``pause`` the run may stop early, its state written to a file, and raise
+    :class:`~nodes.checkpoint.Paused` (module docstring, "Pausing"; no logs: a paused run
+    cannot keep its log files open); :func:`resume` goes on from there.
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
+    if pause is not None and out_dir is not None:
+        raise ValueError("a run that may pause writes no logs (out_dir must be None)")
     sim = _Sim(
         overlay,
         workload,
@@ -406,10 +422,28 @@ def simulate(
     sim.progress = progress
     try:
         with _rare_full_collections():
-            return sim.run(until_s)
+            return sim.run(until_s, pause)
     finally:
         if sim.logs is not None:
             sim.logs.close()
+
+
+def resume(path: Path, *, on_demand: LinkModel | None = None,
+           progress: Callable[[float], None] | None = None,
+           pause: Pause | None = None) -> SimResult:
+    """Go on with the run paused to ``path`` (:func:`simulate` with ``pause``) until it
+    ends or pauses again (to ``pause.path``). ``on_demand`` must be the link model the
+    run started with (its functions were not written to the file) and is asked only of
+    pairs that open links from here on."""
+    sim = read_state(path)
+    if not isinstance(sim, _Sim):
+        raise ValueError(f"{path}: not a paused simulation")
+    if sim.needs_link_model != (on_demand is not None):
+        raise ValueError(f"{path}: the run {'opened' if sim.needs_link_model else 'had no'} "
+                         "links on demand; resume it with the same link model")
+    sim.on_demand, sim.progress = on_demand, progress
+    with _rare_full_collections():
+        return sim.proceed(pause)
 
 
 def summarize(
@@ -734,7 +768,16 @@ class _Sim:
 
     # ---- event loop ---------------------------------------------------------------------
 
-    def run(self, until_s: float | None) -> SimResult:
+    def __getstate__(self) -> dict[str, Any]:
+        """The state a pause writes: functions do not pickle, so the link model and the
+        progress callback are left out and handed in again by :func:`resume`."""
+        state = self.__dict__.copy()
+        state.update(on_demand=None, progress=None, needs_link_model=self.on_demand is not None)
+        return state
+
+    def run(self, until_s: float | None, pause: Pause | None = None) -> SimResult:
+        """Start the run: the client operations and the scheduled deaths and rate
+        changes go on the heap, then :meth:`proceed`."""
         ops = self.workload.ops
         heap = self.heap
         heap.extend((op.t_s, i, _OP, op, None) for i, op in enumerate(ops))
@@ -745,23 +788,38 @@ class _Sim:
                     for i, (t, lids, s_per_byte) in enumerate(self.rate_changes))
         heapq.heapify(heap)
         self.seq = len(heap)
+        self.horizon = math.inf if until_s is None else until_s
+        # The loop's counters, kept here between the parts of a paused run: the window
+        # index and end, events processed, the last event's time, client ops done.
+        self.loop_state = (1, self.window_s, 0, 0.0, 0)
+        return self.proceed(pause)
+
+    def proceed(self, pause: Pause | None) -> SimResult:
+        """The event loop, from where :meth:`run` or a pause left it, to the end of the
+        run or, with ``pause``, until its deadline (then
+        :class:`~nodes.checkpoint.Paused`)."""
+        heap = self.heap
         dead = self.dead
         gone = self.cut  # sets changed in place, never rebound
         dormant = self.dormant
-        horizon = math.inf if until_s is None else until_s
+        horizon = self.horizon
         window_s = self.window_s
-        k = 1
-        window_t = window_s
-        events = 0
-        end_s = 0.0
+        k, window_t, events, end_s, ops_done = self.loop_state
+        countdown = PAUSE_CHECK_EVERY
         cores = self.cores
         link_dst = self.link_dst
         act = self._act
         pop = heapq.heappop
         log = self.log
         proc = self.processing is not None
-        ops_done, last_report = 0, time.perf_counter()
+        last_report = time.perf_counter()
         while True:
+            countdown -= 1
+            if not countdown:
+                countdown = PAUSE_CHECK_EVERY
+                if pause is not None and heap and time.perf_counter() >= pause.until:
+                    self.loop_state = (k, window_t, events, end_s, ops_done)
+                    self._pause(pause.path, ops_done)
             t = heap[0][0] if heap else math.inf
             if self.windows and self.active and window_t <= t:
                 if window_t > horizon:
@@ -833,6 +891,12 @@ class _Sim:
             events += 1
             end_s = t
         return self._result(events, end_s)
+
+    def _pause(self, path: Path, ops_done: int) -> None:
+        """Write the run's state to ``path`` and raise :class:`~nodes.checkpoint.Paused`."""
+        done = self.op_work[ops_done - 1] / self.op_work[-1] if ops_done else 0.0
+        write_state(self, path)
+        raise Paused(path, done, self.heap[0][0])
 
     def _announce_death(self, bi: int, t: float) -> None:
         """Broker ``bi`` died at ``t``: each live neighbour loses its link one link delay

@@ -109,6 +109,11 @@ class TimeLeft:
         self.log(self.line(detail or f"{share:.0%} done", share))
         self._mark(share)
 
+    def resumed(self, share: float) -> None:
+        """The current step goes on from ``share`` done in an earlier process (a paused
+        run): the pace is measured from here, not over work this process did not do."""
+        self._mark(min(max(share, 0.0), 1.0))
+
     def finish(self) -> None:
         """The current step is done: it counts towards the pace."""
         self.spent_est += self.steps[self.done][1]

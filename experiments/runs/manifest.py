@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -12,14 +13,23 @@ from experiments.plan import RunPlan
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _git(*args: str) -> str:
+    res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                         check=False)
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
 def git_revision() -> dict[str, Any]:
     """The repository's commit and whether tracked files differ from it."""
-    def git(*args: str) -> str:
-        res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                             check=False)
-        return res.stdout.strip() if res.returncode == 0 else ""
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    return {"commit": _git("rev-parse", "HEAD") or None,
+            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def code_fingerprint() -> str:
+    """The commit and a digest of how the tracked files differ from it: equal only for
+    the same code (a paused run goes on only on the code it started on)."""
+    diff = hashlib.sha256(_git("diff", "HEAD").encode()).hexdigest()[:16]
+    return f"{_git('rev-parse', 'HEAD') or 'no-git'}+{diff}"
 
 
 def base_manifest(plan: RunPlan, run_dir: Path, runtime: str) -> dict[str, Any]:

@@ -74,6 +74,18 @@ class RunCost:
                 "cpus": os.cpu_count(), "mem_total_gib": round(mem_bytes / 2**30, 1)}
 
 
+def parts_cost(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``resources`` of a run made in parts (a simulation paused and resumed, each
+    part in its own process), from each part's :meth:`RunCost.record`: the wall time
+    summed, the largest peak, and the parts themselves when there are several."""
+    if len(parts) == 1:
+        return parts[0]
+    return {**parts[-1], "wall_s": round(sum(p["wall_s"] for p in parts), 3),
+            "peak_rss_mib": max(p["peak_rss_mib"] for p in parts),
+            "peak_reset": all(p["peak_reset"] for p in parts),
+            "parts": [{k: p[k] for k in ("wall_s", "peak_rss_mib")} for p in parts]}
+
+
 def cost_text(record: dict[str, Any]) -> str:
     """A run's :meth:`RunCost.record` as the line a runner logs at its end."""
     return (f"took {duration_text(record['wall_s'])}, peak memory "

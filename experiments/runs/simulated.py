@@ -8,7 +8,9 @@ subfolder per algorithm with the per-node logs and ``summary.json``.
 from __future__ import annotations
 
 import functools
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,40 +21,57 @@ from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
-from experiments.runs.manifest import base_manifest, node_names
-from experiments.runs.resources import RunCost, cost_text
+from experiments.runs.manifest import base_manifest, code_fingerprint, node_names
+from experiments.runs.resources import RunCost, cost_text, parts_cost
 from experiments.runs.summaries import log_extras, summed_counters
-from experiments.spec import load_spec
+from experiments.spec import SpecError, load_spec
+from nodes.checkpoint import Pause, Paused
 from nodes.log_summary import summarize_logs
-from nodes.runfolder import SWEEP, WORKLOAD, new_run_dir, write_json, write_manifest, write_summary
-from nodes.sim import LinkModel, SimResult, simulate, summarize
+from nodes.runfolder import (
+    PAUSED,
+    PAUSED_STATE,
+    SUMMARY,
+    SWEEP,
+    WORKLOAD,
+    new_run_dir,
+    read_json,
+    write_json,
+    write_manifest,
+    write_summary,
+)
+from nodes.sim import LinkModel, SimResult, resume, simulate, summarize
 from nodes.summary import delay_stats_ms
-from nodes.time_left import TimeLeft
+from nodes.time_left import TimeLeft, duration_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import Key, expected_deliveries
 from topologies.links import LinkParams
 
 
 def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
-                   label: str | None = None) -> tuple[Path, dict[str, dict[str, Any]]]:
+                   label: str | None = None, pause_after_s: float | None = None,
+                   source: tuple[str, list[str]] | None = None
+                   ) -> tuple[Path, dict[str, dict[str, Any]]]:
     """Simulate every algorithm of ``plan``; returns the run folder and the summaries.
     A bulk workload (LBDD, point-to-point) is run by :mod:`experiments.runs.bulk`.
 
     With logs, each summary is read from them (:func:`nodes.log_summary.summarize_logs`,
     as in the emulated runtime) and completed with the in-memory figures the logs do not
     hold (matching delay, events, lost messages); without logs it is the in-memory
-    summary, which a test holds equal to the log-based one."""
+    summary, which a test holds equal to the log-based one.
+
+    With ``pause_after_s`` (no logs) the run stops after that much wall time and raises
+    :class:`RunPaused`: the folder holds the simulator's state and ``paused.json``, and
+    :func:`resume_simulation` goes on. ``source`` is the spec argument and overrides the
+    plan was compiled from, which make it again then."""
     if plan.workload_kind == "bulk":
         return run_bulk_simulation(plan, out_base, label=label)
-    cost = RunCost()
     workload = plan.workload
     if workload is None:
         raise ValueError(f"spec {plan.name!r} has no workload to simulate")
+    if pause_after_s is not None and (log_messages or source is None):
+        raise ValueError("a run that may pause needs no logs and its spec's source")
+    cost = RunCost()
     overlay = plan.overlay
-    # The oracle's answer is worked out after the first simulation, not before: held
-    # through it, it was a gigabyte of a 10,000-peer Meghdoot run's peak at 50,000
-    # subscriptions (a set of subscribers per event, 16 million pairs).
-    expected: dict[Key, frozenset[str]] | None = None
     run_dir = new_run_dir(out_base, label or f"{plan.name}-sim")
     workload_to_jsonl(workload, run_dir / WORKLOAD)
     manifest: dict[str, Any] = {
@@ -61,27 +80,87 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         "overlay": {"brokers": overlay.number_of_nodes(), "links": overlay.number_of_edges()},
         **({"nodes": node_names(plan)} if log_messages else {}),
     }
-    summaries = {}
+    # The code is named as it is when the run starts: files changed while it runs do
+    # not change what this process runs.
+    paused = (_Paused(source, manifest, parts=[], code=code_fingerprint())
+              if source is not None else None)
+    return run_dir, _simulate(plan, run_dir, manifest, cost, log_messages=log_messages,
+                              pause_after_s=pause_after_s, paused=paused)
+
+
+class RunPaused(Exception):
+    """A simulated run paused: ``run_dir`` holds it, and the message says how far it
+    got and how to go on."""
+
+    def __init__(self, run_dir: Path, message: str) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+@dataclass
+class _Paused:
+    """What ``paused.json`` holds besides the pause itself: the spec argument and
+    overrides the plan is compiled from again, the manifest so far, the cost of each
+    part of the run so far, and the code it runs (:func:`code_fingerprint`)."""
+
+    source: tuple[str, list[str]]
+    manifest: dict[str, Any]
+    parts: list[dict[str, Any]]
+    code: str
+
+
+def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunCost, *,
+              log_messages: bool, pause_after_s: float | None, paused: _Paused | None,
+              resumed: tuple[str, float] | None = None) -> dict[str, dict[str, Any]]:
+    """Simulate the plan's algorithms into ``run_dir`` (those with a summary there
+    already were run by an earlier part; ``resumed``: the algorithm whose paused state
+    is there, and the share of its client operations done), then the manifest and the
+    figures."""
+    workload, overlay = plan.workload, plan.overlay
+    assert workload is not None
+    # The oracle's answer is worked out after the first simulation, not before: held
+    # through it, it was a gigabyte of a 10,000-peer Meghdoot run's peak at 50,000
+    # subscriptions (a set of subscribers per event, 16 million pairs).
+    expected: dict[Key, frozenset[str]] | None = None
+    summaries = {a.name: read_json(run_dir / a.name / SUMMARY) for a in plan.algorithms
+                 if (run_dir / a.name / SUMMARY).exists()}
     # Meghdoot's peers report their loads on a timer for ever, as CoDD's nodes send
     # heartbeats: the phase bounds the run.
     timers = plan.workload_kind == "meghdoot" or plan.repair_s() > 0
     # The algorithms are counted alike: the first one's pace sets the estimate.
     progress = TimeLeft(f"simulating {plan.name}", [(a.name, 1.0) for a in plan.algorithms],
                         log, seconds=False)
+    pause = None
     for alg in plan.algorithms:
+        if alg.name in summaries:  # an earlier part ran it
+            progress.skip()
+            continue
         out = run_dir / alg.name
-        out.mkdir()
+        state = out / PAUSED_STATE
+        if pause_after_s is not None:
+            pause = Pause(cost.t0 + pause_after_s, state)
         progress.start(f"{overlay.number_of_nodes()} brokers, {len(workload.ops)} client "
                        "operations")
-        result = simulate(overlay, workload, alg.name, dict(alg.params), derived=alg.derived,
-                          seed=plan.spec.seed, out_dir=out if log_messages else None,
-                          log_messages=log_messages, window_ms=plan.window_ms,
-                          until_s=plan.phase_s() if timers else plan.duration_s,
-                          on_demand=on_demand_links(plan),
-                          progress=progress.part,
-                          link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
-                                        for c in plan.link_schedule],
-                          processing=plan.processing)
+        try:
+            if resumed is not None and resumed[0] == alg.name:
+                progress.resumed(resumed[1])
+                result = resume(state, on_demand=on_demand_links(plan),
+                                progress=progress.part, pause=pause)
+            else:
+                out.mkdir()
+                result = simulate(overlay, workload, alg.name, dict(alg.params),
+                                  derived=alg.derived, seed=plan.spec.seed,
+                                  out_dir=out if log_messages else None,
+                                  log_messages=log_messages, window_ms=plan.window_ms,
+                                  until_s=plan.phase_s() if timers else plan.duration_s,
+                                  on_demand=on_demand_links(plan), progress=progress.part,
+                                  link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
+                                                for c in plan.link_schedule],
+                                  processing=plan.processing, pause=pause)
+        except Paused as stop:
+            assert paused is not None
+            raise _paused(run_dir, alg.name, stop, paused, cost) from None
+        state.unlink(missing_ok=True)
         if expected is None:
             expected = expected_deliveries(workload)
         if log_messages:
@@ -107,14 +186,61 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
         log(f"{alg.name}: delivered {summary['delivered']} of "
             f"{summary['expected_deliveries']}, missing {summary['missing']}, "
             f"duplicates {summary['duplicates']}")
-    manifest["resources"] = cost.record()
+    parts = [*paused.parts, cost.record()] if paused is not None else [cost.record()]
+    manifest["resources"] = parts_cost(parts)
     write_manifest(run_dir, manifest)
+    (run_dir / PAUSED).unlink(missing_ok=True)
     log(cost_text(manifest["resources"]))
     draw([(None, summaries)], run_dir)
     draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
     draw_meghdoot({a: s.get("meghdoot") for a, s in summaries.items()}, run_dir)
     draw_codd({a: s.get("codd") for a, s in summaries.items()}, run_dir)
-    return run_dir, summaries
+    return summaries
+
+
+def _paused(run_dir: Path, algorithm: str, stop: Paused, paused: _Paused,
+            cost: RunCost) -> RunPaused:
+    """Write ``paused.json`` for a run that just paused; the exception that says so."""
+    parts = [*paused.parts, cost.record()]
+    write_json(run_dir / PAUSED, {
+        "spec": paused.source[0], "set": paused.source[1], "algorithm": algorithm,
+        "code": paused.code,
+        "done": stop.done, "t_s": stop.t_s, "parts": parts, "manifest": paused.manifest})
+    size_gib = stop.path.stat().st_size / 2**30
+    return RunPaused(run_dir, f"{algorithm} paused at {stop.done:.0%} of its client "
+                              f"operations (simulated time {stop.t_s:.1f} s) after "
+                              f"{duration_text(parts[-1]['wall_s'])}; its state "
+                              f"({size_gib:.1f} GiB) is in {stop.path}. Go on with: "
+                              f"pubsublab resume {run_dir}")
+
+
+def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
+                      ) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """Go on with the simulated run paused in ``run_dir`` (:func:`run_simulation` with
+    ``pause_after_s``), on the commit it started on, until it ends or pauses again.
+    Every check is made before the state is read: SpecError, one line, else."""
+    cost = RunCost()
+    state = read_json(run_dir / PAUSED)
+    if state is None:
+        raise SpecError(f"{run_dir}: not a paused run (no {PAUSED} in it)")
+    manifest = state["manifest"]
+    here = code_fingerprint()
+    if here != state["code"]:
+        raise SpecError(f"{run_dir} was paused on code {state['code']} (commit+digest of "
+                        f"the changes to it); this is {here}: a paused run goes on only on "
+                        "the code it started on")
+    plan = compile_plan(load_spec(state["spec"], state["set"]))
+    if json.loads(json.dumps(plan.spec.to_dict(), default=str)) != manifest["spec"]:
+        raise SpecError(f"{run_dir}: spec {state['spec']!r} with {state['set']} no longer "
+                        "resolves to the spec the run started with")
+    if not (run_dir / state["algorithm"] / PAUSED_STATE).exists():
+        raise SpecError(f"{run_dir}: the paused state of {state['algorithm']} is missing")
+    paused = _Paused((state["spec"], state["set"]), manifest, state["parts"], here)
+    log(f"resuming {run_dir.name}: {state['algorithm']} from {state['done']:.0%} of its "
+        f"client operations (part {len(paused.parts) + 1})")
+    return run_dir, _simulate(plan, run_dir, manifest, cost, log_messages=False,
+                              pause_after_s=pause_after_s, paused=paused,
+                              resumed=(state["algorithm"], state["done"]))
 
 
 def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:

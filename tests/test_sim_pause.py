@@ -1,0 +1,149 @@
+"""A simulation paused to a file and resumed in steps makes exactly what one
+uninterrupted run makes (nodes.checkpoint, nodes.sim's "Pausing")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nodes.sim
+from experiments.plan import compile_plan
+from experiments.runs.simulated import on_demand_links
+from experiments.spec import load_spec
+from nodes.checkpoint import Pause, Paused
+from nodes.sim import SimResult, resume, simulate
+
+# A Meghdoot run with joins, load reports, links on demand and events in flight: every
+# kind of state the simulator holds between two events.
+SMALL = ["topology.params.n=40", "workload.n_subscriptions=400", "workload.n_events=400"]
+# Three times its events, so that the parts of the command-line test, 4,096 events each,
+# are a handful.
+LARGER = ["topology.params.n=60", "workload.n_subscriptions=800", "workload.n_events=800"]
+
+
+def _run(pause: Pause | None = None) -> SimResult:
+    plan = compile_plan(load_spec("meghdoot-peers", SMALL))
+    alg = plan.algorithms[0]
+    return simulate(plan.overlay, plan.workload, alg.name, dict(alg.params),
+                    derived=alg.derived, seed=plan.spec.seed, log_messages=False,
+                    window_ms=plan.window_ms, until_s=plan.phase_s(),
+                    on_demand=on_demand_links(plan), pause=pause)
+
+
+def _comparable(result: SimResult) -> dict[str, object]:
+    """Every field of a result but the wall time each notification's handling took."""
+    fields = dataclasses.asdict(result)
+    fields.pop("matching_s")
+    return fields
+
+
+def test_a_run_paused_many_times_makes_what_one_run_makes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _run()
+    # A look at the clock every 500 events, each past the deadline: a pause at every
+    # look, wherever the run then is.
+    monkeypatch.setattr(nodes.sim, "PAUSE_CHECK_EVERY", 500)
+    path = tmp_path / "state.pickle"
+    pause = Pause(until=0.0, path=path)
+    plan = compile_plan(load_spec("meghdoot-peers", SMALL))
+    done: list[float] = []
+    try:
+        result = _run(pause)
+    except Paused as first:
+        done.append(first.done)
+        while True:
+            try:
+                result = resume(path, on_demand=on_demand_links(plan), pause=pause)
+                break
+            except Paused as again:
+                done.append(again.done)
+    # It paused many times, each time further on, from the start to near the end.
+    assert len(done) >= 5, done
+    assert done == sorted(done) and done[0] < 0.2 and done[-1] > 0.8, done
+    assert whole.deliveries, "the run made no deliveries: the comparison says nothing"
+    assert _comparable(result) == _comparable(whole)
+
+
+def test_resume_needs_the_link_model_the_run_started_with(tmp_path: Path) -> None:
+    path = tmp_path / "state.pickle"
+    with pytest.raises(Paused):
+        _run(Pause(until=0.0, path=path))
+    with pytest.raises(ValueError, match="resume it with the same link model"):
+        resume(path)
+
+
+def test_a_run_with_logs_cannot_pause(tmp_path: Path) -> None:
+    plan = compile_plan(load_spec("meghdoot-peers", SMALL))
+    alg = plan.algorithms[0]
+    with pytest.raises(ValueError, match="writes no logs"):
+        simulate(plan.overlay, plan.workload, alg.name, dict(alg.params), seed=1,
+                 out_dir=tmp_path, pause=Pause(until=0.0, path=tmp_path / "x"))
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written
+
+
+# ---- the command line: each part in its own process ---------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _last_json(res: subprocess.CompletedProcess[str]) -> dict:
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _without_wall_time(summary: dict) -> dict:
+    """A summary without the one figure measured in wall time (matching delay)."""
+    return {**summary, "delay_ms": {k: v for k, v in summary["delay_ms"].items()
+                                    if k != "matching"}}
+
+
+def test_pubsublab_resume_goes_on_in_new_processes_to_the_same_summary(
+        tmp_path: Path) -> None:
+    sets = [a for s in LARGER for a in ("--set", s)]
+    whole = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                            "--out", str(tmp_path / "whole")))["meghdoot"]
+    # A budget of 6 ms: spent before the first look at the clock, so each part runs
+    # PAUSE_CHECK_EVERY events and pauses.
+    out = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                          "--pause-after-min", "0.0001", "--out", str(tmp_path / "paused")))
+    parts = 1
+    while "paused" in out:
+        run = Path(out["paused"])
+        assert (run / "paused.json").exists() and (run / "meghdoot" / "simulator.pickle").exists()
+        assert not (run / "manifest.json").exists()
+        out = _last_json(_cli("resume", str(run), "--pause-after-min", "0.0001", "--json"))
+        parts += 1
+    assert parts >= 3
+    assert _without_wall_time(out["meghdoot"]) == _without_wall_time(whole)
+    assert out["meghdoot"]["delivered"] > 0 and out["meghdoot"]["missing"] == 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    spent = manifest["resources"]
+    assert len(spent["parts"]) == parts
+    assert spent["wall_s"] == pytest.approx(sum(p["wall_s"] for p in spent["parts"]), abs=0.01)
+    assert spent["peak_rss_mib"] == max(p["peak_rss_mib"] for p in spent["parts"])
+    # The pause's files are gone; the figures were drawn as for any run.
+    assert not (run / "paused.json").exists()
+    assert not (run / "meghdoot" / "simulator.pickle").exists()
+    assert list(run.glob("*.png"))
+
+
+def test_pause_and_resume_refuse_bad_input_with_one_line(tmp_path: Path) -> None:
+    res = _cli("sim", "meghdoot-peers", *[a for s in SMALL for a in ("--set", s)],
+               "--pause-after-min", "5", "--out", str(tmp_path))
+    assert res.returncode != 0 and "--no-logs" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # no run folder started
+    res = _cli("resume", str(tmp_path))
+    assert res.returncode != 0 and "not a paused run" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = _cli("sim", "meghdoot-peers", "--no-logs", "--pause-after-min", "0",
+               "--out", str(tmp_path))
+    assert res.returncode != 0 and "must be positive" in res.stderr
