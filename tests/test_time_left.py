@@ -30,6 +30,16 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
+def test_a_resumed_step_paces_the_work_of_this_process_only(clock: list[float]) -> None:
+    """A paused simulation goes on from 60 % in a new process: 10 s for the next 10 %
+    leaves about 30 s, not the 60 % over 10 s an estimate from the start would take."""
+    p = TimeLeft("simulating", [("meghdoot", 1.0)], lambda _: None, seconds=False)
+    p.start()
+    p.resumed(0.6)
+    clock[0] += 10.0
+    assert p.left_s(0.7) == pytest.approx(30.0)
+
+
 def test_seconds_trust_the_plan_first_then_the_pace(clock: list[float]) -> None:
     lines: list[str] = []
     p = TimeLeft("run demo", [("snr", 10.0), ("idr", 30.0)], lines.append)
