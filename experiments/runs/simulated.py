@@ -160,7 +160,6 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
         except Paused as stop:
             assert paused is not None
             raise _paused(run_dir, alg.name, stop, paused, cost) from None
-        state.unlink(missing_ok=True)
         if expected is None:
             expected = expected_deliveries(workload)
         if log_messages:
@@ -189,6 +188,9 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
     parts = [*paused.parts, cost.record()] if paused is not None else [cost.record()]
     manifest["resources"] = parts_cost(parts)
     write_manifest(run_dir, manifest)
+    # Only now: a run stopped before its manifest is written can still be resumed.
+    for alg in plan.algorithms:
+        (run_dir / alg.name / PAUSED_STATE).unlink(missing_ok=True)
     (run_dir / PAUSED).unlink(missing_ok=True)
     log(cost_text(manifest["resources"]))
     draw([(None, summaries)], run_dir)
