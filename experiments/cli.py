@@ -349,8 +349,9 @@ def _spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool,
 def _pause_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pause-after-min", type=float, metavar="MIN",
                         help="stop after MIN minutes of wall time, between two events, and "
-                             "write the simulator's state into the run folder (about a "
-                             "minute per GiB it holds; needs --no-logs); `pubsublab resume "
+                             "write the simulator's state into the run folder (seconds: "
+                             "a 2.4 GiB run wrote 1.1 GiB in about 10 s; needs --no-logs); "
+                             "`pubsublab resume "
                              "RUN_FOLDER` goes on later, for a run longer than one sitting")
 
 
