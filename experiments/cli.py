@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from experiments.runs.simulated import RunPaused, run_simulation, run_sweep
+    from experiments.runs.simulated import run_simulation, run_sweep
     from experiments.runs.summaries import summary_table
 
     pause_after_s = _pause_after_s(args)
@@ -164,25 +165,27 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if pause_after_s is not None and plan.workload_kind == "bulk":
         raise SpecError(f"--pause-after-min: spec {plan.name!r} runs a bulk workload, which "
                         "cannot pause")
-    try:
-        run_dir, summaries = run_simulation(plan, _out_dir(args.out),
-                                            log_messages=not args.no_logs,
-                                            pause_after_s=pause_after_s,
-                                            source=(args.spec, list(args.set)))
-    except RunPaused as paused:
-        _emit(args, {"paused": str(paused.run_dir)}, str(paused))
-        return 0
-    _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
-    return 0
+    # A spec given as a file is named by its absolute path: a resume may start elsewhere.
+    spec = str(Path(args.spec).resolve()) if Path(args.spec).is_file() else args.spec
+    return _run_or_pause(args, lambda: run_simulation(
+        plan, _out_dir(args.out), log_messages=not args.no_logs, pause_after_s=pause_after_s,
+        source=(spec, list(args.set)) if pause_after_s is not None else None))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from experiments.runs.simulated import RunPaused, resume_simulation
-    from experiments.runs.summaries import summary_table
+    from experiments.runs.simulated import resume_simulation
 
     pause_after_s = _pause_after_s(args)
+    return _run_or_pause(args, lambda: resume_simulation(args.run, pause_after_s=pause_after_s))
+
+
+def _run_or_pause(args: argparse.Namespace, simulation: Callable[[], tuple[Path, Any]]) -> int:
+    """Emit a simulation's summaries, or, if it paused, where it is and how to go on."""
+    from experiments.runs.simulated import RunPaused
+    from experiments.runs.summaries import summary_table
+
     try:
-        run_dir, summaries = resume_simulation(args.run, pause_after_s=pause_after_s)
+        run_dir, summaries = simulation()
     except RunPaused as paused:
         _emit(args, {"paused": str(paused.run_dir)}, str(paused))
         return 0

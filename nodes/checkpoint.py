@@ -10,8 +10,9 @@ result may follow a set's order already, since logs are byte-identical for a see
 
 The file is a pickle, the standard library's serialiser of Python object graphs
 (shared objects stay shared, so a payload sized once is still sized once); a file
-written by one commit is read only by the same commit (:mod:`experiments.runs.resumed`
-checks it). Functions do not pickle: the caller hands the simulator's again on resume.
+written by some code is read only by the same code (:mod:`experiments.runs.simulated`
+checks a digest of the sources first). Functions do not pickle: the caller hands the
+simulator's again on resume.
 """
 
 from __future__ import annotations

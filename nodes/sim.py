@@ -651,8 +651,11 @@ class _Sim:
         self.closed: set[int] = set()  # sides closed: no Send takes them again
         self.cut: set[int] = set()  # links whose queued frames are dropped (peer gone)
         # Frames flushed from a cut link's queue, by (link, id(message)): their arrivals,
-        # scheduled when they were enqueued, never happen.
-        self.flushed_frames: Counter[tuple[int, int]] = Counter()
+        # scheduled when they were enqueued, never happen. Each entry holds the message
+        # and how many of its copies on that link were flushed: the message keeps its
+        # id unused by another until its arrivals are dropped, and a resumed run, whose
+        # messages are new objects, keys the entries anew (__setstate__).
+        self.flushed_frames: dict[tuple[int, int], list[Any]] = {}
         self.flushed: dict[int, int] = {}  # frames dropped from a queue, per link
         self.refusing: dict[tuple[int, str], tuple[str, list[Message]]] = {}
         self.links_opened = 0
@@ -775,6 +778,13 @@ class _Sim:
         state.update(on_demand=None, progress=None, needs_link_model=self.on_demand is not None)
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A paused run read back: its messages are new objects, so the flushed frames
+        are keyed by their new ids."""
+        self.__dict__.update(state)
+        self.flushed_frames = {(lid, id(entry[0])): entry
+                               for (lid, _), entry in state["flushed_frames"].items()}
+
     def run(self, until_s: float | None, pause: Pause | None = None) -> SimResult:
         """Start the run: the client operations and the scheduled deaths and rate
         changes go on the heap, then :meth:`proceed`."""
@@ -895,7 +905,11 @@ class _Sim:
     def _pause(self, path: Path, ops_done: int) -> None:
         """Write the run's state to ``path`` and raise :class:`~nodes.checkpoint.Paused`."""
         done = self.op_work[ops_done - 1] / self.op_work[-1] if ops_done else 0.0
-        write_state(self, path)
+        try:
+            write_state(self, path)
+        except OSError as exc:  # a full disk, say: the run is lost, say why in one line
+            raise RuntimeError(f"cannot write the paused state to {path}: "
+                               f"{exc.strerror or exc}") from None
         raise Paused(path, done, self.heap[0][0])
 
     def _announce_death(self, bi: int, t: float) -> None:
@@ -933,8 +947,11 @@ class _Sim:
             return False
         if a in self.cut:
             key = (a, id(b))
-            if self.flushed_frames[key]:
-                self.flushed_frames[key] -= 1
+            entry = self.flushed_frames.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self.flushed_frames[key]
                 return True
         if self.link_dst[a] in self.dormant:
             if self.log is not None:
@@ -1194,7 +1211,7 @@ class _Sim:
             if self.windows:
                 self.tx_starts[lid].remove(t)
             self.flushed[lid] = self.flushed.get(lid, 0) + 1
-            self.flushed_frames[(lid, id(msg))] += 1
+            self.flushed_frames.setdefault((lid, id(msg)), [msg, 0])[1] += 1
             self.active.add(lid)
             if self.log is not None:
                 self.log(self.link_src_name[lid], Ev.DROP, t, link=self.link_dst_name[lid],

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_sim_on_demand import EVENTS, Scripted, _bare, _script
 
 import nodes.sim
 from experiments.plan import compile_plan
 from experiments.runs.simulated import on_demand_links
 from experiments.spec import load_spec
 from nodes.checkpoint import Pause, Paused
-from nodes.sim import SimResult, resume, simulate
+from nodes.sim import LinkModel, SimResult, resume, simulate
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
 # kind of state the simulator holds between two events.
@@ -147,3 +148,63 @@ def test_pause_and_resume_refuse_bad_input_with_one_line(tmp_path: Path) -> None
     res = _cli("sim", "meghdoot-peers", "--no-logs", "--pause-after-min", "0",
                "--out", str(tmp_path))
     assert res.returncode != 0 and "must be positive" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_resume_refuses_other_code_and_a_broken_pause_file(tmp_path: Path) -> None:
+    sets = [a for s in SMALL for a in ("--set", s)]
+    out = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                          "--pause-after-min", "0.0001", "--out", str(tmp_path)))
+    run = Path(out["paused"])
+    paused = json.loads((run / "paused.json").read_text())
+    (run / "paused.json").write_text(json.dumps({**paused, "code": "sha256:0"}))
+    res = _cli("resume", str(run))
+    assert res.returncode != 0 and "goes on only on the code it started on" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    (run / "paused.json").write_text(json.dumps({k: v for k, v in paused.items()
+                                                 if k != "algorithm"}))
+    res = _cli("resume", str(run))
+    assert res.returncode != 0 and "unreadable (KeyError" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    # Put right, it goes on.
+    (run / "paused.json").write_text(json.dumps(paused))
+    assert _last_json(_cli("resume", str(run), "--json"))["meghdoot"]["missing"] == 0
+
+
+def test_a_state_that_cannot_be_written_fails_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"cannot write the paused state to .*No such file"):
+        _run(Pause(until=0.0, path=tmp_path / "missing" / "state.pickle"))
+
+
+def test_frames_flushed_before_a_pause_stay_flushed_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """b queues 40 frames to a on a slow link and a closes the connection: the frames
+    still queued when b's side closes are flushed, their arrivals (on the heap already)
+    never happen, across a pause at every third event too."""
+    w = _script([(1.0, "a", [["send", "b", 1]]),
+                 (2.0, "b", [["send", "a", k] for k in range(2, 42)]),
+                 (2.001, "a", [["disconnect", "b"]])])
+    model = LinkModel(latency_ms=10.0, link_mbps=0.01)
+
+    def run(pause: Pause | None) -> SimResult:
+        return simulate(_bare(sorted(w.clients.values())), w, Scripted, seed=0,
+                        on_demand=model, window_ms=10_000.0, pause=pause)
+
+    EVENTS.clear()
+    whole, heard = run(None), list(EVENTS)
+    assert sum(what.startswith("arrived b") for _, _, what in heard) < 40  # some flushed
+    monkeypatch.setattr(nodes.sim, "PAUSE_CHECK_EVERY", 3)
+    path = tmp_path / "state.pickle"
+    pause = Pause(until=0.0, path=path)
+    EVENTS.clear()
+    try:
+        result = run(pause)
+    except Paused:
+        while True:
+            try:
+                result = resume(path, on_demand=model, pause=pause)
+                break
+            except Paused:
+                pass
+    assert heard == EVENTS
+    assert _comparable(result) == _comparable(whole)

@@ -11,25 +11,30 @@ from typing import Any
 from experiments.plan import RunPlan
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _git(*args: str) -> str:
-    res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                         check=False)
-    return res.stdout.strip() if res.returncode == 0 else ""
+# The packages whose code a run runs (the design's top-level folders).
+CODE_PACKAGES = ("nodes", "topologies", "analysis", "experiments", "controller")
 
 
 def git_revision() -> dict[str, Any]:
     """The repository's commit and whether tracked files differ from it."""
-    return {"commit": _git("rev-parse", "HEAD") or None,
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+    def git(*args: str) -> str:
+        res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                             check=False)
+        return res.stdout.strip() if res.returncode == 0 else ""
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def code_fingerprint() -> str:
-    """The commit and a digest of how the tracked files differ from it: equal only for
-    the same code (a paused run goes on only on the code it started on)."""
-    diff = hashlib.sha256(_git("diff", "HEAD").encode()).hexdigest()[:16]
-    return f"{_git('rev-parse', 'HEAD') or 'no-git'}+{diff}"
+    """A digest of the project's Python sources (every ``.py`` file of its packages,
+    tracked or not, by path and content): equal only for the same code, with or without
+    git (a paused run goes on only on the code it started on)."""
+    digest = hashlib.sha256()
+    for package in CODE_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return f"sha256:{digest.hexdigest()[:16]}"
 
 
 def base_manifest(plan: RunPlan, run_dir: Path, runtime: str) -> dict[str, Any]:

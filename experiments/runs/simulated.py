@@ -147,7 +147,9 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
                 result = resume(state, on_demand=on_demand_links(plan),
                                 progress=progress.part, pause=pause)
             else:
-                out.mkdir()
+                # It may exist: a part stopped (killed) after the algorithm before
+                # finished, before this one paused; without logs nothing stale is in it.
+                out.mkdir(exist_ok=True)
                 result = simulate(overlay, workload, alg.name, dict(alg.params),
                                   derived=alg.derived, seed=plan.spec.seed,
                                   out_dir=out if log_messages else None,
@@ -180,6 +182,7 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
                                            next(iter(final_records(result, "codd_root")),
                                                 None))
         write_summary(out, summary)
+        state.unlink(missing_ok=True)  # from here on a resume skips the algorithm
         summaries[alg.name] = summary
         progress.finish()
         log(f"{alg.name}: delivered {summary['delivered']} of "
@@ -188,9 +191,6 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
     parts = [*paused.parts, cost.record()] if paused is not None else [cost.record()]
     manifest["resources"] = parts_cost(parts)
     write_manifest(run_dir, manifest)
-    # Only now: a run stopped before its manifest is written can still be resumed.
-    for alg in plan.algorithms:
-        (run_dir / alg.name / PAUSED_STATE).unlink(missing_ok=True)
     (run_dir / PAUSED).unlink(missing_ok=True)
     log(cost_text(manifest["resources"]))
     draw([(None, summaries)], run_dir)
@@ -222,27 +222,35 @@ def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
     ``pause_after_s``), on the commit it started on, until it ends or pauses again.
     Every check is made before the state is read: SpecError, one line, else."""
     cost = RunCost()
-    state = read_json(run_dir / PAUSED)
+    if not run_dir.is_dir():
+        raise SpecError(f"{run_dir}: no such run folder")
+    try:
+        state = read_json(run_dir / PAUSED)
+        if state is not None:
+            manifest, spec, overrides, algorithm = (
+                state["manifest"], state["spec"], state["set"], state["algorithm"])
+            done, parts, code = state["done"], state["parts"], state["code"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"{run_dir / PAUSED}: unreadable ({type(exc).__name__}: {exc}); "
+                        "the run cannot go on") from None
     if state is None:
         raise SpecError(f"{run_dir}: not a paused run (no {PAUSED} in it)")
-    manifest = state["manifest"]
     here = code_fingerprint()
-    if here != state["code"]:
-        raise SpecError(f"{run_dir} was paused on code {state['code']} (commit+digest of "
-                        f"the changes to it); this is {here}: a paused run goes on only on "
-                        "the code it started on")
-    plan = compile_plan(load_spec(state["spec"], state["set"]))
+    if here != code:
+        raise SpecError(f"{run_dir} was paused on code {code} (a digest of the sources); "
+                        f"this is {here}: a paused run goes on only on the code it started on")
+    plan = compile_plan(load_spec(spec, overrides))
     if json.loads(json.dumps(plan.spec.to_dict(), default=str)) != manifest["spec"]:
-        raise SpecError(f"{run_dir}: spec {state['spec']!r} with {state['set']} no longer "
-                        "resolves to the spec the run started with")
-    if not (run_dir / state["algorithm"] / PAUSED_STATE).exists():
-        raise SpecError(f"{run_dir}: the paused state of {state['algorithm']} is missing")
-    paused = _Paused((state["spec"], state["set"]), manifest, state["parts"], here)
-    log(f"resuming {run_dir.name}: {state['algorithm']} from {state['done']:.0%} of its "
-        f"client operations (part {len(paused.parts) + 1})")
+        raise SpecError(f"{run_dir}: spec {spec!r} with {overrides} no longer resolves to "
+                        "the spec the run started with")
+    if not (run_dir / algorithm / PAUSED_STATE).exists():
+        raise SpecError(f"{run_dir}: the paused state of {algorithm} is missing")
+    paused = _Paused((spec, overrides), manifest, parts, here)
+    log(f"resuming {run_dir.name}: {algorithm} from {done:.0%} of its client operations "
+        f"(part {len(parts) + 1})")
     return run_dir, _simulate(plan, run_dir, manifest, cost, log_messages=False,
                               pause_after_s=pause_after_s, paused=paused,
-                              resumed=(state["algorithm"], state["done"]))
+                              resumed=(algorithm, done))
 
 
 def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:

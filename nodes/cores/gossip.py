@@ -25,7 +25,6 @@ Readings and choices (ours; no paper):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,13 +73,16 @@ class GossipCore:
         self.members: set[str] = {broker}
         self._heard_s: dict[str, float] = {}
         self._index = SubscriptionIndex()
-        self._ids = itertools.count(1)
+        # The last message id used: an int, not itertools.count, which pickles no more
+        # from Python 3.14 on (a paused simulation pickles its cores).
+        self._last_id = 0
         self._ticking = False
 
     # ---- helpers ------------------------------------------------------------------------
 
     def _msg(self, mtype: MsgType, payload: dict[str, Any]) -> Message:
-        return Message(mtype, next(self._ids), self.broker, 0, payload)
+        self._last_id += 1
+        return Message(mtype, self._last_id, self.broker, 0, payload)
 
     def _others(self) -> list[str]:
         return sorted(self.members - {self.broker})

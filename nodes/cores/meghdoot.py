@@ -136,7 +136,6 @@ start; every other peer joins through a JOIN client operation.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import sys
 from array import array
@@ -442,7 +441,9 @@ class MeghdootCore(Repair):
         # Event -> this peer's clients it notified of it, for notify_s (_notify).
         self._notified: dict[str, set[str]] = {}
         self._notified_order: deque[tuple[float, str]] = deque()
-        self._ids = itertools.count(1)
+        # The last message id used: an int, not itertools.count, which pickles no more
+        # from Python 3.14 on (a paused simulation pickles its cores).
+        self._last_id = 0
         self._ticking = False
         # Metrics (the final record; analysis.meghdoot reads them).
         self.joined_s: float | None = 0.0 if self.zone is not None else None
@@ -492,7 +493,8 @@ class MeghdootCore(Repair):
             self._table.remove(peer, old)
 
     def _msg(self, mtype: MsgType, payload: dict[str, Any]) -> Message:
-        return Message(mtype, next(self._ids), self.broker, 0, payload)
+        self._last_id += 1
+        return Message(mtype, self._last_id, self.broker, 0, payload)
 
     def _store(self, key: tuple[str, int], sub: Sub) -> None:
         self.subs[key] = sub
