@@ -58,7 +58,7 @@ import matplotlib
 
 from analysis.paper_figures import metric
 from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
-from nodes.time_left import duration_text
+from nodes.time_left import duration_text, memory_text
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
@@ -526,8 +526,7 @@ def cost_cells(resources: Mapping[str, Any] | None) -> str:
         return "<td class='num'>-</td><td class='num'>-</td>"
     machine = html.escape(f"{resources.get('cpus', '?')} CPUs, "
                           f"{resources.get('mem_total_gib', '?')} GiB of memory")
-    mib = resources["peak_rss_mib"]
-    peak = f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
+    peak = memory_text(resources["peak_rss_mib"])
     if not resources.get("peak_reset", True):
         peak = f"at most {peak}"
         machine += html.escape("; the process's peak since it began (not reset)")

@@ -187,7 +187,7 @@ def _run_or_pause(args: argparse.Namespace, simulation: Callable[[], tuple[Path,
     try:
         run_dir, summaries = simulation()
     except RunPaused as paused:
-        _emit(args, {"paused": str(paused.run_dir)}, str(paused))
+        _emit(args, paused.record(), str(paused))
         return 0
     _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
     return 0
@@ -205,11 +205,17 @@ def _pause_after_s(args: argparse.Namespace) -> float | None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from analysis.reproduction import format_rows
     from experiments.reproduce import reproduce
+    from experiments.runs.simulated import RunPaused
 
     resume = Path(args.resume) if args.resume else None
     beside = Path(args.beside) if args.beside else None
-    _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out), resume,
-                          beside, run=not args.no_run)
+    try:
+        _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out),
+                              resume, beside, run=not args.no_run,
+                              pause_after_s=_pause_after_s(args))
+    except RunPaused as paused:
+        _emit(args, paused.record(), str(paused))
+        return 0
     _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
     return 0
 
@@ -452,6 +458,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "meghdoot-sim, read in seconds)")
     rp.add_argument("--quick", action="store_true",
                     help="the smaller scale the data file states (about a minute each)")
+    rp.add_argument("--pause-after-min", type=float, metavar="MIN",
+                    help="stop after MIN minutes of wall time: inside a simulated point "
+                         "without logs (its simulator's state goes into its run folder, "
+                         "gigabytes at 10,000 peers) or else before the next point; the "
+                         "command printed then (--resume FOLDER) goes on, the paused point "
+                         "from where it stopped, on the code it started on (a sitting's "
+                         "first point runs at least to its first pause, so each sitting "
+                         "gets on). For a "
+                         "reproduction longer than one sitting (Meghdoot's, about 15 hours).")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
                     help="folder for the reproduction folder (default ./runs)")
     _json_flag(rp)

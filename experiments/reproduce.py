@@ -24,6 +24,15 @@ nothing run; the points it lacks are listed (the JSON's ``not_run``, a table on 
 page) with the data file's estimate of their time, and the rows say which points they
 stand on. Meghdoot's shipped points are read this way in seconds, where two of its
 points take longer than a working session here.
+
+``pause_after_s``: the reproduction stops once that much wall time has passed, inside a
+simulated point (one without logs: the simulator's state goes into the point's run
+folder, :mod:`experiments.runs.simulated`) or else before the next point, and raises
+:class:`~experiments.runs.simulated.RunPaused`. The first point it runs goes on to its
+first pause however little time is left, so that each sitting gets on. ``resume`` goes
+on: a paused point is resumed where it stopped, on the code it started on. A
+reproduction of Meghdoot at full scale (about 15 hours here) runs this way over several
+sittings.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,7 +60,14 @@ from analysis.reproduction import (
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.spec import PAPERS, PAPERS_DIR, Spec, SpecError, load_spec
-from nodes.runfolder import MANIFEST, REPRODUCTION_INDEX, SUMMARY, new_run_dir, write_json
+from nodes.runfolder import (
+    MANIFEST,
+    PAUSED,
+    REPRODUCTION_INDEX,
+    SUMMARY,
+    new_run_dir,
+    write_json,
+)
 from nodes.time_left import TimeLeft, duration_text
 
 RUNTIMES = ("sim", "emulated")
@@ -83,10 +100,10 @@ def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
 
 
 def paper_specs(experiments: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
-                ) -> dict[str, list[tuple[float | None, Spec]]]:
-    """Per experiment of a paper's data file, (x, resolved spec) of every point at the
-    scale ``modes`` gives it (:func:`_mode`)."""
-    return {name: [(x, load_spec(exp["spec"], overrides))
+                ) -> dict[str, list[tuple[float | None, list[str], Spec]]]:
+    """Per experiment of a paper's data file, (x, spec overrides, resolved spec) of every
+    point at the scale ``modes`` gives it (:func:`_mode`)."""
+    return {name: [(x, overrides, load_spec(exp["spec"], overrides))
                    for x, overrides in _points(exp, modes[name])]
             for name, exp in experiments.items()}
 
@@ -122,11 +139,16 @@ def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
     return runtime == "emulated" and not exp.get("simulated_only")
 
 
+def _as_written(spec: Spec) -> Any:
+    """The resolved ``spec`` as a run folder's manifest holds it (JSON types)."""
+    return json.loads(json.dumps(spec.to_dict()))
+
+
 def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
     """A run folder under ``out`` of an earlier run of exactly the resolved ``spec`` in
     ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
     summaries; None if there is none."""
-    want = json.loads(json.dumps(spec.to_dict()))
+    want = _as_written(spec)
     for manifest_path in sorted(out.glob(f"*/{MANIFEST}")):
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -135,6 +157,22 @@ def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
         if (manifest.get("spec") == want and manifest.get("runtime") == runtime
                 and any(manifest_path.parent.glob(f"*/{SUMMARY}"))):
             return manifest_path.parent
+    return None
+
+
+def paused_run(out: Path, spec: Spec) -> tuple[Path, float] | None:
+    """A run folder under ``out`` of a simulated run of exactly the resolved ``spec``
+    that paused, and the share of its current algorithm's client operations done; None
+    if there is none (a pause file that cannot be read counts as none: the point runs
+    anew)."""
+    want = _as_written(spec)
+    for paused_path in sorted(out.glob(f"*/{PAUSED}")):
+        try:
+            paused = json.loads(paused_path.read_text(encoding="utf-8"))
+            if paused["manifest"]["spec"] == want:
+                return paused_path.parent, float(paused["done"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
     return None
 
 
@@ -181,9 +219,44 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     return Beside(_shown(result["runtime"]), folder.resolve(), points, result["rows"])
 
 
+def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, list[str]],
+                    logs: bool, pause_after_s: float | None, progress: TimeLeft) -> Path:
+    """Run one point in the simulator into ``out`` (its run folder returned), going on
+    with its paused run there if it has one. ``source``: the spec argument and overrides
+    the plan was compiled from; ``pause_after_s``: when to pause, if at all (a point
+    with ``logs`` runs to its end)."""
+    from experiments.runs.simulated import resume_simulation, run_simulation
+
+    paused = paused_run(out, plan.spec)
+    if paused is not None:
+        progress.resumed(paused[1])
+        try:
+            return resume_simulation(paused[0], pause_after_s=pause_after_s)[0]
+        except SpecError as exc:
+            raise SpecError(f"{exc} (remove {paused[0]} to run the point anew)") from None
+    out.mkdir(exist_ok=True)
+    if logs:
+        return run_simulation(plan, out, log_messages=True, label=label)[0]
+    return run_simulation(plan, out, log_messages=False, label=label,
+                          pause_after_s=pause_after_s,
+                          source=source if pause_after_s is not None else None)[0]
+
+
+def _paused(folder: Path, again: str, progress: TimeLeft, spent_s: float,
+            where: str) -> Exception:
+    """The RunPaused of the reproduction in ``folder`` that paused after ``spent_s``
+    ``where`` (a point and how far it got, or the point it stopped before); ``again``:
+    the command that goes on."""
+    from experiments.runs.simulated import RunPaused
+
+    return RunPaused(folder, f"{progress.what} paused after {duration_text(spent_s)}, "
+                             f"{progress.done} of {len(progress.steps)} points done, {where}",
+                     again)
+
+
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
-              resume: Path | None = None, beside: Path | None = None, run: bool = True
-              ) -> tuple[Path, dict[str, Any]]:
+              resume: Path | None = None, beside: Path | None = None, run: bool = True,
+              pause_after_s: float | None = None) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
     earlier reproduction folder of the same paper, runtime and scale: each point that has
@@ -192,10 +265,15 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     the same paper and scale in the other runtime: its rows go beside ours (each row's
     ``beside``) and its folder into the result's ``beside``. With ``run`` false, nothing
     runs: the points ``resume`` lacks go into the result's ``not_run`` (experiment, x and
-    the data file's ``est_s``) and onto the page."""
+    the data file's ``est_s``) and onto the page. With ``pause_after_s``, the
+    reproduction pauses after that much wall time (module docstring): RunPaused, whose
+    message says how to go on."""
+    t0 = time.monotonic()
     if not run and resume is None:
         raise SpecError("--no-run reads the finished points of a reproduction folder: "
                         "give it with --resume FOLDER")
+    if not run and pause_after_s is not None:
+        raise SpecError("--pause-after-min: --no-run runs nothing to pause")
     if runtime not in RUNTIMES:
         raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
     paper = load_paper(paper_name)
@@ -210,7 +288,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
         name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
         for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
-    todo = {name: [(x, compile_plan(spec)) for x, spec in points]
+    todo = {name: [(x, overrides, compile_plan(spec)) for x, overrides, spec in points]
             for name, points in paper_specs(experiments, modes).items()}
     if run and runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
@@ -220,17 +298,25 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
              for name, pts in todo.items()}
     steps = [(f"{name} run {i} of {len(pts)}{_at(x)}", est)
              for name, pts in todo.items()
-             for i, ((x, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
+             for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
     progress = TimeLeft(f"reproduce {paper_name}", steps, log)
+    # What goes on after a pause: this command on this folder.
+    again = " ".join([f"pubsublab reproduce {paper_name}",
+                      *(["--runtime", runtime] if runtime != "sim" else []),
+                      *(["--quick"] if quick else []), "--resume", str(folder.resolve()),
+                      *(["--beside", str(beside)] if beside is not None else []),
+                      *(["--pause-after-min", f"{pause_after_s / 60:g}"]
+                        if pause_after_s is not None else [])])
     points: dict[str, list[Point]] = {}
     not_run: list[dict[str, Any]] = []
+    ran = False  # a point has run (or gone on) in this sitting
     for name, plans in todo.items():
         exp = experiments[name]
         points[name] = []
-        for (x, plan), est in zip(plans, est_s[name], strict=True):
+        for (x, overrides, plan), est in zip(plans, est_s[name], strict=True):
             if run:  # with nothing to run, no time left to tell
                 progress.start()
             out = folder / name
@@ -245,16 +331,27 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             if not run:
                 not_run.append({"experiment": name, "x": x, "est_s": est})
                 continue
+            left_s = (None if pause_after_s is None
+                      else max(0.0, t0 + pause_after_s - time.monotonic()))
+            # The first point of a sitting runs even past the time (to its first pause):
+            # every sitting gets on, whatever the budget.
+            if left_s == 0.0 and ran:
+                raise _paused(folder, again, progress, time.monotonic() - t0,
+                              f"before {name}{_at(x)}")
+            ran = True
             label = plan.name if x is None else re.sub(
                 r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
             if emulated:
                 run_dir = _run_emulated(plan, out)
             else:
-                from experiments.runs.simulated import run_simulation
+                from experiments.runs.simulated import RunPaused
 
-                out.mkdir(exist_ok=True)
-                run_dir, _ = run_simulation(plan, out, log_messages=bool(exp.get("logs")),
-                                            label=label)
+                try:
+                    run_dir = _simulate_point(plan, out, label, (exp["spec"], overrides),
+                                              bool(exp.get("logs")), left_s, progress)
+                except RunPaused as paused:
+                    raise _paused(folder, again, progress, time.monotonic() - t0,
+                                  f"{name}{_at(x)}: {paused.how_far}") from None
             points[name].append(load_point(run_dir, x))
             progress.finish()
     shown = _shown(runtime)

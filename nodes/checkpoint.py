@@ -46,9 +46,9 @@ class Paused(Exception):
         self.path, self.done, self.t_s = path, done, t_s
 
 
-def write_state(state: Any, path: Path) -> int:
+def write_state(state: Any, path: Path) -> None:
     """Pickle ``state`` to ``path`` (through a temporary file, so a run stopped while
-    writing never leaves a half file under the name); returns its size in bytes."""
+    writing never leaves a half file under the name)."""
     tmp = path.with_name(path.name + ".part")
     try:
         with open(tmp, "wb") as fh:
@@ -57,7 +57,6 @@ def write_state(state: Any, path: Path) -> int:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
-    return path.stat().st_size
 
 
 def read_state(path: Path) -> Any:

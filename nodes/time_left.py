@@ -36,6 +36,11 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
+def memory_text(mib: float) -> str:
+    """An amount of memory or disk as a person reads it: ``270 MiB``, else ``4.2 GiB``."""
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
+
+
 class TimeLeft:
     """Progress through ``steps`` (label, expected length: seconds, or a weight when
     ``seconds`` is false), in order; each line goes to ``log`` as

@@ -37,7 +37,7 @@ def test_every_shipped_point_is_one_the_reproduction_runs(folder: Path) -> None:
     for run in runs:
         exp = run.parent.name
         assert exp in specs, f"{run}: {exp} is not an experiment of {paper[1]}"
-        found = [(x, spec) for x, spec in specs[exp]
+        found = [(x, spec) for x, _, spec in specs[exp]
                  if finished_run(folder / exp, spec, "simulated") == run]
         assert len(found) == 1, (f"{run}: no point of {exp} has its spec now (or two runs "
                               f"have one): run that point again, or remove it")
@@ -79,7 +79,7 @@ def test_no_run_reads_the_shipped_points_and_lists_the_others(folder: Path,
     specs = paper_specs(experiments, {name: exp["full"] for name, exp in experiments.items()})
     unshipped = [{"experiment": name, "x": x, "est_s": float(est)}
                  for name, exp in experiments.items()
-                 for (x, spec), est in zip(specs[name], exp["full"]["est_s"], strict=True)
+                 for (x, _, spec), est in zip(specs[name], exp["full"]["est_s"], strict=True)
                  if finished_run(folder / name, spec, "simulated") is None]
     assert result["not_run"] == unshipped
     assert len(result["runs"]) == len(list(folder.glob(f"*/*/{MANIFEST}")))

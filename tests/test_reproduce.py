@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -218,6 +219,53 @@ def test_resume_reads_the_finished_points_and_writes_the_same_rows(
     assert res.stderr.strip().splitlines() == [
         f"pubsublab: error: --resume {folder}: not a folder of `reproduce lbdd` "
         f"(--quick, sim), named <stamp>-reproduce-lbdd-sim-quick"]
+
+
+def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
+        reproduced: dict[str, dict], tmp_path: Path) -> None:
+    """Meghdoot's quick reproduction in sittings that each have no time (each a new
+    process going on with the command the last one printed): every sitting gets on by
+    its first point's first pause (the simulator checks the clock every 4,096 events),
+    the first point pauses inside until it is done, the sitting it ends in pauses
+    before the next point; the last sitting, without a limit, writes the rows of the
+    reproduction run in one go."""
+    cmd = ["reproduce", "meghdoot", "--quick", "--out", str(tmp_path),
+           "--pause-after-min", "0.0001", "--json"]
+    pauses: list[str] = []
+    while not pauses or "before" not in pauses[-1]:
+        assert len(pauses) < 20, pauses
+        res = subprocess.run([sys.executable, "-m", "experiments.cli", *cmd],
+                             capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        folder = Path(out["paused"])
+        assert out["go_on"] == (f"pubsublab reproduce meghdoot --quick --resume {folder} "
+                                "--pause-after-min 0.0001")
+        pauses.append(out["how_far"])
+        cmd = [*out["go_on"].split()[1:], "--json"]
+    shares = [int(m[1]) for m in map(re.compile(
+        r"0 of 9 points done, peers-uniform at 100: meghdoot paused at (\d+)% of its "
+        r"client operations").search, pauses[:-1]) if m]
+    assert len(shares) == len(pauses) - 1 >= 2 and shares == sorted(set(shares)), pauses
+    assert re.search(r"1 of 9 points done, before peers-uniform at 1000$", pauses[-1])
+    # The first point's run lists the sittings it took; no pause file or state is left.
+    first = json.loads(next(folder.glob("peers-uniform/*/manifest.json")).read_text())
+    assert len(first["resources"]["parts"]) == len(pauses)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--resume", str(folder), "--json"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["rows"] == reproduced["meghdoot"]["rows"]
+    assert not list(folder.rglob("paused.json")) and not list(folder.rglob("*.pickle"))
+    # Nothing to pause without running: refused in one line.
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--resume", str(folder), "--no-run",
+                          "--pause-after-min", "1"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        "pubsublab: error: --pause-after-min: --no-run runs nothing to pause"]
 
 
 def test_beside_refuses_another_paper_the_same_runtime_or_no_reproduction(

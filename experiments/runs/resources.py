@@ -17,7 +17,7 @@ import resource
 import time
 from typing import Any
 
-from nodes.time_left import duration_text
+from nodes.time_left import duration_text, memory_text
 
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
@@ -89,4 +89,4 @@ def parts_cost(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def cost_text(record: dict[str, Any]) -> str:
     """A run's :meth:`RunCost.record` as the line a runner logs at its end."""
     return (f"took {duration_text(record['wall_s'])}, peak memory "
-            f"{record['peak_rss_mib']:.0f} MiB")
+            f"{memory_text(record['peak_rss_mib'])}")

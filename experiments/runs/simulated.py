@@ -41,7 +41,7 @@ from nodes.runfolder import (
 )
 from nodes.sim import LinkModel, SimResult, resume, simulate, summarize
 from nodes.summary import delay_stats_ms
-from nodes.time_left import TimeLeft, duration_text
+from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import Key, expected_deliveries
 from topologies.links import LinkParams
@@ -89,12 +89,16 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
 
 
 class RunPaused(Exception):
-    """A simulated run paused: ``run_dir`` holds it, and the message says how far it
-    got and how to go on."""
+    """A simulated run (or a reproduction) paused: ``run_dir`` holds it, ``how_far``
+    says how far it got, and the message adds the command ``go_on`` that goes on."""
 
-    def __init__(self, run_dir: Path, message: str) -> None:
-        super().__init__(message)
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, how_far: str, go_on: str) -> None:
+        super().__init__(f"{how_far}. Go on with: {go_on}")
+        self.run_dir, self.how_far, self.go_on = run_dir, how_far, go_on
+
+    def record(self) -> dict[str, str]:
+        """The pause as the commands' --json print it."""
+        return {"paused": str(self.run_dir), "how_far": self.how_far, "go_on": self.go_on}
 
 
 @dataclass
@@ -208,18 +212,18 @@ def _paused(run_dir: Path, algorithm: str, stop: Paused, paused: _Paused,
         "spec": paused.source[0], "set": paused.source[1], "algorithm": algorithm,
         "code": paused.code,
         "done": stop.done, "t_s": stop.t_s, "parts": parts, "manifest": paused.manifest})
-    size_gib = stop.path.stat().st_size / 2**30
+    size = memory_text(stop.path.stat().st_size / 2**20)
     return RunPaused(run_dir, f"{algorithm} paused at {stop.done:.0%} of its client "
                               f"operations (simulated time {stop.t_s:.1f} s) after "
                               f"{duration_text(parts[-1]['wall_s'])}; its state "
-                              f"({size_gib:.1f} GiB) is in {stop.path}. Go on with: "
-                              f"pubsublab resume {run_dir}")
+                              f"({size}) is in {stop.path}",
+                     f"pubsublab resume {run_dir}")
 
 
 def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
                       ) -> tuple[Path, dict[str, dict[str, Any]]]:
     """Go on with the simulated run paused in ``run_dir`` (:func:`run_simulation` with
-    ``pause_after_s``), on the commit it started on, until it ends or pauses again.
+    ``pause_after_s``), on the code it started on, until it ends or pauses again.
     Every check is made before the state is read: SpecError, one line, else."""
     cost = RunCost()
     if not run_dir.is_dir():
