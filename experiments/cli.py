@@ -461,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--pause-after-min", type=float, metavar="MIN",
                     help="stop after MIN minutes of wall time: inside a simulated point "
                          "without logs (its simulator's state goes into its run folder, "
-                         "gigabytes at 10,000 peers) or else before the next point; the "
+                         "gigabytes at 10,000 peers) or else before the next point (one "
+                         "that cannot pause, with logs, bulk or in Mininet, starts only if "
+                         "its estimate fits, and runs to its end); the "
                          "command printed then (--resume FOLDER) goes on, the paused point "
                          "from where it stopped, on the code it started on (a sitting's "
                          "first point runs at least to its first pause, so each sitting "

@@ -26,13 +26,13 @@ stand on. Meghdoot's shipped points are read this way in seconds, where two of i
 points take longer than a working session here.
 
 ``pause_after_s``: the reproduction stops once that much wall time has passed, inside a
-simulated point (one without logs: the simulator's state goes into the point's run
-folder, :mod:`experiments.runs.simulated`) or else before the next point, and raises
-:class:`~experiments.runs.simulated.RunPaused`. The first point it runs goes on to its
-first pause however little time is left, so that each sitting gets on. ``resume`` goes
-on: a paused point is resumed where it stopped, on the code it started on. A
-reproduction of Meghdoot at full scale (about 15 hours here) runs this way over several
-sittings.
+simulated point (one without logs, not bulk: the simulator's state goes into the point's
+run folder, :mod:`experiments.runs.simulated`) or else before the next point
+(:data:`START_LEFT_S`), and raises :class:`~experiments.runs.simulated.RunPaused`. The
+first point it runs goes on to its first pause however little time is left, so that
+each sitting gets on. ``resume`` goes on: a paused point is resumed where it stopped, on
+the code it started on. A reproduction of Meghdoot at full scale (about 15 hours here)
+runs this way over several sittings.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +60,7 @@ from analysis.reproduction import (
 )
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
+from experiments.runs.simulated import RunPaused, resume_simulation, run_simulation
 from experiments.spec import PAPERS, PAPERS_DIR, Spec, SpecError, load_spec
 from nodes.runfolder import (
     MANIFEST,
@@ -71,6 +73,11 @@ from nodes.runfolder import (
 from nodes.time_left import TimeLeft, duration_text
 
 RUNTIMES = ("sim", "emulated")
+# With a time limit, a point that can pause starts only with this much time left: it
+# builds its workload and peers before its first pause, and a pause writes its whole
+# state (gigabytes at 10,000 peers). One that cannot pause (logs, bulk, Mininet) starts
+# only if its estimate fits.
+START_LEFT_S = 60.0
 
 
 def load_paper(name: str) -> dict[str, Any]:
@@ -160,19 +167,21 @@ def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
     return None
 
 
-def paused_run(out: Path, spec: Spec) -> tuple[Path, float] | None:
-    """A run folder under ``out`` of a simulated run of exactly the resolved ``spec``
-    that paused, and the share of its current algorithm's client operations done; None
-    if there is none (a pause file that cannot be read counts as none: the point runs
-    anew)."""
-    want = _as_written(spec)
+def paused_run(out: Path, plan: RunPlan) -> tuple[Path, float] | None:
+    """A run folder under ``out`` of a simulated run of exactly ``plan``'s resolved spec
+    that paused, and the share of the point done (its algorithms counted alike, the
+    paused one by its client operations done); None if there is none. A pause file that
+    cannot be read counts as none, and says so: the point runs anew."""
+    want = _as_written(plan.spec)
+    names = [a.name for a in plan.algorithms]
     for paused_path in sorted(out.glob(f"*/{PAUSED}")):
         try:
             paused = json.loads(paused_path.read_text(encoding="utf-8"))
             if paused["manifest"]["spec"] == want:
-                return paused_path.parent, float(paused["done"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+                share = (names.index(paused["algorithm"]) + float(paused["done"])) / len(names)
+                return paused_path.parent, share
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log(f"{paused_path}: unreadable ({type(exc).__name__}: {exc}); not gone on with")
     return None
 
 
@@ -225,15 +234,10 @@ def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, lis
     with its paused run there if it has one. ``source``: the spec argument and overrides
     the plan was compiled from; ``pause_after_s``: when to pause, if at all (a point
     with ``logs`` runs to its end)."""
-    from experiments.runs.simulated import resume_simulation, run_simulation
-
-    paused = paused_run(out, plan.spec)
+    paused = paused_run(out, plan)
     if paused is not None:
         progress.resumed(paused[1])
-        try:
-            return resume_simulation(paused[0], pause_after_s=pause_after_s)[0]
-        except SpecError as exc:
-            raise SpecError(f"{exc} (remove {paused[0]} to run the point anew)") from None
+        return resume_simulation(paused[0], pause_after_s=pause_after_s)[0]
     out.mkdir(exist_ok=True)
     if logs:
         return run_simulation(plan, out, log_messages=True, label=label)[0]
@@ -242,16 +246,27 @@ def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, lis
                           source=source if pause_after_s is not None else None)[0]
 
 
-def _paused(folder: Path, again: str, progress: TimeLeft, spent_s: float,
-            where: str) -> Exception:
+def _sitting_over(folder: Path, again: str, progress: TimeLeft, spent_s: float,
+                  where: str) -> RunPaused:
     """The RunPaused of the reproduction in ``folder`` that paused after ``spent_s``
     ``where`` (a point and how far it got, or the point it stopped before); ``again``:
     the command that goes on."""
-    from experiments.runs.simulated import RunPaused
-
     return RunPaused(folder, f"{progress.what} paused after {duration_text(spent_s)}, "
                              f"{progress.done} of {len(progress.steps)} points done, {where}",
                      again)
+
+
+def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
+                  beside: Path | None, pause_after_s: float | None) -> str:
+    """The command that goes on with the reproduction in ``folder`` after a pause, as
+    the shell reads it (paths quoted; sudo for Mininet)."""
+    return shlex.join([*(["sudo"] if runtime == "emulated" else []),
+                       "pubsublab", "reproduce", paper_name,
+                       *(["--runtime", runtime] if runtime != "sim" else []),
+                       *(["--quick"] if quick else []), "--resume", str(folder.resolve()),
+                       *(["--beside", str(beside.resolve())] if beside is not None else []),
+                       *(["--pause-after-min", f"{pause_after_s / 60:g}"]
+                         if pause_after_s is not None else [])])
 
 
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
@@ -303,13 +318,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
     progress = TimeLeft(f"reproduce {paper_name}", steps, log)
-    # What goes on after a pause: this command on this folder.
-    again = " ".join([f"pubsublab reproduce {paper_name}",
-                      *(["--runtime", runtime] if runtime != "sim" else []),
-                      *(["--quick"] if quick else []), "--resume", str(folder.resolve()),
-                      *(["--beside", str(beside)] if beside is not None else []),
-                      *(["--pause-after-min", f"{pause_after_s / 60:g}"]
-                        if pause_after_s is not None else [])])
+    again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s)
     points: dict[str, list[Point]] = {}
     not_run: list[dict[str, Any]] = []
     ran = False  # a point has run (or gone on) in this sitting
@@ -317,12 +326,22 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
         exp = experiments[name]
         points[name] = []
         for (x, overrides, plan), est in zip(plans, est_s[name], strict=True):
-            if run:  # with nothing to run, no time left to tell
-                progress.start()
             out = folder / name
             emulated = in_mininet[name]
+            logs = bool(exp.get("logs"))
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
+            left_s = (None if pause_after_s is None
+                      else max(0.0, t0 + pause_after_s - time.monotonic()))
+            # The first point of a sitting runs even past the time (to its first pause):
+            # every sitting gets on. A later one starts only if it has the time to.
+            can_pause = not (emulated or logs or plan.workload_kind == "bulk")
+            if (run and done is None and left_s is not None and ran
+                    and left_s < (START_LEFT_S if can_pause else est)):
+                raise _sitting_over(folder, again, progress, time.monotonic() - t0,
+                                    f"before {name}{_at(x)}")
+            if run:  # with nothing to run, no time left to tell
+                progress.start()
             if done is not None:
                 log(f"reproduce {paper_name}: {name}{_at(x)}: reusing {done.name}")
                 points[name].append(load_point(done, x))
@@ -331,27 +350,18 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             if not run:
                 not_run.append({"experiment": name, "x": x, "est_s": est})
                 continue
-            left_s = (None if pause_after_s is None
-                      else max(0.0, t0 + pause_after_s - time.monotonic()))
-            # The first point of a sitting runs even past the time (to its first pause):
-            # every sitting gets on, whatever the budget.
-            if left_s == 0.0 and ran:
-                raise _paused(folder, again, progress, time.monotonic() - t0,
-                              f"before {name}{_at(x)}")
             ran = True
             label = plan.name if x is None else re.sub(
                 r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
             if emulated:
                 run_dir = _run_emulated(plan, out)
             else:
-                from experiments.runs.simulated import RunPaused
-
                 try:
                     run_dir = _simulate_point(plan, out, label, (exp["spec"], overrides),
-                                              bool(exp.get("logs")), left_s, progress)
+                                              logs, left_s, progress)
                 except RunPaused as paused:
-                    raise _paused(folder, again, progress, time.monotonic() - t0,
-                                  f"{name}{_at(x)}: {paused.how_far}") from None
+                    raise _sitting_over(folder, again, progress, time.monotonic() - t0,
+                                        f"{name}{_at(x)}: {paused.how_far}") from None
             points[name].append(load_point(run_dir, x))
             progress.finish()
     shown = _shown(runtime)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -232,7 +233,7 @@ def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
     cmd = ["reproduce", "meghdoot", "--quick", "--out", str(tmp_path),
            "--pause-after-min", "0.0001", "--json"]
     pauses: list[str] = []
-    while not pauses or "before" not in pauses[-1]:
+    while not pauses or "points done, before" not in pauses[-1]:
         assert len(pauses) < 20, pauses
         res = subprocess.run([sys.executable, "-m", "experiments.cli", *cmd],
                              capture_output=True, text=True, timeout=600, check=False)
@@ -246,14 +247,15 @@ def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
     shares = [int(m[1]) for m in map(re.compile(
         r"0 of 9 points done, peers-uniform at 100: meghdoot paused at (\d+)% of its "
         r"client operations").search, pauses[:-1]) if m]
-    assert len(shares) == len(pauses) - 1 >= 2 and shares == sorted(set(shares)), pauses
+    assert len(shares) == len(pauses) - 1 >= 2 and shares == sorted(shares), pauses
+    assert shares[0] < shares[-1] < 100
     assert re.search(r"1 of 9 points done, before peers-uniform at 1000$", pauses[-1])
     # The first point's run lists the sittings it took; no pause file or state is left.
     first = json.loads(next(folder.glob("peers-uniform/*/manifest.json")).read_text())
     assert len(first["resources"]["parts"]) == len(pauses)
     res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
-                          "--quick", "--resume", str(folder), "--json"],
-                         capture_output=True, text=True, timeout=600, check=False)
+                          "--quick", "--resume", str(folder), "--out", str(tmp_path),
+                          "--json"], capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["rows"] == reproduced["meghdoot"]["rows"]
@@ -261,11 +263,25 @@ def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
     # Nothing to pause without running: refused in one line.
     res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
                           "--quick", "--resume", str(folder), "--no-run",
-                          "--pause-after-min", "1"],
+                          "--pause-after-min", "1", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0
     assert res.stderr.strip().splitlines() == [
         "pubsublab: error: --pause-after-min: --no-run runs nothing to pause"]
+
+
+def test_the_command_that_goes_on_is_one_the_shell_runs_as_printed(tmp_path: Path) -> None:
+    """Quoted paths, absolute (the command may be run from elsewhere), sudo for Mininet,
+    the other runtime's folder and the time limit kept."""
+    from experiments.reproduce import go_on_command
+
+    folder, other = (tmp_path / "a b" / "F").resolve(), (tmp_path / "it's" / "B").resolve()
+    cmd = go_on_command("kyra", "emulated", True, folder, other, 150 * 60.0)
+    assert shlex.split(cmd) == ["sudo", "pubsublab", "reproduce", "kyra", "--runtime",
+                                "emulated", "--quick", "--resume", str(folder), "--beside",
+                                str(other), "--pause-after-min", "150"]
+    assert go_on_command("meghdoot", "sim", False, folder, None, None) == (
+        f"pubsublab reproduce meghdoot --resume '{folder}'")
 
 
 def test_beside_refuses_another_paper_the_same_runtime_or_no_reproduction(

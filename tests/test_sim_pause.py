@@ -4,7 +4,10 @@ uninterrupted run makes (nodes.checkpoint, nodes.sim's "Pausing")."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,15 +163,33 @@ def test_resume_refuses_other_code_and_a_broken_pause_file(tmp_path: Path) -> No
     (run / "paused.json").write_text(json.dumps({**paused, "code": "sha256:0"}))
     res = _cli("resume", str(run))
     assert res.returncode != 0 and "goes on only on the code it started on" in res.stderr
+    commit = paused["manifest"]["git"]["commit"]
+    assert commit and f"commit {commit[:12]}" in res.stderr  # the code to check out
     assert len(res.stderr.strip().splitlines()) == 1
     (run / "paused.json").write_text(json.dumps({k: v for k, v in paused.items()
                                                  if k != "algorithm"}))
     res = _cli("resume", str(run))
     assert res.returncode != 0 and "unreadable (KeyError" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-    # Put right, it goes on.
+    # Put right, it goes on; not while another process holds the run.
     (run / "paused.json").write_text(json.dumps(paused))
-    assert _last_json(_cli("resume", str(run), "--json"))["meghdoot"]["missing"] == 0
+    shutil.copytree(run, tmp_path / "copy")
+    fd = os.open(run, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    res = _cli("resume", str(run))
+    os.close(fd)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        f"pubsublab: error: {run}: another process is going on with this run now"]
+    done = _last_json(_cli("resume", str(run), "--json"))
+    assert done["meghdoot"]["missing"] == 0
+    # A part stopped after the algorithm's summary was written and its state deleted
+    # (paused.json still names it): the run goes on from there, to the same summary.
+    copy = tmp_path / "copy"
+    shutil.copy(run / "meghdoot" / "summary.json", copy / "meghdoot" / "summary.json")
+    (copy / "meghdoot" / "simulator.pickle").unlink()
+    assert _last_json(_cli("resume", str(copy), "--json")) == done
+    assert not (copy / "paused.json").exists() and (copy / "manifest.json").exists()
 
 
 def test_a_state_that_cannot_be_written_fails_in_one_line(tmp_path: Path) -> None:

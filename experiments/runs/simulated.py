@@ -7,9 +7,14 @@ subfolder per algorithm with the per-node logs and ``summary.json``.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
+import os
 import re
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,7 +222,7 @@ def _paused(run_dir: Path, algorithm: str, stop: Paused, paused: _Paused,
                               f"operations (simulated time {stop.t_s:.1f} s) after "
                               f"{duration_text(parts[-1]['wall_s'])}; its state "
                               f"({size}) is in {stop.path}",
-                     f"pubsublab resume {run_dir}")
+                     shlex.join(["pubsublab", "resume", str(run_dir)]))
 
 
 def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
@@ -228,6 +233,31 @@ def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
     cost = RunCost()
     if not run_dir.is_dir():
         raise SpecError(f"{run_dir}: no such run folder")
+    with _only_here(run_dir):
+        return run_dir, _resumed(run_dir, cost, pause_after_s)
+
+
+@contextmanager
+def _only_here(run_dir: Path) -> Iterator[None]:
+    """``run_dir`` locked by this process (an advisory lock on the folder, let go when
+    the process ends however it ends): a second process going on with the same run, a
+    `resume` beside a `reproduce --resume` that found it, would write the same state and
+    summaries. SpecError in one line if another process holds it."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpecError(f"{run_dir}: another process is going on with this run "
+                            "now") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None
+             ) -> dict[str, dict[str, Any]]:
+    """:func:`resume_simulation`'s work, the folder held."""
     try:
         state = read_json(run_dir / PAUSED)
         if state is not None:
@@ -241,20 +271,29 @@ def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
         raise SpecError(f"{run_dir}: not a paused run (no {PAUSED} in it)")
     here = code_fingerprint()
     if here != code:
-        raise SpecError(f"{run_dir} was paused on code {code} (a digest of the sources); "
-                        f"this is {here}: a paused run goes on only on the code it started on")
+        git = manifest.get("git") or {}
+        at = (f"commit {git['commit'][:12]}{' with changes' if git.get('dirty') else ''}"
+              if git.get("commit") else "code outside git")
+        raise SpecError(f"{run_dir} was paused on code {code} (a digest of the sources, "
+                        f"{at}); this is {here}: a paused run goes on only on the code it "
+                        f"started on (check that out, or remove the folder to run anew)")
     plan = compile_plan(load_spec(spec, overrides))
     if json.loads(json.dumps(plan.spec.to_dict(), default=str)) != manifest["spec"]:
         raise SpecError(f"{run_dir}: spec {spec!r} with {overrides} no longer resolves to "
                         "the spec the run started with")
+    paused = _Paused((spec, overrides), manifest, parts, here)
+    if (run_dir / algorithm / SUMMARY).exists():
+        # A part stopped (killed) after the paused algorithm finished: the next ones go
+        # on from their start.
+        log(f"resuming {run_dir.name}: after {algorithm} (part {len(parts) + 1})")
+        return _simulate(plan, run_dir, manifest, cost, log_messages=False,
+                         pause_after_s=pause_after_s, paused=paused)
     if not (run_dir / algorithm / PAUSED_STATE).exists():
         raise SpecError(f"{run_dir}: the paused state of {algorithm} is missing")
-    paused = _Paused((spec, overrides), manifest, parts, here)
     log(f"resuming {run_dir.name}: {algorithm} from {done:.0%} of its client operations "
         f"(part {len(parts) + 1})")
-    return run_dir, _simulate(plan, run_dir, manifest, cost, log_messages=False,
-                              pause_after_s=pause_after_s, paused=paused,
-                              resumed=(algorithm, done))
+    return _simulate(plan, run_dir, manifest, cost, log_messages=False,
+                     pause_after_s=pause_after_s, paused=paused, resumed=(algorithm, done))
 
 
 def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:
