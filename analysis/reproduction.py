@@ -485,11 +485,15 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             "<h2>Points not run</h2><p>This folder has no finished run of these points, "
             "so the rows above stand on the others (their scale names them). "
             f"<code>pubsublab reproduce {e(paper['paper'])}{flags} --resume "
-            f"{e(str(out_dir))}</code> runs them; the estimate is the data file's, from runs on a "
-            "2-core machine.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
-            "<th>Estimated time</th></tr>")
+            f"{e(str(out_dir))}</code> runs them (with <code>--pause-after-min MIN</code>, in "
+            "sittings of MIN minutes; a point paused part way goes on where it stopped); the "
+            "estimate is the data file's, from runs on a 2-core machine, for the whole "
+            "point.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
+            "<th>Estimated time</th><th>Done</th></tr>")
         body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
-                 f"<td class='num'>{duration_text(p['est_s'])}</td></tr>" for p in not_run]
+                 f"<td class='num'>{duration_text(p['est_s'])}</td><td class='num'>"
+                 f"{'paused at ' + _pct(p['paused']) if 'paused' in p else '-'}</td></tr>"
+                 for p in not_run]
         body.append("</table>")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"

@@ -21,9 +21,9 @@ its run folders, nothing run again).
 
 ``run=False`` (``--no-run``) with ``resume``: the page of the points the folder has,
 nothing run; the points it lacks are listed (the JSON's ``not_run``, a table on the
-page) with the data file's estimate of their time, and the rows say which points they
-stand on. Meghdoot's shipped points are read this way in seconds, where two of its
-points take longer than a working session here.
+page) with the data file's estimate of their time and how far a paused one got, and the
+rows say which points they stand on. Meghdoot's shipped points are read this way in
+seconds, where two of its points take longer than a working session here.
 
 ``pause_after_s``: the reproduction stops once that much wall time has passed, inside a
 simulated point (one without logs, not bulk: the simulator's state goes into the point's
@@ -256,6 +256,13 @@ def _sitting_over(folder: Path, again: str, progress: TimeLeft, spent_s: float,
                      again)
 
 
+def _not_run_text(point: Mapping[str, Any]) -> str:
+    """A point of ``not_run`` as the log names it: where, its estimate, how far it got."""
+    paused = f", paused at {point['paused']:.0%}" if "paused" in point else ""
+    return (f"{point['experiment']}{_at(point['x'])} (estimated "
+            f"{duration_text(point['est_s'])}{paused})")
+
+
 def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
                   beside: Path | None, pause_after_s: float | None) -> str:
     """The command that goes on with the reproduction in ``folder`` after a pause, as
@@ -279,8 +286,9 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     run into it, and the page is written anew. With ``beside``, an earlier reproduction of
     the same paper and scale in the other runtime: its rows go beside ours (each row's
     ``beside``) and its folder into the result's ``beside``. With ``run`` false, nothing
-    runs: the points ``resume`` lacks go into the result's ``not_run`` (experiment, x and
-    the data file's ``est_s``) and onto the page. With ``pause_after_s``, the
+    runs: the points ``resume`` lacks go into the result's ``not_run`` (experiment, x,
+    the data file's ``est_s`` and, for a point paused part way, ``paused``: the share
+    done) and onto the page. With ``pause_after_s``, the
     reproduction pauses after that much wall time (module docstring): RunPaused, whose
     message says how to go on."""
     t0 = time.monotonic()
@@ -348,7 +356,9 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                 progress.skip()
                 continue
             if not run:
-                not_run.append({"experiment": name, "x": x, "est_s": est})
+                paused = None if emulated else paused_run(out, plan)
+                not_run.append({"experiment": name, "x": x, "est_s": est,
+                                **({"paused": paused[1]} if paused is not None else {})})
                 continue
             ran = True
             label = plan.name if x is None else re.sub(
@@ -377,8 +387,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                       beside=other, not_run=not_run)
     if not_run:
         log(f"reproduce {paper_name}: {len(not_run)} points not run (--no-run): "
-            + ", ".join(f"{p['experiment']}{_at(p['x'])} (estimated "
-                        f"{duration_text(p['est_s'])})" for p in not_run))
+            + ", ".join(map(_not_run_text, not_run)))
     log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
         f" page {page}")
     return folder, {**result, "page": str(page)}

@@ -244,6 +244,16 @@ def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
                                 "--pause-after-min 0.0001")
         pauses.append(out["how_far"])
         cmd = [*out["go_on"].split()[1:], "--json"]
+        if len(pauses) == 1:  # the first point paused part way: --no-run says how far
+            res = subprocess.run([sys.executable, "-m", "experiments.cli", *cmd[:-3],
+                                  "--no-run", "--out", str(tmp_path), "--json"],
+                                 capture_output=True, text=True, timeout=600, check=False)
+            assert res.returncode == 0, res.stderr[-3000:]
+            listed = json.loads(res.stdout.strip().splitlines()[-1])["not_run"]
+            share = re.search(r"paused at (\d+%)", pauses[0])
+            assert share and f"{listed[0]['paused']:.0%}" == share[1], (listed[0], pauses[0])
+            assert [p for p in listed if "paused" in p] == listed[:1]
+            assert f"peers-uniform at 100 (estimated 10 s, paused at {share[1]})" in res.stderr
     shares = [int(m[1]) for m in map(re.compile(
         r"0 of 9 points done, peers-uniform at 100: meghdoot paused at (\d+)% of its "
         r"client operations").search, pauses[:-1]) if m]
