@@ -181,15 +181,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _run_or_pause(args: argparse.Namespace, simulation: Callable[[], tuple[Path, Any]]) -> int:
     """Emit a simulation's summaries, or, if it paused, where it is and how to go on."""
-    from experiments.runs.simulated import RunPaused
     from experiments.runs.summaries import summary_table
 
-    try:
+    def work() -> tuple[Any, str]:
         run_dir, summaries = simulation()
+        return summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}"
+
+    return _emit_or_pause(args, work)
+
+
+def _emit_or_pause(args: argparse.Namespace, work: Callable[[], tuple[Any, str]]) -> int:
+    """Emit what ``work`` returns (the --json object and the text), or, if it paused (a
+    simulation or a reproduction), where it is and how to go on."""
+    from experiments.runs.simulated import RunPaused
+
+    try:
+        result, text = work()
     except RunPaused as paused:
-        _emit(args, paused.record(), str(paused))
-        return 0
-    _emit(args, summaries, f"{summary_table(summaries)}\nrun folder: {run_dir}")
+        result, text = paused.record(), str(paused)
+    _emit(args, result, text)
     return 0
 
 
@@ -205,19 +215,17 @@ def _pause_after_s(args: argparse.Namespace) -> float | None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from analysis.reproduction import format_rows
     from experiments.reproduce import reproduce
-    from experiments.runs.simulated import RunPaused
 
     resume = Path(args.resume) if args.resume else None
     beside = Path(args.beside) if args.beside else None
-    try:
+    pause_after_s = _pause_after_s(args)
+
+    def work() -> tuple[Any, str]:
         _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out),
-                              resume, beside, run=not args.no_run,
-                              pause_after_s=_pause_after_s(args))
-    except RunPaused as paused:
-        _emit(args, paused.record(), str(paused))
-        return 0
-    _emit(args, result, f"{format_rows(result['rows'])}\npage: {result['page']}")
-    return 0
+                              resume, beside, run=not args.no_run, pause_after_s=pause_after_s)
+        return result, f"{format_rows(result['rows'])}\npage: {result['page']}"
+
+    return _emit_or_pause(args, work)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -60,6 +60,7 @@ from analysis.reproduction import (
 )
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
+from experiments.runs.manifest import spec_as_written
 from experiments.runs.simulated import RunPaused, resume_simulation, run_simulation
 from experiments.spec import PAPERS, PAPERS_DIR, Spec, SpecError, load_spec
 from nodes.runfolder import (
@@ -146,16 +147,11 @@ def _emulated(runtime: str, exp: Mapping[str, Any]) -> bool:
     return runtime == "emulated" and not exp.get("simulated_only")
 
 
-def _as_written(spec: Spec) -> Any:
-    """The resolved ``spec`` as a run folder's manifest holds it (JSON types)."""
-    return json.loads(json.dumps(spec.to_dict()))
-
-
 def finished_run(out: Path, spec: Spec, runtime: str) -> Path | None:
     """A run folder under ``out`` of an earlier run of exactly the resolved ``spec`` in
     ``runtime`` (``simulated`` or ``emulated``, as manifests say) that got as far as its
     summaries; None if there is none."""
-    want = _as_written(spec)
+    want = spec_as_written(spec)
     for manifest_path in sorted(out.glob(f"*/{MANIFEST}")):
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -172,7 +168,7 @@ def paused_run(out: Path, plan: RunPlan) -> tuple[Path, float] | None:
     that paused, and the share of the point done (its algorithms counted alike, the
     paused one by its client operations done); None if there is none. A pause file that
     cannot be read counts as none, and says so: the point runs anew."""
-    want = _as_written(plan.spec)
+    want = spec_as_written(plan.spec)
     names = [a.name for a in plan.algorithms]
     for paused_path in sorted(out.glob(f"*/{PAUSED}")):
         try:
@@ -239,9 +235,8 @@ def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, lis
         progress.resumed(paused[1])
         return resume_simulation(paused[0], pause_after_s=pause_after_s)[0]
     out.mkdir(exist_ok=True)
-    if logs:
-        return run_simulation(plan, out, log_messages=True, label=label)[0]
-    return run_simulation(plan, out, log_messages=False, label=label,
+    pause_after_s = None if logs else pause_after_s
+    return run_simulation(plan, out, log_messages=logs, label=label,
                           pause_after_s=pause_after_s,
                           source=source if pause_after_s is not None else None)[0]
 
@@ -356,9 +351,9 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                 progress.skip()
                 continue
             if not run:
-                paused = None if emulated else paused_run(out, plan)
+                part_way = None if emulated else paused_run(out, plan)
                 not_run.append({"experiment": name, "x": x, "est_s": est,
-                                **({"paused": paused[1]} if paused is not None else {})})
+                                **({"paused": part_way[1]} if part_way else {})})
                 continue
             ran = True
             label = plan.name if x is None else re.sub(

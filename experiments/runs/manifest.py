@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from experiments.plan import RunPlan
+from experiments.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
 # The packages whose code a run runs (the design's top-level folders).
@@ -35,6 +37,12 @@ def code_fingerprint() -> str:
             digest.update(str(path.relative_to(REPO)).encode() + b"\0")
             digest.update(path.read_bytes() + b"\0")
     return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def spec_as_written(spec: Spec) -> Any:
+    """The resolved ``spec`` as :func:`base_manifest` puts it in a manifest once written
+    (JSON types), for comparing a run folder's spec with a spec now."""
+    return json.loads(json.dumps(spec.to_dict(), default=str))
 
 
 def base_manifest(plan: RunPlan, run_dir: Path, runtime: str) -> dict[str, Any]:

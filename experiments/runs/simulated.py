@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import json
 import os
 import re
 import shlex
@@ -26,7 +25,12 @@ from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
-from experiments.runs.manifest import base_manifest, code_fingerprint, node_names
+from experiments.runs.manifest import (
+    base_manifest,
+    code_fingerprint,
+    node_names,
+    spec_as_written,
+)
 from experiments.runs.resources import RunCost, cost_text, parts_cost
 from experiments.runs.summaries import log_extras, summed_counters
 from experiments.spec import SpecError, load_spec
@@ -278,7 +282,7 @@ def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None
                         f"{at}); this is {here}: a paused run goes on only on the code it "
                         f"started on (check that out, or remove the folder to run anew)")
     plan = compile_plan(load_spec(spec, overrides))
-    if json.loads(json.dumps(plan.spec.to_dict(), default=str)) != manifest["spec"]:
+    if spec_as_written(plan.spec) != manifest["spec"]:
         raise SpecError(f"{run_dir}: spec {spec!r} with {overrides} no longer resolves to "
                         "the spec the run started with")
     paused = _Paused((spec, overrides), manifest, parts, here)
