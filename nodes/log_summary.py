@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from nodes.summary import (
     CARRIES,
     MATCHED_TYPES,
     PROPAGATED_KINDS,
-    MsgKey,
+    Expected,
     OpKey,
     build_summary,
     propagation_delays,
@@ -77,10 +77,10 @@ def client_receipts(out_dir: Path, workload: Workload) -> dict[str, Any]:
 
 def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workload,
                    algorithm: str, runtime: str, scale: float,
-                   expected: Mapping[MsgKey, frozenset[str]]) -> dict[str, Any]:
+                   expected: Expected) -> dict[str, Any]:
     """summary.json of one algorithm's run from its broker and client logs, whichever
-    runtime wrote them; ``expected``: the oracle's deliveries of ``workload`` (computed
-    once for all algorithms of a run).
+    runtime wrote them; ``expected``: the oracle's deliveries of ``workload``, as
+    :func:`~nodes.summary.build_summary` takes them.
 
     Advertisement and subscription delays follow :mod:`nodes.summary`: per client
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message

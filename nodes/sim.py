@@ -226,6 +226,7 @@ from nodes.summary import (
     CARRIES,
     MATCHED_TYPES,
     TABLE_KINDS,
+    Expected,
     MsgKey,
     build_summary,
     propagation_delays,
@@ -447,9 +448,13 @@ def resume(path: Path, *, on_demand: LinkModel | None = None,
 
 
 def summarize(
-    result: SimResult, expected: Mapping[MsgKey, frozenset[str]], *, scale: float = 1.0
+    result: SimResult,
+    expected: Expected,
+    *,
+    scale: float = 1.0,
 ) -> dict[str, Any]:
-    """The summary.json object of a simulated run against the oracle's ``expected``."""
+    """The summary.json object of a simulated run against the oracle's ``expected`` (as
+    :func:`~nodes.summary.build_summary` takes it)."""
     summary = build_summary(
         algorithm=result.algorithm,
         runtime="simulated",

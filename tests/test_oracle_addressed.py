@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from nodes.messages import Message, MsgType
 from nodes.model import Schema, filter_from_json, matches
 from nodes.workloads.ops import ClientOp, Workload
-from nodes.workloads.oracle import METHODS, expected_deliveries
+from nodes.workloads.oracle import METHODS, expected_deliveries, iter_expected
 
 SCHEMA = Schema({"x": "int"})
 FILTERS: tuple[list[list[Any]], ...] = ([], [["x", ">=", 3]], [["x", "<", 2]])
@@ -39,8 +39,15 @@ def _workload(ops: Sequence[ClientOp], **meta: Any) -> Workload:
 
 
 def _all_methods(w: Workload) -> Expected:
+    """Every method's answer, the same, and the same one publication at a time in op
+    order (addressed and filtered publications interleaved)."""
     results = [expected_deliveries(w, method=m) for m in METHODS]
     assert all(r == results[0] for r in results[1:])
+    published = [op.msg.key for op in w.ops if op.msg.type is MsgType.PUBLISH]
+    for m in METHODS:
+        one_at_a_time = list(iter_expected(w, method=m))
+        assert [key for key, _ in one_at_a_time] == published
+        assert dict(one_at_a_time) == results[0]
     return results[0]
 
 
