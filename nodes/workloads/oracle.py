@@ -103,7 +103,6 @@ for ``B`` set bits, ``a`` subscriptions per client and ``i`` intervals per node.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,10 +159,12 @@ def iter_expected(
     w: Workload, *, settle_s: float | None = None, method: Method = "auto"
 ) -> Iterator[tuple[Key, frozenset[str]]]:
     """:func:`expected_deliveries` one publication at a time, in op order: ``(key,
-    subscribers)``, a key published twice given twice. Only the publication at hand is
-    held: at 10,000 Meghdoot peers the whole answer is some 57 million (publication,
-    subscriber) pairs, 3 GiB as frozensets. The input is checked (``ValueError``) on the
-    call, before the first publication."""
+    subscribers)``, a key published twice given twice. A filtered publication's answer is
+    held only until it is given (answers worked out along the time line wait for those
+    of earlier ops): at 10,000 Meghdoot peers the whole answer is some 57 million
+    (publication, subscriber) pairs, 3 GiB as frozensets. Addressed publications'
+    answers are worked out on the call and held, each its address bits' clients at most.
+    The input is checked (``ValueError``) on the call, before the first publication."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     settle = _settle_s(w.meta, settle_s)
@@ -173,27 +174,32 @@ def iter_expected(
         raise ValueError(f"the workload has {churn} JOIN/LEAVE/CRASH ops but no "
                          "meta['membership'] (see nodes.workloads.oracle)")
     filtered = [p for p in pubs if "to" not in p[1].payload]
-    answers = _filtered(subs, filtered, membership, method)
-    if any(later[0] < earlier[0] for earlier, later in itertools.pairwise(filtered)):
-        # Given in time order, and these ops are not (a Workload's are sorted, one made
-        # by hand may not be): held whole, to be given in op order.
-        held = dict(answers)
-        answers = ((i, held[i]) for i in range(len(filtered)))
-    # Addressed publications are few and cheap (CoDD's): worked out here, which also
-    # checks them before the first publication is given.
+    # Addressed publications (CoDD's) are worked out here, which checks them before the
+    # first publication is given; each answer is its address bits' clients at most.
     reached = (_addressed(addressed, [p for p in pubs if "to" in p[1].payload],
                           membership or {}, w.meta.get("addressed"))
                if len(filtered) < len(pubs) else {})
-    return _in_op_order(pubs, answers, reached)
+    return _in_op_order(pubs, _filtered(subs, filtered, membership, method), reached)
 
 
 def _in_op_order(pubs: Sequence[tuple[float, Message]],
                  answers: Iterator[tuple[int, frozenset[str]]],
                  reached: Mapping[Key, frozenset[str]]) -> Iterator[tuple[Key, frozenset[str]]]:
     """Each publication's key and answer in op order: the addressed ones' from
-    ``reached``, the others' from ``answers`` (the filtered publications', in order)."""
+    ``reached``, the others' from ``answers`` (index among the filtered publications,
+    answer), which come in time order: in op order for a Workload's sorted ops, not for
+    ops made by hand out of order (or with a NaN time, which no comparison orders)."""
+    early: dict[int, frozenset[str]] = {}  # answers that came before an earlier op's
+    j = 0  # the next filtered publication's index
     for _, m in pubs:
-        yield (m.key, reached[m.key] if "to" in m.payload else next(answers)[1])
+        if "to" in m.payload:
+            yield m.key, reached[m.key]
+            continue
+        while j not in early:
+            i, got = next(answers)
+            early[i] = got
+        yield m.key, early.pop(j)
+        j += 1
 
 
 def _filtered(subs: Sequence[_Sub], pubs: Sequence[tuple[float, Message]],
