@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "from where it stopped, on the code it started on (a sitting's "
                          "first point runs at least to its first pause, so each sitting "
                          "gets on). For a "
-                         "reproduction longer than one sitting (Meghdoot's, about 18 hours).")
+                         "reproduction longer than one sitting (Meghdoot's, about 17 hours).")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
                     help="folder for the reproduction folder (default ./runs)")
     _json_flag(rp)

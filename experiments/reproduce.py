@@ -31,7 +31,7 @@ run folder, :mod:`experiments.runs.simulated`) or else before the next point
 (:data:`START_LEFT_S`), and raises :class:`~experiments.runs.simulated.RunPaused`. The
 first point it runs goes on to its first pause however little time is left, so that
 each sitting gets on. ``resume`` goes on: a paused point is resumed where it stopped, on
-the code it started on. A reproduction of Meghdoot at full scale (about 18 hours here)
+the code it started on. A reproduction of Meghdoot at full scale (about 17 hours here)
 runs this way over several sittings.
 """
 

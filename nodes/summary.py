@@ -149,10 +149,10 @@ def build_summary(
 
     ``expected`` is the oracle's answer as a mapping or as ``(key, subscribers)`` pairs
     (:data:`Expected`; a key given twice counts as the later), taken one publication at
-    a time and not held. Deliveries are compared with it
-    publication by publication: the two sets of every (publication, subscriber) pair,
-    expected and delivered, took 172 bytes a delivery (735 MiB for a Meghdoot run's 4.5
-    million, more than a 300-peer simulation holds at its end)."""
+    a time and not held. Deliveries are compared with it publication by publication:
+    the two sets of every (publication, subscriber) pair, expected and delivered, took
+    172 bytes a delivery (735 MiB for a Meghdoot run's 4.5 million, more than a 300-peer
+    simulation holds at its end)."""
     pairs = expected.items() if isinstance(expected, Mapping) else expected
     # Per publication the oracle names: its expected pairs, its delivered pairs, and how
     # many of those it did not expect.
