@@ -176,7 +176,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from experiments.runs.simulated import resume_simulation
 
     pause_after_s = _pause_after_s(args)
-    return _run_or_pause(args, lambda: resume_simulation(args.run, pause_after_s=pause_after_s))
+    return _run_or_pause(args, lambda: resume_simulation(
+        args.run, pause_after_s=pause_after_s, trust=args.trust_paused_state))
 
 
 def _run_or_pause(args: argparse.Namespace, simulation: Callable[[], tuple[Path, Any]]) -> int:
@@ -222,7 +223,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     def work() -> tuple[Any, str]:
         _, result = reproduce(args.paper, args.runtime, args.quick, _out_dir(args.out),
-                              resume, beside, run=not args.no_run, pause_after_s=pause_after_s)
+                              resume, beside, run=not args.no_run, pause_after_s=pause_after_s,
+                              trust=args.trust_paused_state)
         return result, f"{format_rows(result['rows'])}\npage: {result['page']}"
 
     return _emit_or_pause(args, work)
@@ -372,6 +374,15 @@ def _pause_flag(parser: argparse.ArgumentParser) -> None:
                              "RUN_FOLDER` goes on later, for a run longer than one sitting")
 
 
+def _trust_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust-paused-state", action="store_true",
+                        help="read a paused simulator state that this user's key did not "
+                             "sign (a received folder, or one paused before states were "
+                             "signed): loading it runs any code planted in it, so only for "
+                             "a folder whose author you trust. A paused state is not a "
+                             "format for sharing: share finished runs")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pubsublab",
@@ -430,10 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "in its folder, in this process: it makes what the run "
                                     "would have made without the pause (the manifest's "
                                     "resources list each part). Only on the code the run "
-                                    "started on (its commit, and the same changes to it).")
+                                    "started on (its commit, and the same changes to it), "
+                                    "and only a state this user's key signed on this "
+                                    "machine: a paused state is not a format for sharing "
+                                    "(see --trust-paused-state).")
     rs.add_argument("run", type=Path, metavar="RUN_FOLDER",
                     help="the paused run's folder (it holds paused.json)")
     _pause_flag(rs)
+    _trust_flag(rs)
     _json_flag(rs)
     rs.set_defaults(func=cmd_resume)
 
@@ -479,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "reproduction longer than one sitting (Meghdoot's, about 17 hours).")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
                     help="folder for the reproduction folder (default ./runs)")
+    _trust_flag(rp)
     _json_flag(rp)
     rp.set_defaults(func=cmd_reproduce)
 

@@ -225,7 +225,8 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
 
 
 def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, list[str]],
-                    logs: bool, pause_after_s: float | None, progress: TimeLeft) -> Path:
+                    logs: bool, pause_after_s: float | None, progress: TimeLeft,
+                    trust: bool = False) -> Path:
     """Run one point in the simulator into ``out`` (its run folder returned), going on
     with its paused run there if it has one. ``source``: the spec argument and overrides
     the plan was compiled from; ``pause_after_s``: when to pause, if at all (a point
@@ -233,7 +234,7 @@ def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, lis
     paused = paused_run(out, plan)
     if paused is not None:
         progress.resumed(paused[1])
-        return resume_simulation(paused[0], pause_after_s=pause_after_s)[0]
+        return resume_simulation(paused[0], pause_after_s=pause_after_s, trust=trust)[0]
     out.mkdir(exist_ok=True)
     pause_after_s = None if logs else pause_after_s
     return run_simulation(plan, out, log_messages=logs, label=label,
@@ -273,7 +274,8 @@ def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
 
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
               resume: Path | None = None, beside: Path | None = None, run: bool = True,
-              pause_after_s: float | None = None) -> tuple[Path, dict[str, Any]]:
+              pause_after_s: float | None = None, trust: bool = False
+              ) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
     earlier reproduction folder of the same paper, runtime and scale: each point that has
@@ -285,7 +287,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     the data file's ``est_s`` and, for a point paused part way, ``paused``: the share
     done) and onto the page. With ``pause_after_s``, the
     reproduction pauses after that much wall time (module docstring): RunPaused, whose
-    message says how to go on."""
+    message says how to go on. A paused point's state is read only if this user's key
+    signed it, or with ``trust`` (:mod:`nodes.checkpoint`)."""
     t0 = time.monotonic()
     if not run and resume is None:
         raise SpecError("--no-run reads the finished points of a reproduction folder: "
@@ -363,7 +366,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             else:
                 try:
                     run_dir = _simulate_point(plan, out, label, (exp["spec"], overrides),
-                                              logs, left_s, progress)
+                                              logs, left_s, progress, trust)
                 except RunPaused as paused:
                     raise _sitting_over(folder, again, progress, time.monotonic() - t0,
                                         f"{name}{_at(x)}: {paused.how_far}") from None

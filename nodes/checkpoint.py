@@ -9,20 +9,35 @@ depends on the process it runs in (string hashes change between processes, and n
 result may follow a set's order already, since logs are byte-identical for a seed).
 
 The file is a pickle, the standard library's serialiser of Python object graphs
-(shared objects stay shared, so a payload sized once is still sized once); a file
-written by some code is read only by the same code (:mod:`experiments.runs.simulated`
-checks a digest of the sources first). Functions do not pickle: the caller hands the
-simulator's again on resume.
+(shared objects stay shared, so a payload sized once is still sized once). Reading a
+pickle runs whatever code its author put in it, so a paused state is **not a format for
+sharing**: every file is signed when it is written, with HMAC-SHA256 under a key of this
+user on this machine (:func:`key_path`, 32 random bytes in a mode-0600 file made on
+first use), and :func:`read_state` checks the signature over the whole file before one
+byte of it is unpickled. A state from anywhere else (a received run folder, another
+user, a file written before states were signed) is refused with :class:`StateRefused`
+unless the caller trusts it explicitly. A file written by some code is read only by the
+same code (:mod:`experiments.runs.simulated` checks a digest of the sources first).
+Functions do not pickle: the caller hands the simulator's again on resume.
+
+Layout: :data:`MAGIC`, the 32-byte tag, then the pickle; the tag is the HMAC of the
+magic line and the pickle. It is written in one pass (the tag's place is filled once the
+pickle is out) and checked in one streaming pass before the load, so neither side holds
+the file's bytes in memory beside the objects they stand for (states reach gigabytes).
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import hmac
 import os
 import pickle
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 @dataclass(frozen=True)
@@ -46,28 +61,154 @@ class Paused(Exception):
         self.path, self.done, self.t_s = path, done, t_s
 
 
+MAGIC = b"pubsublab paused state, HMAC-SHA256 signed, v1\n"
+_TAG_BYTES = 32
+_KEY_BYTES = 32
+_KEY_FILE = "pause.key"
+_CHUNK_BYTES = 16 * 2**20
+
+
+class StateRefused(ValueError):
+    """A paused state that is not read: unsigned, signed by another key, damaged, or not
+    a file. The message is one line and names the file."""
+
+
+def key_path() -> Path:
+    """This user's signing key: ``$PUBSUBLAB_STATE_DIR/pause.key``, else under
+    ``$XDG_STATE_HOME/pubsublab``, else ``~/.local/state/pubsublab`` (the XDG default).
+    Under sudo the key is root's, so a state written under sudo resumes under sudo."""
+    base = os.environ.get("PUBSUBLAB_STATE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        base = str(Path(xdg) / "pubsublab")
+    return Path(base) / _KEY_FILE
+
+
+def _key(create: bool) -> bytes:
+    """The signing key, made (32 random bytes, mode 0600) if ``create`` and missing.
+    StateRefused if it is missing, the wrong size, or open to other users (anyone who can
+    read it can sign a state that runs code in this user's name)."""
+    path = key_path()
+    if create and not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile: use that one
+            pass
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(secrets.token_bytes(_KEY_BYTES))
+    try:
+        st = path.stat()
+        key = path.read_bytes()
+    except OSError as exc:
+        raise StateRefused(f"no pause key at {path} ({exc.strerror or exc}): no paused "
+                           "state was written by this user on this machine") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise StateRefused(f"pause key {path} is open to other users (mode "
+                           f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it, or remove it "
+                           "(then states written so far are refused)")
+    if len(key) != _KEY_BYTES:
+        raise StateRefused(f"pause key {path} is not a key ({len(key)} bytes, wanted "
+                           f"{_KEY_BYTES}): remove it (then states written so far are "
+                           "refused)")
+    return key
+
+
+class _Signing:
+    """A binary file that hands every byte written to it to a MAC as well."""
+
+    def __init__(self, fh: Any, mac: hmac.HMAC) -> None:
+        self.fh, self.mac = fh, mac
+
+    def write(self, data: bytes) -> int:
+        self.mac.update(data)
+        return self.fh.write(data)
+
+
 def write_state(state: Any, path: Path) -> None:
-    """Pickle ``state`` to ``path`` (through a temporary file, so a run stopped while
-    writing never leaves a half file under the name)."""
+    """Pickle ``state`` to ``path``, signed (module docstring), through a temporary file
+    so that a run stopped while writing never leaves a half file under the name."""
+    mac = hmac.new(_key(create=True), MAGIC, hashlib.sha256)
     tmp = path.with_name(path.name + ".part")
     try:
         with open(tmp, "wb") as fh:
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.write(MAGIC + bytes(_TAG_BYTES))
+            pickle.dump(state, _Signing(fh, mac), protocol=pickle.HIGHEST_PROTOCOL)
+            fh.seek(len(MAGIC))
+            fh.write(mac.digest())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
 
 
-def read_state(path: Path) -> Any:
-    """The object :func:`write_state` wrote to ``path``. The collector is off meanwhile:
+def check_state(path: Path, *, trust: bool = False) -> None:
+    """StateRefused unless ``path`` is a state this user's key signed (with ``trust``:
+    unless it is a file that can be read), checked as :func:`read_state` checks it,
+    nothing unpickled: a caller checks before it says or starts anything (0.7 s per GiB
+    of state here), and :func:`read_state` checks again."""
+    with _opened(path) as fh:
+        if not trust:
+            _verify(fh, path)
+
+
+def read_state(path: Path, *, trust: bool = False) -> Any:
+    """The object :func:`write_state` wrote to ``path``, once its signature is checked
+    against this user's key: StateRefused otherwise, nothing unpickled. With ``trust``
+    the signature is not checked (the caller vouches for the file: any code in it runs),
+    and a plain pickle without the signed header is read too.
+
+    The file is checked and loaded through one open descriptor, so renaming another
+    file into its place meanwhile changes nothing. The collector is off while loading:
     reading builds tens of millions of objects and no garbage, and each collection of
     the older generations would walk all that is built so far."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with open(path, "rb") as fh:
+    with _opened(path) as fh:
+        head = fh.read(len(MAGIC) + _TAG_BYTES)
+        signed = head.startswith(MAGIC) and len(head) == len(MAGIC) + _TAG_BYTES
+        if not trust:
+            fh.seek(0)
+            _verify(fh, path)
+        fh.seek(len(head) if signed else 0)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
             return pickle.load(fh)
-    finally:
-        if enabled:
-            gc.enable()
+        except Exception as exc:  # a trusted file may still be damaged: one line
+            raise StateRefused(f"{path}: not a readable paused state "
+                               f"({type(exc).__name__}: {exc})") from None
+        finally:
+            if enabled:
+                gc.enable()
+
+
+def _opened(path: Path) -> BinaryIO:
+    """``path`` open for reading; StateRefused in one line if it cannot be (missing, a
+    folder, unreadable)."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 -- the callers close it
+        fh.read(0)  # a folder opens, and fails only here
+        return fh
+    except OSError as exc:
+        raise StateRefused(f"{path}: cannot be read as a paused state "
+                           f"({exc.strerror or exc})") from None
+
+
+def _verify(fh: BinaryIO, path: Path) -> None:
+    """StateRefused unless the file open at its start in ``fh`` carries the signed
+    header and its tag is the HMAC of the rest under this user's key (streamed: the
+    file's bytes are never held whole)."""
+    head = fh.read(len(MAGIC) + _TAG_BYTES)
+    if not head.startswith(MAGIC) or len(head) != len(MAGIC) + _TAG_BYTES:
+        raise StateRefused(f"{path}: not a signed paused state (written elsewhere, "
+                           "damaged, or from before states were signed)")
+    try:
+        key = _key(create=False)
+    except StateRefused as exc:
+        raise StateRefused(f"{path}: not checked: {exc}") from None
+    mac = hmac.new(key, MAGIC, hashlib.sha256)
+    while chunk := fh.read(_CHUNK_BYTES):
+        mac.update(chunk)
+    if not hmac.compare_digest(mac.digest(), head[len(MAGIC):]):
+        raise StateRefused(f"{path}: its signature is not this machine's (written by "
+                           f"another user or machine, or changed since; key {key_path()})")

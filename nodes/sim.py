@@ -431,12 +431,14 @@ def simulate(
 
 def resume(path: Path, *, on_demand: LinkModel | None = None,
            progress: Callable[[float], None] | None = None,
-           pause: Pause | None = None) -> SimResult:
+           pause: Pause | None = None, trust: bool = False) -> SimResult:
     """Go on with the run paused to ``path`` (:func:`simulate` with ``pause``) until it
     ends or pauses again (to ``pause.path``). ``on_demand`` must be the link model the
     run started with (its functions were not written to the file) and is asked only of
-    pairs that open links from here on."""
-    sim = read_state(path)
+    pairs that open links from here on. The state is read only if this user's key signed
+    it, or with ``trust`` (:func:`~nodes.checkpoint.read_state`; else
+    :class:`~nodes.checkpoint.StateRefused`, nothing unpickled)."""
+    sim = read_state(path, trust=trust)
     if not isinstance(sim, _Sim):
         raise ValueError(f"{path}: not a paused simulation")
     if sim.needs_link_model != (on_demand is not None):

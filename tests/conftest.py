@@ -40,6 +40,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _check_root()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The suite's paused states are signed with a key of its own, in a folder of its
+    own (inherited by the commands it starts), never with the user's: the machine keeps
+    no key the suite made, and a test of a foreign key swaps the folder for another."""
+    os.environ["PUBSUBLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("pubsublab-state"))
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     d = tmp_path / "runs"

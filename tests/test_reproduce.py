@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_sim_pause import Planted
 
 REPO = Path(__file__).resolve().parent.parent
 PAPERS = ("octopia", "lbdd", "meghdoot", "codd", "kyra")
@@ -254,6 +256,20 @@ def test_a_reproduction_in_sittings_writes_the_rows_of_one_run(
             assert share and f"{listed[0]['paused']:.0%}" == share[1], (listed[0], pauses[0])
             assert [p for p in listed if "paused" in p] == listed[:1]
             assert f"peers-uniform at 100 (estimated 10 s, paused at {share[1]})" in res.stderr
+            # The same folder received from elsewhere, its state swapped for a planted
+            # pickle: refused in one line, nothing of it run.
+            copy = tmp_path / "received" / folder.name
+            shutil.copytree(folder, copy)
+            marker = tmp_path / "ran"
+            for state in copy.rglob("simulator.pickle"):
+                state.write_bytes(pickle.dumps(Planted(marker)))
+            res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce",
+                                  "meghdoot", "--quick", "--resume", str(copy)],
+                                 capture_output=True, text=True, timeout=600, check=False)
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 2 and "not a signed paused state" in lines[-1], res.stderr
+            assert "--trust-paused-state" in lines[-1] and "Traceback" not in res.stderr
+            assert not marker.exists()
     shares = [int(m[1]) for m in map(re.compile(
         r"0 of 9 points done, peers-uniform at 100: meghdoot paused at (\d+)% of its "
         r"client operations").search, pauses[:-1]) if m]

@@ -7,7 +7,10 @@ import dataclasses
 import fcntl
 import json
 import os
+import pickle
+import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +22,15 @@ import nodes.sim
 from experiments.plan import compile_plan
 from experiments.runs.simulated import on_demand_links
 from experiments.spec import load_spec
-from nodes.checkpoint import Pause, Paused
+from nodes.checkpoint import (
+    MAGIC,
+    Pause,
+    Paused,
+    StateRefused,
+    key_path,
+    read_state,
+    write_state,
+)
 from nodes.sim import LinkModel, SimResult, resume, simulate
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
@@ -229,3 +240,130 @@ def test_frames_flushed_before_a_pause_stay_flushed_after_it(
                 pass
     assert heard == EVENTS
     assert _comparable(result) == _comparable(whole)
+
+
+# ---- a paused state is read only if this user's key signed it ------------------------------
+
+
+class Planted:
+    """A pickle that makes a folder when it is loaded: code run from a received file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.mkdir, (str(self.marker),)
+
+
+def _one_line_error(res: subprocess.CompletedProcess[str], *words: str) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("pubsublab: error: "), res.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def test_read_state_refuses_what_this_key_did_not_sign(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "state.pickle"
+    write_state({"heap": [1, 2, 3]}, path)
+    assert read_state(path) == {"heap": [1, 2, 3]}
+    signed = path.read_bytes()
+    assert signed.startswith(MAGIC)
+    payload = pickle.dumps(Planted(marker))
+    tampered = {
+        "a plain pickle": payload,
+        "a forged tag": MAGIC + bytes(32) + payload,
+        "a payload spliced after the tag": signed[:len(MAGIC) + 32] + payload + signed[
+            len(MAGIC) + 32:],
+        "one byte changed": signed[:-1] + bytes([signed[-1] ^ 1]),
+        "truncated": signed[:len(signed) // 2],
+        "empty": b"",
+    }
+    for what, data in tampered.items():
+        path.write_bytes(data)
+        with pytest.raises(StateRefused, match=re.escape(str(path))):
+            read_state(path)
+        assert not marker.exists(), f"{what}: its code ran"
+    # A directory in the file's place; a missing file.
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(StateRefused, match="cannot be read as a paused state"):
+        read_state(path)
+    with pytest.raises(StateRefused, match="cannot be read as a paused state"):
+        read_state(tmp_path / "missing")
+    # Trusted, a file is loaded whatever signed it (the caller vouched for it).
+    (tmp_path / "plain").write_bytes(payload)
+    read_state(tmp_path / "plain", trust=True)
+    assert marker.is_dir()
+
+
+def test_the_key_is_private_and_made_once(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "state"))
+    path = tmp_path / "state.pickle"
+    write_state([1], path)
+    key = key_path()
+    assert key == tmp_path / "state" / "pause.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    first = key.read_bytes()
+    write_state([2], path)
+    assert key.read_bytes() == first and read_state(path) == [2]
+    key.chmod(0o644)  # open to others: anyone could sign, so nothing is read
+    with pytest.raises(StateRefused, match="open to other users"):
+        read_state(path)
+    key.chmod(0o600)
+    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "other"))
+    with pytest.raises(StateRefused, match="no pause key"):
+        read_state(path)
+
+
+def test_resume_refuses_a_received_state_and_runs_nothing_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run folder from elsewhere: its planted state is refused in one line, nothing
+    of it runs, the folder is kept; the author's genuine state, signed by another key, is
+    refused too, and goes on to the exact summary once the user trusts it."""
+    sets = [a for s in SMALL for a in ("--set", s)]
+    whole = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                            "--out", str(tmp_path / "whole")))["meghdoot"]
+    # The author: paused on another machine (another key).
+    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "author"))
+    out = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                          "--pause-after-min", "0.0001", "--out", str(tmp_path / "runs")))
+    run = Path(out["paused"])
+    state = run / "meghdoot" / "simulator.pickle"
+    genuine = state.read_bytes()
+    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "user"))
+    marker = tmp_path / "ran"
+    state.write_bytes(genuine[:len(MAGIC) + 32] + pickle.dumps(Planted(marker)) +
+                      genuine[len(MAGIC) + 32:])
+    line = _one_line_error(_cli("resume", str(run)), str(state), "not a format for sharing",
+                           "pubsublab sim meghdoot-peers", "--trust-paused-state")
+    assert "no pause key" in line  # this user never paused a run here
+    assert not marker.exists() and state.exists() and (run / "paused.json").exists()
+    # The genuine state: refused by this user's key too, the same way through reproduce's
+    # resume (which reaches the same check).
+    state.write_bytes(genuine)
+    write_state([0], tmp_path / "mine.pickle")  # this user has a key now
+    _one_line_error(_cli("resume", str(run)), "signature is not this machine's")
+    # Bad pause records and states: one line each, nothing lost.
+    paused = json.loads((run / "paused.json").read_text())
+    (run / "paused.json").write_text(json.dumps({**paused, "done": "x"}))
+    _one_line_error(_cli("resume", str(run)), "unreadable", "done")
+    (run / "paused.json").write_text(json.dumps(paused))
+    state.rename(state.with_name("aside"))
+    state.mkdir()
+    _one_line_error(_cli("resume", str(run), "--trust-paused-state"),
+                    "cannot be read as a paused state")
+    state.rmdir()
+    state.write_bytes(genuine[:1000])
+    # Trusted, a damaged state is known only once its loading fails: after the progress
+    # lines, one line and no traceback.
+    res = _cli("resume", str(run), "--trust-paused-state")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "not a readable paused state" in res.stderr.strip().splitlines()[-1]
+    state.with_name("aside").rename(state)
+    # Trusted, the author's state goes on to what one uninterrupted run makes.
+    done = _last_json(_cli("resume", str(run), "--trust-paused-state", "--json"))
+    assert _without_wall_time(done["meghdoot"]) == _without_wall_time(whole)

@@ -34,7 +34,7 @@ from experiments.runs.manifest import (
 from experiments.runs.resources import RunCost, cost_text, parts_cost
 from experiments.runs.summaries import log_extras, summed_counters
 from experiments.spec import SpecError, load_spec
-from nodes.checkpoint import Pause, Paused
+from nodes.checkpoint import Pause, Paused, StateRefused, check_state
 from nodes.log_summary import summarize_logs
 from nodes.runfolder import (
     PAUSED,
@@ -124,11 +124,12 @@ class _Paused:
 
 def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunCost, *,
               log_messages: bool, pause_after_s: float | None, paused: _Paused | None,
-              resumed: tuple[str, float] | None = None) -> dict[str, dict[str, Any]]:
+              resumed: tuple[str, float] | None = None, trust: bool = False
+              ) -> dict[str, dict[str, Any]]:
     """Simulate the plan's algorithms into ``run_dir`` (those with a summary there
     already were run by an earlier part; ``resumed``: the algorithm whose paused state
-    is there, and the share of its client operations done), then the manifest and the
-    figures."""
+    is there, and the share of its client operations done; ``trust``: read that state
+    even if this user's key did not sign it), then the manifest and the figures."""
     workload, overlay = plan.workload, plan.overlay
     assert workload is not None
     summaries = {a.name: read_json(run_dir / a.name / SUMMARY) for a in plan.algorithms
@@ -153,8 +154,7 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
         try:
             if resumed is not None and resumed[0] == alg.name:
                 progress.resumed(resumed[1])
-                result = resume(state, on_demand=on_demand_links(plan),
-                                progress=progress.part, pause=pause)
+                result = _resume_state(state, plan, paused, progress, pause, trust)
             else:
                 # It may exist: a part stopped (killed) after the algorithm before
                 # finished, before this one paused; without logs nothing stale is in it.
@@ -230,16 +230,44 @@ def _paused(run_dir: Path, algorithm: str, stop: Paused, paused: _Paused,
                      shlex.join(["pubsublab", "resume", str(run_dir)]))
 
 
-def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None
-                      ) -> tuple[Path, dict[str, dict[str, Any]]]:
+def _resume_state(state: Path, plan: RunPlan, paused: _Paused | None, progress: TimeLeft,
+                  pause: Pause | None, trust: bool) -> SimResult:
+    """The paused simulation in ``state`` run on; a state that is refused (unsigned, by
+    another key, damaged) or not this plan's is a SpecError in one line saying what to
+    do, with nothing of it unpickled or run."""
+    assert paused is not None
+    try:
+        return resume(state, on_demand=on_demand_links(plan), progress=progress.part,
+                      pause=pause, trust=trust)
+    except StateRefused as exc:
+        raise _refused(exc, paused.source, trust) from None
+    except ValueError as exc:  # a trusted pickle of something else, or another link model
+        raise SpecError(str(exc)) from None
+
+
+def _refused(exc: StateRefused, source: tuple[str, list[str]], trust: bool) -> SpecError:
+    """The one line for a refused paused state: why, and what to do."""
+    spec, overrides = source
+    again = shlex.join(["pubsublab", "sim", spec,
+                        *[a for o in overrides for a in ("--set", o)], "--no-logs"])
+    hint = ("" if trust else "; or, if you trust whoever made this folder, go on with "
+            "--trust-paused-state (any code in the state then runs)")
+    return SpecError(f"{exc}. A paused state is not a format for sharing: run the point "
+                     f"again ({again}){hint}")
+
+
+def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None,
+                      trust: bool = False) -> tuple[Path, dict[str, dict[str, Any]]]:
     """Go on with the simulated run paused in ``run_dir`` (:func:`run_simulation` with
     ``pause_after_s``), on the code it started on, until it ends or pauses again.
-    Every check is made before the state is read: SpecError, one line, else."""
+    Every check is made before the state is read: SpecError, one line, else. The
+    simulator's state is read only if this user's key signed it (:mod:`nodes.checkpoint`)
+    or with ``trust``, which the user gives for a folder they decide to trust."""
     cost = RunCost()
     if not run_dir.is_dir():
         raise SpecError(f"{run_dir}: no such run folder")
     with _only_here(run_dir):
-        return run_dir, _resumed(run_dir, cost, pause_after_s)
+        return run_dir, _resumed(run_dir, cost, pause_after_s, trust)
 
 
 @contextmanager
@@ -260,7 +288,7 @@ def _only_here(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None
+def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None, trust: bool
              ) -> dict[str, dict[str, Any]]:
     """:func:`resume_simulation`'s work, the folder held."""
     try:
@@ -269,6 +297,7 @@ def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None
             manifest, spec, overrides, algorithm = (
                 state["manifest"], state["spec"], state["set"], state["algorithm"])
             done, parts, code = state["done"], state["parts"], state["code"]
+            _check_pause_record(manifest, spec, overrides, algorithm, done, parts, code)
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"{run_dir / PAUSED}: unreadable ({type(exc).__name__}: {exc}); "
                         "the run cannot go on") from None
@@ -295,10 +324,32 @@ def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None
                          pause_after_s=pause_after_s, paused=paused)
     if not (run_dir / algorithm / PAUSED_STATE).exists():
         raise SpecError(f"{run_dir}: the paused state of {algorithm} is missing")
+    try:  # before anything is said or started; the load checks again
+        check_state(run_dir / algorithm / PAUSED_STATE, trust=trust)
+    except StateRefused as exc:
+        raise _refused(exc, (spec, overrides), trust) from None
     log(f"resuming {run_dir.name}: {algorithm} from {done:.0%} of its client operations "
         f"(part {len(parts) + 1})")
     return _simulate(plan, run_dir, manifest, cost, log_messages=False,
-                     pause_after_s=pause_after_s, paused=paused, resumed=(algorithm, done))
+                     pause_after_s=pause_after_s, paused=paused, resumed=(algorithm, done),
+                     trust=trust)
+
+
+def _check_pause_record(manifest: Any, spec: Any, overrides: Any, algorithm: Any,
+                        done: Any, parts: Any, code: Any) -> None:
+    """TypeError naming the first field of ``paused.json`` of the wrong kind (a share
+    ``done`` outside 0..1 included), which would otherwise fail deep in the run."""
+    kinds = {"manifest": (manifest, dict), "spec": (spec, str), "algorithm": (algorithm, str),
+             "code": (code, str), "set": (overrides, list), "parts": (parts, list)}
+    for name, (value, kind) in kinds.items():
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} is {type(value).__name__}, wanted {kind.__name__}")
+    if not all(isinstance(o, str) for o in overrides):
+        raise TypeError("set holds a value that is not a string")
+    if not all(isinstance(p, dict) for p in parts):
+        raise TypeError("parts holds a value that is not an object")
+    if isinstance(done, bool) or not isinstance(done, int | float) or not 0 <= done <= 1:
+        raise TypeError(f"done is {done!r}, wanted a share from 0 to 1")
 
 
 def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:
