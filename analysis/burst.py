@@ -1,11 +1,11 @@
 """Metrics and figures of the high-rate-publisher burst (OctopiA Section VIII, Fig. 11).
 
 :func:`burst_metrics` reads one algorithm's run folder, written by either runtime
-(:mod:`nodes.sim` or the emulated brokers and clients, both through
+(:mod:`nodes.sim.engine` or the emulated brokers and clients, both through
 :class:`nodes.logs.JsonlLog`): the clients' ``recv`` records of PUBLISH (with ``t_pub``),
 the HRP's ``send`` records, and the ``queue`` records of the HRP's broker. A record's
 time is its ``t_wall`` (``t_s`` where a log has no ``t_wall``); ``t_pub`` is on the same
-clock (the simulator puts both on :data:`nodes.sim.SIM_EPOCH_S` plus simulated time).
+clock (the simulator puts both on :data:`nodes.sim.engine.SIM_EPOCH_S` plus simulated time).
 Every time in the result is in seconds from the burst's start, the HRP's first
 publication as its log records it, so runs of several algorithms line up although their
 wall clocks differ.

@@ -36,7 +36,7 @@ from typing import Any
 import matplotlib
 
 from analysis.paper_figures import save_png
-from nodes.summary import value_stats
+from nodes.metrics.summary import value_stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first

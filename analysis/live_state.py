@@ -33,9 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import LinkWindow
 from nodes.cores.congestion import LinkStatusTable
-from nodes.summary import MsgKey, delay_stats_ms
+from nodes.cores.interface import LinkWindow
+from nodes.metrics.summary import MsgKey, delay_stats_ms
 
 # What each of IDR's cases does (nodes.cores.idr), as the view names them.
 IDR_CASES: dict[str, str] = {

@@ -23,7 +23,7 @@ is silent):
   are the % of events contacting strictly less than 5 % and 10 % of the peers (the
   paper's "95 % of the events … contacting less than 5 % of the peers"), so an event at
   exactly 5 % is in bucket ``0-5`` but not under 5 %. Mean and p95 (linear interpolation,
-  :func:`nodes.summary.percentile`) of the percentage; ``no_contact`` counts events no
+  :func:`nodes.metrics.summary.percentile`) of the percentage; ``no_contact`` counts events no
   peer was contacted for (a correct run has none); ``late_contacts`` counts contacts of
   peers that joined after the event was published (they inflate the percentage; an event
   still spreading when a zone splits reaches the new half's owner, so a 10,000-peer run
@@ -87,7 +87,7 @@ from nodes.cores.can import zone_digest
 from nodes.cores.can_table import abutting as can_abutting
 from nodes.cores.meghdoot import bucket_of
 from nodes.messages import MsgType
-from nodes.summary import value_stats
+from nodes.metrics.summary import value_stats
 from nodes.workloads.ops import Workload
 
 matplotlib.use("Agg")

@@ -14,7 +14,7 @@ from typing import Any
 
 import matplotlib
 
-from nodes.summary import MATCHED_TYPES
+from nodes.metrics.summary import MATCHED_TYPES
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first

@@ -51,6 +51,7 @@ from pyspark.sql import functions as F
 
 from analysis import transforms as T
 from analysis.logs import signed_msg_id
+from nodes.emulated.runtime import BROKER_PORT
 from nodes.runfolder import (
     CONFIG_DIR,
     METRICS_DIR,
@@ -61,7 +62,6 @@ from nodes.runfolder import (
     log_path,
     read_manifest,
 )
-from nodes.runtime import BROKER_PORT
 from nodes.time_left import TimeLeft
 
 BIN_S = 0.1

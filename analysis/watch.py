@@ -32,8 +32,8 @@ from analysis.live_state import CpuIdle, LiveState
 from analysis.live_view import Frame, render
 from nodes.cores.congestion import DEFAULT_CE_MIN, DEFAULT_THETA
 from nodes.logs import iter_jsonl
+from nodes.metrics.summary import MsgKey
 from nodes.runfolder import CPU_IDLE, WORKLOAD, log_path, read_manifest
-from nodes.summary import MsgKey
 from nodes.workloads.membership import oracle_workload
 from nodes.workloads.ops import workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries

@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--calibration-repeats", type=int, metavar="N",
                     help="rounds over the subscription counts; the fit takes medians (3)")
     bo.add_argument("--calibration-out", type=Path, metavar="PATH",
-                    help="where the calibration goes (nodes/calibration.json); 'none': "
+                    help="where the calibration goes (nodes/sim/calibration.json); 'none': "
                          "nowhere")
     _json_flag(b)
 

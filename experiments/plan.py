@@ -61,7 +61,7 @@ CoDD's document stream to consumers that join (and leave) while it runs
 Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
 fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
 demand instead: no fixed
-links; every broker may reach every other (``peers`` in its config, :mod:`nodes.broker`),
+links; every broker may reach every other (``peers`` in its config, :mod:`nodes.emulated.broker`),
 each pair's figures being those of the path between them (:func:`pair_figures`), and a
 broker whose node has a JOIN operation in the workload starts dormant. It needs a
 switch-mode topology (flat addressing: every host reaches every other; in overlay mode a
@@ -88,8 +88,8 @@ import networkx as nx
 from experiments.emulation.capture import plan_capture
 from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
 from nodes.cores import CORES, core_info, resolve_params
-from nodes.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
-from nodes.runtime import BROKER_PORT
+from nodes.emulated.runtime import BROKER_PORT
+from nodes.sim.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.burst import add_burst
 from nodes.workloads.codd import codd_workload
@@ -387,7 +387,7 @@ def _check_broker_names(spec: Spec, g: nx.Graph) -> None:
 
 def processing_model(spec: Spec) -> Processing | None:
     """The simulator's processing model from ``broker.service`` (None: off): figures
-    the spec leaves out come from the calibration (``nodes/calibration.json``); brokers
+    the spec leaves out come from the calibration (``nodes/sim/calibration.json``); brokers
     of ``broker.cpu`` take 1/share as long."""
     service = spec.broker.service
     if service is None:

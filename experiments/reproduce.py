@@ -288,7 +288,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     done) and onto the page. With ``pause_after_s``, the
     reproduction pauses after that much wall time (module docstring): RunPaused, whose
     message says how to go on. A paused point's state is read only if this user's key
-    signed it, or with ``trust`` (:mod:`nodes.checkpoint`)."""
+    signed it, or with ``trust`` (:mod:`nodes.sim.checkpoint`)."""
     t0 = time.monotonic()
     if not run and resume is None:
         raise SpecError("--no-run reads the finished points of a reproduction folder: "

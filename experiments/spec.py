@@ -176,7 +176,7 @@ class RoutingSpec:
 @dataclass(frozen=True)
 class BrokerSpec:
     """Settings of the emulated broker processes. ``write_buffer_bytes`` caps each overlay
-    socket's send buffer (see :mod:`nodes.overlay_link`): with the kernel's default the
+    socket's send buffer (see :mod:`nodes.emulated.overlay_link`): with the kernel's default the
     socket absorbs megabytes behind a throttled link before the broker's own output queue
     (where IDR looks for congestion) grows at all. ``None`` keeps the default.
 
@@ -188,9 +188,9 @@ class BrokerSpec:
     the share each host achieved under load into the manifest (``cpu_limits``). Empty:
     no limit.
 
-    ``service`` turns on the simulator's processing model (:mod:`nodes.processing`; the
+    ``service`` turns on the simulator's processing model (:mod:`nodes.sim.processing`; the
     emulated brokers take the time they take): ``base_us`` and ``per_match_us`` (each
-    defaults to the calibration, ``nodes/calibration.json``), ``buffer_msgs`` (the input
+    defaults to the calibration, ``nodes/sim/calibration.json``), ``buffer_msgs`` (the input
     window) and ``brokers`` (per-broker ``{base_us, per_match_us}``); the word
     ``calibrated`` is the calibration with every default. The hosts ``cpu`` limits take
     1/share as long in the simulator too. ``None``: simulated brokers take no time."""

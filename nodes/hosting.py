@@ -1,7 +1,7 @@
 """What every host of routing cores does, whichever runtime it is: the shared hosting kernel.
 
-The emulated broker (:mod:`nodes.broker`) and the simulator (:mod:`nodes.sim`) differ in
-how they move bytes and keep time; they must not differ in how they treat a core. Both
+The emulated broker (:mod:`nodes.emulated.broker`) and the simulator (:mod:`nodes.sim.engine`)
+differ in how they move bytes and keep time; they must not differ in how they treat a core. Both
 follow these rules, written here once:
 
 - **Params.** A core gets the params its registry entry derives from the overlay merged
@@ -12,7 +12,7 @@ follow these rules, written here once:
   links on demand, a ``Send`` may name any node (below), and ``Disconnect`` is an action.
 - **Links on demand.** A ``Send`` to a node the core has no link to dials it; the dial
   costs what a TCP connect does: the dialler's side is up one round trip after the
-  first ``Send`` (its core gets :class:`~nodes.core.LinkUp`, then what it sent meanwhile
+  first ``Send`` (its core gets :class:`~nodes.cores.interface.LinkUp`, then what it sent meanwhile
   goes, in order), the acceptor's when the dialler's HELLO arrives (its ``LinkUp`` before
   the first message). One connection per pair: both directions share it. Every side that
   comes up logs ``link`` ``state: up`` with ``peer`` and ``reason`` ``dialled`` or
@@ -33,17 +33,17 @@ follow these rules, written here once:
   the node's process. A client operation other than JOIN on a dormant node is a workload
   error (the simulator refuses it before the run).
 - **Matching delay.** The handling of a message of a type in
-  :data:`~nodes.summary.MATCHED_TYPES` is timed on ``time.perf_counter``
+  :data:`~nodes.metrics.summary.MATCHED_TYPES` is timed on ``time.perf_counter``
   (:func:`handle_timed`): the paper's matching delay, measured, never modelled.
 - **Statistics windows.** Every ``window_ms`` the host hands the core a
-  :class:`~nodes.core.LinkStats`; a link's ``queue`` record is written only for a window
+  :class:`~nodes.cores.interface.LinkStats`; a link's ``queue`` record is written only for a window
   in which it was active or was active in the window before (:func:`window_worth_logging`).
   A core that declares it never reads them (:class:`IgnoresLinkStats`) is not handed
   them; the records are still written where the host keeps logs.
-- **Events.** A lost overlay link is a :class:`~nodes.core.LinkDown` to the core and a
+- **Events.** A lost overlay link is a :class:`~nodes.cores.interface.LinkDown` to the core and a
   ``link`` record ``state: down`` (the emulated broker when the connection ends, the
   simulator when a neighbour's process dies, one link delay later, as the peer's FIN or
-  RST would arrive). A link opened on demand is a :class:`~nodes.core.LinkUp` when it
+  RST would arrive). A link opened on demand is a :class:`~nodes.cores.interface.LinkUp` when it
   comes up (links on demand, above); fixed links never give one.
 - **Inter-broker messages (IMs)** are counted when they leave an output queue onto the
   wire (a ``send`` record), not when a core enqueues them: a message still queued when a
@@ -63,9 +63,9 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any, Protocol, runtime_checkable
 
-from nodes.core import Action, Event, RoutingCore
+from nodes.cores.interface import Action, Event, RoutingCore
 from nodes.messages import MsgType
-from nodes.summary import MATCHED_TYPES
+from nodes.metrics.summary import MATCHED_TYPES
 
 MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
@@ -86,7 +86,7 @@ class HasCounters(Protocol):
 
 @runtime_checkable
 class IgnoresLinkStats(Protocol):
-    """A core that never acts on a :class:`~nodes.core.LinkStats` (it sets the class
+    """A core that never acts on a :class:`~nodes.cores.interface.LinkStats` (it sets the class
     attribute ``ignores_link_stats = True``): a simulator without logs then needs no
     statistics windows at all, which with thousands of links on demand is most of its
     bookkeeping."""

@@ -14,7 +14,7 @@ and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
 - ``drop``: a message that will not arrive (``reason``: ``loss``, ``link_down``,
   ``client_not_connected``, ``dial_failed`` (a link opened on demand could not be),
   ``dormant`` (it reached a node that has not joined), ``slow_consumer`` (its client
-  was disconnected for not reading, :mod:`nodes.admission`));
+  was disconnected for not reading, :mod:`nodes.emulated.admission`));
 - ``queue``: one statistics window of the output queue to ``link``: ``count_in``,
   ``count_out``, ``queue_len``, ``flushed``, ``window_ms``;
 - ``link``: a connection to ``link`` (``role`` broker or client) changed ``state``
@@ -23,9 +23,9 @@ and :data:`LOG_FIELDS` every field a writer writes, with its kind (the analysis,
   and, for links opened on demand, ``reason`` ``dialled``, ``accepted`` or ``replaced``;
   ``down`` with ``reason``; ``dial_failed`` with ``reason`` and ``retry_in_s``;
   ``refused``: a dialler turned away, with ``peer``, ``reason`` ``crossed`` or
-  ``dormant``, or an admission code of :mod:`nodes.admission` (then ``link`` and
+  ``dormant``, or an admission code of :mod:`nodes.emulated.admission` (then ``link`` and
   ``role`` only if the HELLO got that far));
-- ``record``: a routing core's :class:`~nodes.core.Record` (or a host's end-of-run
+- ``record``: a routing core's :class:`~nodes.cores.interface.Record` (or a host's end-of-run
   ``tables``/``counters``, its ``nofile`` limit and ``membership`` changes, a client's
   ``data_send``/``data_recv``): ``kind`` and the
   record's own fields, which are free-form (a field named like one below has its kind);

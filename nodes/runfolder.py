@@ -11,7 +11,7 @@ analysis and the figures read it; none of them spells a file name of its own::
         controller/port_stats.jsonl     the SDN controller's port statistics, if any
         metrics/  report.html           written by `pubsublab analyze`
         <algorithm>/                    one folder per algorithm
-            summary.json                the summary (nodes.summary)
+            summary.json                the summary (nodes.metrics.summary)
             <node>.jsonl                one log per broker and client (nodes.logs)
             <broker>.status.json        a live broker's state
             <broker>.clients.status.json  a client group's exit codes
@@ -38,7 +38,7 @@ THROTTLES = "throttles.jsonl"
 CPU_IDLE = "cpu_idle.jsonl"
 SWEEP = "sweep.json"
 PAUSED = "paused.json"  # a simulated run that paused: how to go on (experiments.runs.simulated)
-PAUSED_STATE = "simulator.pickle"  # per algorithm: the paused simulator (nodes.checkpoint)
+PAUSED_STATE = "simulator.pickle"  # per algorithm: the paused simulator (nodes.sim.checkpoint)
 RATES = "rates.json"
 NIC = "nic.json"
 CONFIG_DIR = "config"
@@ -102,7 +102,7 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_config(path: Path, config: dict[str, Any]) -> None:
     """A process's config file, readable and writable by its owner only (it holds the
-    run's secret, :mod:`nodes.auth`), whatever the umask and even if the file existed."""
+    run's secret, :mod:`nodes.emulated.auth`), whatever the umask and even if the file existed."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

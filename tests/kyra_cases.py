@@ -13,15 +13,15 @@ from typing import Any
 import networkx as nx
 from hypothesis import strategies as st
 
-from nodes.core import Action, Event, RoutingCore, Send
 from nodes.cores import CORES, make_core, overlay_params, resolve_params
+from nodes.cores.interface import Action, Event, RoutingCore, Send
 from nodes.cores.multicast import Cell
 from nodes.cores.multicast import derive_layout as multicast_layout
 from nodes.cores.overlay import latency_mst
 from nodes.hosting import merge_params
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Value, matches
-from nodes.sim import SimResult, simulate
+from nodes.sim.engine import SimResult, simulate
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
 from nodes.workloads.kyra_example import kyra_example_workload
 from nodes.workloads.ops import ClientOp, Workload

@@ -13,11 +13,11 @@ from typing import Any
 
 import networkx as nx
 
-from nodes.core import RoutingCore
 from nodes.cores import make_core, overlay_params
+from nodes.cores.interface import RoutingCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
-from nodes.sim import SimResult, simulate, summarize
+from nodes.sim.engine import SimResult, simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload

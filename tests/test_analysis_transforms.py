@@ -21,7 +21,7 @@ from analysis.session import spark_session
 from experiments.bench.analysis import write_pcap
 from nodes.frames import encode
 from nodes.messages import Message, MsgType
-from nodes.summary import percentile
+from nodes.metrics.summary import percentile
 
 ISN = 1000
 

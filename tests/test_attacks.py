@@ -5,7 +5,7 @@ Every test asserts that the broker survives, that its resident memory stays with
 :data:`RSS_GROWTH_MIB` of what it held idle (sampled every 10 ms from /proc), that the
 honest clients get each notification exactly once (or that what they lose is recorded),
 and that the broker's log and ``summary.json``'s ``admission`` say what it turned away
-(:mod:`nodes.admission`). The attacker drives raw sockets; where it knows the run's
+(:mod:`nodes.emulated.admission`). The attacker drives raw sockets; where it knows the run's
 secret it stands for a legitimate client process gone bad.
 """
 
@@ -38,12 +38,12 @@ from test_broker import (  # noqa: F401 - spawn is a fixture
     wait_for,
 )
 
-from nodes.auth import new_secret
+from nodes.emulated.auth import new_secret
+from nodes.emulated.runtime import HelloCounter
 from nodes.frames import PREFIX_BYTES, body_length, decode_body, encode
-from nodes.log_summary import summarize_logs
 from nodes.messages import Message, MsgType
+from nodes.metrics.log_summary import summarize_logs
 from nodes.model import Schema
-from nodes.runtime import HelloCounter
 from nodes.workloads.ops import Workload
 
 # An idle broker holds about 25 MiB; under every attack below it may grow by this much at
@@ -135,7 +135,7 @@ class Raw:
 
 
 def start_broker(ov: Overlay, spawn_node: Spawn, name: str = "b") -> Any:
-    proc = spawn_node("nodes.broker", ov.config(name))
+    proc = spawn_node("nodes.emulated.broker", ov.config(name))
     wait_for(lambda: status(ov.log_dir, name).get("state") == "running", 10, f"{name} running")
     return proc
 
@@ -168,7 +168,7 @@ def summary(log_dir: Path, clients: dict[str, str], expected: dict[tuple[str, in
 def subscribed(ov: Overlay, spawn_node: Spawn, start: float) -> Any:
     """Subscriber s on broker b, started at ``start`` for 2.5 s, once b has its
     subscription."""
-    sub = spawn_node("nodes.client", ov.client("s", "b", start, 2.5, role="subscriber",
+    sub = spawn_node("nodes.emulated.client", ov.client("s", "b", start, 2.5, role="subscriber",
                                                subscribe=SUBSCRIPTION))
     wait_for(lambda: records(ov.log_dir, "b", "recv", link="s", type="SUBSCRIBE"), 10,
              "s subscribed")
@@ -292,9 +292,9 @@ def test_a_subscriber_that_never_reads_is_disconnected(tmp_path: Path, spawn: Sp
         assert lazy.hello("lazy") is not None
         lazy.send(Message(MsgType.SUBSCRIBE, 1, "lazy", 0, SUBSCRIPTION))
         start = time.time() + 0.3
-        honest = spawn("nodes.client", ov.client("s", "b", start, 3.0, role="subscriber",
+        honest = spawn("nodes.emulated.client", ov.client("s", "b", start, 3.0, role="subscriber",
                                                  subscribe=SUBSCRIPTION))
-        publisher = spawn("nodes.client", ov.client("p", "b", start, 3.0, role="publisher",
+        publisher = spawn("nodes.emulated.client", ov.client("p", "b", start, 3.0, role="publisher",
                                                     publish=big, count=count, burst=True,
                                                     start_s=0.5))
         assert publisher.wait(timeout=15) == 0 and honest.wait(timeout=15) == 0
@@ -332,7 +332,7 @@ def test_a_client_name_cannot_be_taken_over(tmp_path: Path, spawn: Spawn) -> Non
             assert impostor.next_message() is None
         with Raw(ov.addr["b"]) as stranger:
             assert stranger.hello("s", secret=new_secret()) is None
-        pub = spawn("nodes.client", ov.client("p", "b", start, 2.5, role="publisher",
+        pub = spawn("nodes.emulated.client", ov.client("p", "b", start, 2.5, role="publisher",
                                               publish=NOTIFICATION, count=20, rate_per_s=50,
                                               start_s=0.8))
         assert pub.wait(timeout=10) == 0 and sub.wait(timeout=10) == 0
@@ -353,7 +353,7 @@ def test_a_neighbour_impostor_cannot_replace_the_link(tmp_path: Path, spawn: Spa
     and with the secret from another address; a HELLO is replayed word for word. All are
     refused, the link never goes down, and a's publications reach b's subscriber once."""
     ov = Overlay(tmp_path, [("a", "b")])
-    brokers = [spawn("nodes.broker", ov.config(name)) for name in ("a", "b")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(name)) for name in ("a", "b")]
     ov.wait_up("a", "b")
     with PeakRss(brokers[1].pid) as rss:
         with Raw(ov.addr["b"], source=ov.addr["a"][0]) as stranger:
@@ -390,7 +390,7 @@ def test_a_client_cannot_publish_under_another_origin(tmp_path: Path, spawn: Spa
             assert mallory.hello("mallory") is not None
             mallory.send(*(publication("p", i) for i in (*range(1, 6), *range(1000, 1005))))
             assert mallory.next_message() is None
-        pub = spawn("nodes.client", ov.client("p", "b", start, 2.5, role="publisher",
+        pub = spawn("nodes.emulated.client", ov.client("p", "b", start, 2.5, role="publisher",
                                               publish=NOTIFICATION, count=20, rate_per_s=50,
                                               start_s=0.8))
         assert pub.wait(timeout=10) == 0 and sub.wait(timeout=10) == 0
@@ -438,8 +438,8 @@ def test_a_subscription_flood_stops_at_the_cap(tmp_path: Path, spawn: Spawn) -> 
 
 
 def test_limits_are_checked_in_the_config(tmp_path: Path) -> None:
-    from nodes.admission import Limits
-    from nodes.broker import BrokerConfig
+    from nodes.emulated.admission import Limits
+    from nodes.emulated.broker import BrokerConfig
 
     ov = Overlay(tmp_path, [("a", "b")])
     config = ov.config("b")
@@ -459,7 +459,7 @@ def test_limits_are_checked_in_the_config(tmp_path: Path) -> None:
 
 
 def test_a_proof_is_bound_to_sender_role_receiver_and_nonce() -> None:
-    from nodes.auth import is_proof, prove
+    from nodes.emulated.auth import is_proof, prove
 
     key = bytes.fromhex(SECRET)
     proof = prove(key, "s", "client", "b", "ab" * 16)
@@ -478,7 +478,7 @@ def test_a_client_does_not_take_an_impostor_for_its_broker(tmp_path: Path,
     ov = Overlay(tmp_path, [("a", "b")])
     with socket.create_server(tuple(ov.addr["b"])) as listener:
         listener.settimeout(10)
-        client = spawn("nodes.client", ov.client("s", "b", time.time(), 1.5,
+        client = spawn("nodes.emulated.client", ov.client("s", "b", time.time(), 1.5,
                                                  role="subscriber", subscribe=SUBSCRIPTION))
         conn, _ = listener.accept()
         with conn:

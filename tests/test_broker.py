@@ -1,9 +1,9 @@
 """The emulated runtime without Mininet: broker and client processes on loopback addresses.
 
-Every test starts real processes (``python -m nodes.broker`` / ``nodes.client``) on
-127.0.0.x addresses with free ports, and always stops them in the fixture's teardown.
-Brokers host the reference flood core, with the spanning-tree params the host derives
-from the overlay (:func:`nodes.cores.overlay_params`).
+Every test starts real processes (``python -m nodes.emulated.broker`` /
+``nodes.emulated.client``) on 127.0.0.x addresses with free ports, and always stops them
+in the fixture's teardown. Brokers host the reference flood core, with the spanning-tree
+params the host derives from the overlay (:func:`nodes.cores.overlay_params`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from nodes.auth import new_secret
-from nodes.broker import read_status, wait_until_ready
-from nodes.client import Op, dump_ops, load_ops, role_ops
 from nodes.cores import overlay_params
+from nodes.emulated.auth import new_secret
+from nodes.emulated.broker import read_status, wait_until_ready
+from nodes.emulated.client import Op, dump_ops, load_ops, role_ops
+from nodes.emulated.runtime import HelloCounter
 from nodes.frames import PREFIX_BYTES, FrameError, body_length, decode_body, encode
 from nodes.messages import Message, MsgType, message_to_json
-from nodes.runtime import HelloCounter
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = new_secret()  # the run secret of every broker and client these tests start
@@ -94,7 +94,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(module: str, config: dict[str, Any]) -> subprocess.Popen[bytes]:
-        name = config.get("broker") if module == "nodes.broker" else config["client"]
+        name = config.get("broker") if module == "nodes.emulated.broker" else config["client"]
         path = tmp_path / f"{name}.config.json"
         path.write_text(json.dumps(config))
         with open(tmp_path / f"{name}.out", "ab") as out:
@@ -176,9 +176,9 @@ def pub_sub(overlay: Overlay, spawn: Spawn, pub_broker: str, sub_broker: str, co
     pub, sub = f"p{tag}", f"s{tag}"
     start = time.time() + 0.3
     duration_s = 0.6 + count / rate_per_s + 0.5
-    sp = spawn("nodes.client", overlay.client(sub, sub_broker, start, duration_s,
+    sp = spawn("nodes.emulated.client", overlay.client(sub, sub_broker, start, duration_s,
                                               role="subscriber", subscribe=SUBSCRIPTION))
-    pp = spawn("nodes.client", overlay.client(pub, pub_broker, start, duration_s,
+    pp = spawn("nodes.emulated.client", overlay.client(pub, pub_broker, start, duration_s,
                                               role="publisher", publish=NOTIFICATION,
                                               count=count, rate_per_s=rate_per_s, start_s=0.3))
     assert pp.wait(timeout=duration_s + 10) == 0
@@ -188,7 +188,7 @@ def pub_sub(overlay: Overlay, spawn: Spawn, pub_broker: str, sub_broker: str, co
 
 def test_line_of_three_delivers_every_notification(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("b1", "b2"), ("b2", "b3")])
-    brokers = [spawn("nodes.broker", ov.config(name)) for name in ("b1", "b2", "b3")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(name)) for name in ("b1", "b2", "b3")]
     ov.wait_up("b1", "b2", "b3")
     assert status(tmp_path, "b2")["up"] == ["b1", "b3"]
 
@@ -200,9 +200,9 @@ def test_line_of_three_delivers_every_notification(tmp_path: Path, spawn: Spawn)
     dump_ops(tmp_path / "p.ops.jsonl", ops)
     start, duration_s = time.time() + 0.3, 1.5
     clients = [
-        spawn("nodes.client", ov.client("s", "b3", start, duration_s, role="subscriber",
+        spawn("nodes.emulated.client", ov.client("s", "b3", start, duration_s, role="subscriber",
                                         subscribe=SUBSCRIPTION)),
-        spawn("nodes.client", ov.client("p", "b1", start, duration_s, ops="p.ops.jsonl")),
+        spawn("nodes.emulated.client", ov.client("p", "b1", start, duration_s, ops="p.ops.jsonl")),
     ]
     assert [c.wait(timeout=10) for c in clients] == [0, 0]
     stop_all(brokers)
@@ -256,7 +256,7 @@ def _answer(name: str, hello: Message, refused: str | None = None) -> bytes:
 
 def test_bad_frames_close_only_their_connection(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("solo", "zed")])  # zed never starts: solo only serves clients
-    broker = spawn("nodes.broker", ov.config("solo"))
+    broker = spawn("nodes.emulated.broker", ov.config("solo"))
     wait_for(lambda: status(tmp_path, "solo").get("state") == "running", 10, "solo running")
     rng = random.Random(20240501)
     good = encode(Message(MsgType.PUBLISH, 1, "fuzzer", 0, NOTIFICATION))
@@ -360,13 +360,13 @@ def _reference_parse(data: bytes, client: str) -> tuple[int, bool]:
 
 def test_killing_the_middle_broker(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("b1", "b2"), ("b2", "b3")], backoff_s=[0.1, 0.4])
-    b1, b3 = (spawn("nodes.broker", ov.config(name)) for name in ("b1", "b3"))
+    b1, b3 = (spawn("nodes.emulated.broker", ov.config(name)) for name in ("b1", "b3"))
     for name in ("b1", "b3"):
         wait_for(lambda name=name: status(tmp_path, name).get("state") == "running", 10, name)
     # without b2 the others are not ready, and the wait names what is missing
     assert wait_until_ready(tmp_path, ["b1", "b2", "b3"], timeout_s=0.5) == {
         "b1": ["b2"], "b2": ["<no status yet>"], "b3": ["b2"]}
-    b2 = spawn("nodes.broker", ov.config("b2"))
+    b2 = spawn("nodes.emulated.broker", ov.config("b2"))
     ov.wait_up("b1", "b2", "b3")
 
     b2.kill()
@@ -389,7 +389,7 @@ def test_killing_the_middle_broker(tmp_path: Path, spawn: Spawn) -> None:
     assert b1.poll() is None and b3.poll() is None
 
     # a restarted b2 is redialled by b1 and dials b3 itself; traffic flows again
-    b2 = spawn("nodes.broker", ov.config("b2"))
+    b2 = spawn("nodes.emulated.broker", ov.config("b2"))
     ov.wait_up("b1", "b2", "b3")
     pub, sub = pub_sub(ov, spawn, "b1", "b3", count=5, rate_per_s=50)
     assert len(records(tmp_path, sub, "recv", type="PUBLISH", origin=pub)) == 5
@@ -412,7 +412,8 @@ def _check_queue_log(log_dir: Path, broker: str, link: str, sent: int) -> list[d
 
 def test_emulated_delay_and_queue_log(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("a", "b")], emulate_link=True)
-    brokers = [spawn("nodes.broker", ov.config(name, delay_ms=20.0)) for name in ("a", "b")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(name, delay_ms=20.0))
+               for name in ("a", "b")]
     ov.wait_up("a", "b")
     count = 200
     pub_sub(ov, spawn, "a", "b", count=count, rate_per_s=200)
@@ -435,7 +436,8 @@ def test_emulated_delay_and_queue_log(tmp_path: Path, spawn: Spawn) -> None:
 
 def test_emulated_loss_is_logged(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("a", "b")], emulate_link=True, seed=7)
-    brokers = [spawn("nodes.broker", ov.config(name, loss_pct=25.0)) for name in ("a", "b")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(name, loss_pct=25.0))
+               for name in ("a", "b")]
     ov.wait_up("a", "b")
     _, sub = pub_sub(ov, spawn, "a", "b", count=200, rate_per_s=400)
     stop_all(brokers)
@@ -455,7 +457,7 @@ def test_backpressure_grows_the_output_queue(tmp_path: Path, spawn: Spawn) -> No
         listener.bind(tuple(ov.addr["z"]))
         listener.listen()
         listener.settimeout(10)
-        broker = spawn("nodes.broker", ov.config("a"))
+        broker = spawn("nodes.emulated.broker", ov.config("a"))
         conn, _ = listener.accept()  # "a" < "z": a dials
     with conn:
         conn.settimeout(10)
@@ -465,7 +467,7 @@ def test_backpressure_grows_the_output_queue(tmp_path: Path, spawn: Spawn) -> No
         count = 300
         big = {"attrs": {**NOTIFICATION["attrs"], "blob": "x" * 2000}}
         start = time.time() + 0.2
-        pp = spawn("nodes.client", ov.client("p", "a", start, 1.0, role="publisher",
+        pp = spawn("nodes.emulated.client", ov.client("p", "a", start, 1.0, role="publisher",
                                              publish=big, count=count, burst=True, start_s=0.0))
         backlog = wait_for(lambda: [w for w in records(tmp_path, "a", "queue", link="z")
                                     if w["queue_len"] > 50], 10, "the output queue to grow")
@@ -493,7 +495,7 @@ def _read_frames(conn: socket.socket, n: int) -> list[Message]:
     return out
 
 
-@pytest.mark.parametrize("module", ["nodes.broker", "nodes.client"])
+@pytest.mark.parametrize("module", ["nodes.emulated.broker", "nodes.emulated.client"])
 def test_bad_config_exits_2(tmp_path: Path, module: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"broker": "x", "client": "x", "lisen": ["127.0.0.1", 1]}))
@@ -527,7 +529,7 @@ def test_client_ops_from_roles_and_files(tmp_path: Path) -> None:
 
 def test_client_without_a_broker_retries_then_fails(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("b1", "b2")])  # never started
-    proc = spawn("nodes.client", ov.client("s", "b1", time.time(), 1.0, role="subscriber",
+    proc = spawn("nodes.emulated.client", ov.client("s", "b1", time.time(), 1.0, role="subscriber",
                                            subscribe=SUBSCRIPTION))
     assert proc.wait(timeout=10) == 1
     retries = [r["retry_in_s"] for r in records(tmp_path, "s", "link", state="dial_failed")]

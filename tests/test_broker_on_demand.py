@@ -36,8 +36,8 @@ from test_broker import (
     wait_for,
 )
 
-from nodes.broker import NOFILE_BASE, NOFILE_CLIENTS, NOFILE_PER_LINK, nofile_needed
-from nodes.client import Op, dump_ops
+from nodes.emulated.broker import NOFILE_BASE, NOFILE_CLIENTS, NOFILE_PER_LINK, nofile_needed
+from nodes.emulated.client import Op, dump_ops
 from nodes.frames import PREFIX_BYTES, body_length, decode_body, encode
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
@@ -47,13 +47,13 @@ REPO = Path(__file__).resolve().parent.parent
 IBM = {"filter": [["symbol", "=", "IBM"]]}
 SAP = {"filter": [["symbol", "=", "SAP"]]}
 
-# The broker process: nodes.broker's entry point with ``gossip-watch`` registered, gossip
+# The broker process: nodes.emulated.broker's entry point with ``gossip-watch`` registered, gossip
 # plus a ``seen`` record for every LinkUp and LinkDown handed to the core.
 _LAUNCH = """
 import sys
 from nodes import cores
-from nodes.broker import main
-from nodes.core import LinkDown, LinkUp, Record
+from nodes.emulated.broker import main
+from nodes.cores.interface import LinkDown, LinkUp, Record
 from nodes.cores import CoreInfo, gossip
 
 class WatchCore(gossip.GossipCore):
@@ -83,7 +83,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         if kind == "broker":
             argv = [sys.executable, "-c", _LAUNCH, "--config", str(path)]
         else:
-            argv = [sys.executable, "-m", "nodes.client", "--config", str(path)]
+            argv = [sys.executable, "-m", "nodes.emulated.client", "--config", str(path)]
         with open(tmp_path / f"{name}.out", "ab") as out:
             proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                     preexec_fn=preexec_fn)
@@ -566,7 +566,7 @@ def test_plan_and_configs_for_links_on_demand(tmp_path: Path) -> None:
     from experiments.plan import compile_plan
     from experiments.runs.brokers import broker_configs, dormant_brokers
     from experiments.spec import SpecError, parse_spec
-    from nodes.broker import BrokerConfig
+    from nodes.emulated.broker import BrokerConfig
 
     spec = {"name": "od", "topology": {"name": "gigabit-cluster", "params": {"n": 4}},
             "links": {"bw_mbps": 100, "delay_ms": 1},
@@ -603,7 +603,7 @@ def test_plan_and_configs_for_links_on_demand(tmp_path: Path) -> None:
 
 
 def test_broker_config_checks_peers_and_dormancy(tmp_path: Path) -> None:
-    from nodes.broker import BrokerConfig
+    from nodes.emulated.broker import BrokerConfig
 
     base = {"broker": "a", "listen": ["127.0.0.1", 1], "neighbours": {},
             "core": {"name": "gossip"}, "log_dir": str(tmp_path), "secret": SECRET}

@@ -20,7 +20,7 @@ from experiments.runs.simulated import run_simulation
 from experiments.spec import Spec, SpecError, parse_spec
 from nodes.messages import MsgType
 from nodes.model import filter_from_json
-from nodes.sim import SIM_EPOCH_S
+from nodes.sim.engine import SIM_EPOCH_S
 from nodes.workloads.burst import HRP, HRP_SYMBOL, add_burst, clusters_of
 from nodes.workloads.ops import Workload, workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from analysis.codd import codd_metrics
 from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
-from nodes.core import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.cores import CORES, resolve_params
 from nodes.cores.codd import VARIANTS, CoddCore, overlay_params
 from nodes.cores.codd_invariants import tree_problems
+from nodes.cores.interface import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.messages import Message, MsgType
-from nodes.sim import LinkModel, SimResult, simulate
+from nodes.sim.engine import LinkModel, SimResult, simulate
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -19,9 +19,9 @@ from experiments.runs.emulated import broker_phase
 from experiments.runs.simulated import on_demand_links
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.log_summary import client_receipts
 from nodes.logs import Ev, iter_jsonl
-from nodes.sim import SimResult, simulate
+from nodes.metrics.log_summary import client_receipts
+from nodes.sim.engine import SimResult, simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

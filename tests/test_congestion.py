@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from nodes.core import LinkWindow
 from nodes.cores.congestion import LinkStatusTable, congestion_element
+from nodes.cores.interface import LinkWindow
 
 
 @pytest.mark.parametrize(

@@ -162,9 +162,9 @@ def test_clients_start_outside_their_brokers_cpu_limit(tmp_path: Path) -> None:
 
     hosts = Hosts()
     run = BrokerRun(hosts, tmp_path)  # type: ignore[arg-type]
-    run._start("a0", "nodes.broker", "a0", {"broker": "a0"})
+    run._start("a0", "nodes.emulated.broker", "a0", {"broker": "a0"})
     run.start_client("c", "a0", {"role": "subscriber"})
-    assert hosts.started == {"nodes.broker": True, "nodes.client": False}
+    assert hosts.started == {"nodes.emulated.broker": True, "nodes.emulated.client": False}
 
 
 @pytest.mark.root
@@ -212,7 +212,7 @@ def test_timeouts_stretch_around_a_cpu_limited_broker(tmp_path: Path) -> None:
     its neighbours declared it dead and the notifications queued to it were lost); every
     other broker keeps the defaults, and the broker reads the keepalive timeout."""
     from experiments.runs.brokers import BrokerRun, broker_configs
-    from nodes.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, BrokerConfig
+    from nodes.emulated.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, BrokerConfig
 
     plan = compile_plan(load_spec("octopia-burst-overwhelmed"))
     configs = broker_configs(plan, "snr", emulate_link=True, log_dir=tmp_path)

@@ -28,7 +28,7 @@ from experiments.runs.brokers import BrokerRun, broker_configs
 from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.broker import KEEPALIVE_S, LINK_TIMEOUT_S, read_status
+from nodes.emulated.broker import KEEPALIVE_S, LINK_TIMEOUT_S, read_status
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.workloads.ops import ClientOp

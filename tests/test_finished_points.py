@@ -1,5 +1,5 @@
 """The finished points of long reproductions shipped under ``experiments/papers/finished``
-(README, "Reproducing a paper"): each is a point its paper's full-scale reproduction runs
+(docs/guide/reproducing.md): each is a point its paper's full-scale reproduction runs
 now, the same resolved spec, so `reproduce PAPER --resume` of a copy reads it rather than
 running it again; it ran from a clean commit, and its summaries are of that run."""
 

@@ -20,15 +20,15 @@ from experiments.plan import compile_plan
 from experiments.runs.brokers import BrokerRun
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
-from nodes.auth import new_secret
-from nodes.client import load_ops
-from nodes.core import Action, Event, LinkDown, Send
 from nodes.cores.flood import FloodCore
-from nodes.log_summary import summarize_logs
+from nodes.cores.interface import Action, Event, LinkDown, Send
+from nodes.emulated.auth import new_secret
+from nodes.emulated.client import load_ops
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
+from nodes.metrics.log_summary import summarize_logs
 from nodes.model import Schema
-from nodes.sim import simulate, summarize
+from nodes.sim.engine import simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload, workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries
 
@@ -151,7 +151,7 @@ def test_a_client_with_a_non_object_ops_line_exits_2(tmp_path: Path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text(f'{{"client": "c", "broker": "b0", "broker_addr": ["127.0.0.1", 9], '
                    f'"log_dir": "{tmp_path}", "ops": "{ops}", "secret": "{new_secret()}"}}')
-    res = subprocess.run([sys.executable, "-m", "nodes.client", "--config", str(cfg)],
+    res = subprocess.run([sys.executable, "-m", "nodes.emulated.client", "--config", str(cfg)],
                          cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr

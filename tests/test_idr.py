@@ -22,11 +22,11 @@ from scot_cases import pairs, random_scot, small_workload
 from experiments.plan import compile_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
-from nodes.core import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.cores import make_core, overlay_params
 from nodes.cores.idr import IdrCore
+from nodes.cores.interface import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.messages import Message, MsgType
-from nodes.sim import simulate, summarize
+from nodes.sim.engine import simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from topologies.scot import scot_overlay

@@ -4,7 +4,7 @@ divided by that share, says it does (within 25 %), and keeps up below it.
 
 The service time is calibrated here, on this machine, as ``pubsublab bench broker``
 does (saturated, at 0.2 core), and the knee is then predicted at another share: the
-committed ``nodes/calibration.json`` describes the machine it was measured on, and a
+committed ``nodes/sim/calibration.json`` describes the machine it was measured on, and a
 CI machine may be faster or slower.
 
 What the comparison is robust to, and how (each seen on this two-core machine):
@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from nodes.processing import Processing, ServiceTime
+from nodes.sim.processing import Processing, ServiceTime
 
 CALIBRATION_SHARE = 0.2
 SHARE = 0.15  # not the calibration's share: the model must carry over

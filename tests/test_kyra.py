@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from kyra_cases import POINTS, cases, euclidean_latency, run
 from scot_cases import pairs
 
-from nodes.core import FromClient, Record
 from nodes.cores import CORES, resolve_params
+from nodes.cores.interface import FromClient, Record
 from nodes.cores.kyra import KyraCore, derive_layout
 from nodes.cores.zones import balanced_cuts, zone_filter, zone_index
 from nodes.messages import Message, MsgType

@@ -22,8 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LOWER_ROOMS = ("nodes", "topologies", "analysis")
-CORE_ALLOWED = ("nodes.core", "nodes.messages", "nodes.model", "nodes.matching", "nodes.cores",
-                "numpy")
+CORE_ALLOWED = ("nodes.messages", "nodes.model", "nodes.matching", "nodes.cores", "numpy")
 
 
 def _modules(folder: str) -> list[Path]:
@@ -87,16 +86,16 @@ def _literals(folders: tuple[str, ...]) -> Iterator[tuple[Path, int, object]]:
 
 
 def test_run_constants_are_defined_once() -> None:
-    """The broker port is written in nodes/runtime.py only; the run folder's file names in
+    """The broker port is written in nodes/emulated/runtime.py only; the run folder's file names in
     nodes/runfolder.py only (everyone else asks those modules)."""
     names = {"summary.json", "manifest.json", "workload.jsonl", "rates.json", "nic.json",
              "sweep.json", "report.html"}
     port, files = [], []
     for p, line, value in _literals(("nodes", "experiments", "analysis", "controller")):
         rel = str(p.relative_to(REPO))
-        if value == 7000 and rel != "nodes/runtime.py":
+        if value == 7000 and rel != "nodes/emulated/runtime.py":
             port.append(f"{rel}:{line}")
         if isinstance(value, str) and value in names and rel != "nodes/runfolder.py":
             files.append(f"{rel}:{line} {value}")
-    assert not port, f"port 7000 outside nodes/runtime.py: {port}"
+    assert not port, f"port 7000 outside nodes/emulated/runtime.py: {port}"
     assert not files, f"run-folder file names outside nodes/runfolder.py: {files}"

@@ -20,7 +20,21 @@ import pytest
 from experiments.plan import bulk_plan, compile_plan, workload_params
 from experiments.runs.bulk.simulated import depth_sweep, run_bulk_simulation, simulate_round
 from experiments.spec import SpecError, load_spec, parse_spec
-from nodes.bulkdata import (
+from nodes.cores.dissemination import ranges
+from nodes.cores.interface import (
+    Action,
+    Arrived,
+    Deliver,
+    FromClient,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
+from nodes.cores.lbdd import LbddCore, bucket_of, buckets, digest, lbdd_tree, tree_stats
+from nodes.cores.p2p import P2PCore, P2PParallelCore
+from nodes.messages import Message, MsgType
+from nodes.workloads.bulkdata import (
     FIRST_DATA_ID,
     DataLog,
     SliceChecker,
@@ -29,11 +43,6 @@ from nodes.bulkdata import (
     slice_data,
     source_checksum,
 )
-from nodes.core import Action, Arrived, Deliver, FromClient, Record, Send, SetTimer, TimerFired
-from nodes.cores.dissemination import ranges
-from nodes.cores.lbdd import LbddCore, bucket_of, buckets, digest, lbdd_tree, tree_stats
-from nodes.cores.p2p import P2PCore, P2PParallelCore
-from nodes.messages import Message, MsgType
 from topologies.gigabit_cluster import PAPER_IPS
 from topologies.graph import brokers
 

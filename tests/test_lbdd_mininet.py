@@ -14,7 +14,7 @@ from experiments.plan import compile_plan
 from experiments.runs.bulk.emulated import bulk_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.bulkdata import source_checksum
+from nodes.workloads.bulkdata import source_checksum
 
 pytestmark = pytest.mark.root
 

@@ -4,7 +4,7 @@ analysis reads its columns from it.
 A record's fields must be in :data:`nodes.logs.LOG_FIELDS`, with values of the declared
 kind (``null`` is allowed: it means an absent field), and its ``ev`` an :class:`Ev`.
 The exception is the payload of an ``ev == "record"`` record: a core's
-:class:`~nodes.core.Record` fields (and a host's ``tables``/``counters``, a client's
+:class:`~nodes.cores.interface.Record` fields (and a host's ``tables``/``counters``, a client's
 ``data_send``/``data_recv`` summary) are free-form, except that a payload field named like
 a LOG_FIELDS field must have that field's kind, since the analysis reads it into that
 field's column.
@@ -182,7 +182,7 @@ def test_emulated_records_obey_the_schema(tmp_path: Path, spawn: Spawn) -> None:
     configuration, a failed handshake, notifications, and a client's DATA. Each step
     waits for the records of the one before, so a slow process start only costs time."""
     ov = Overlay(tmp_path, [("a", "b")], emulate_link=True)
-    brokers = [spawn("nodes.broker", ov.config(name, delay_ms=2.0)) for name in ("a", "b")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(name, delay_ms=2.0)) for name in ("a", "b")]
     ov.wait_up("a", "b")
     _raw_exchange(ov.addr["a"], b"\x00\x00\x00\x05noise")  # an error record
 
@@ -194,18 +194,19 @@ def test_emulated_records_obey_the_schema(tmp_path: Path, spawn: Spawn) -> None:
         return [r for r in recs if all(r.get(k) == v for k, v in match.items())]
 
     # a subscriber on b (connected before anything is published), a publisher on a
-    sub = spawn("nodes.client", ov.client("s", "b", time.time(), 30.0, role="subscriber",
+    sub = spawn("nodes.emulated.client", ov.client("s", "b", time.time(), 30.0, role="subscriber",
                                           subscribe=SUBSCRIPTION))
     wait_for(lambda: "s" in status(tmp_path, "b").get("clients", []), 10, "s connected")
     wait_for(lambda: logged("b", ev="recv", type="SUBSCRIBE", link="s"), 5, "s subscribed")
-    pub = spawn("nodes.client", ov.client("p", "a", time.time(), 30.0, role="publisher",
+    pub = spawn("nodes.emulated.client", ov.client("p", "a", time.time(), 30.0, role="publisher",
                                           publish=NOTIFICATION, count=5, rate_per_s=100,
                                           start_s=0.0))
     wait_for(lambda: len(logged("b", ev="deliver", link="s")) == 5, 10, "5 deliveries")
     # a client sending DATA slices (the broker's flood core does not route them)
-    data = spawn("nodes.client", ov.client("d", "b", time.time(), 30.0, role="bulk-publisher",
-                                           topic="t", data_bytes=2500, slice_bytes=1000,
-                                           start_s=0.0))
+    data = spawn("nodes.emulated.client", ov.client("d", "b", time.time(), 30.0,
+                                                    role="bulk-publisher", topic="t",
+                                                    data_bytes=2500, slice_bytes=1000,
+                                                    start_s=0.0))
     wait_for(lambda: logged("d", kind="data_send"), 10, "d's data_send record")
     stop_all([sub, pub, data])  # first: a client whose broker went away exits 1
     stop_all(brokers)

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodes.core import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
 from nodes.cores import can
+from nodes.cores.interface import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
 from nodes.cores.meghdoot import MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
-from nodes.sim import LinkModel, SimResult, simulate
+from nodes.sim.engine import LinkModel, SimResult, simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -1002,7 +1002,7 @@ def test_a_lone_owner_without_a_sibling_leaves_its_zone_to_one_adopter(join: str
 
 
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nodes.sim as sim_module
+    import nodes.sim.engine as sim_module
 
     monkeypatch.setattr(sim_module, "PROGRESS_EVERY_S", 0.0)
     w = meghdoot_workload(peer_names(5), 400, 400, seed=8)

@@ -20,7 +20,7 @@ from nodes.cores.meghdoot import bucket_of
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim import LinkModel, simulate
+from nodes.sim.engine import LinkModel, simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 
@@ -224,7 +224,7 @@ def simulated_records(w: Workload, params: Mapping[str, Any], out_dir: Path
                       ) -> list[dict[str, Any]]:
     g = nx.Graph()
     g.add_nodes_from(sorted(set(w.clients.values())))
-    # Final records are logged only with per-message logs on (nodes.sim, _result).
+    # Final records are logged only with per-message logs on (nodes.sim.engine, _result).
     simulate(g, w, "meghdoot", params, derived=nodes.cores.overlay_params("meghdoot", g),
              seed=1, out_dir=out_dir, on_demand=LinkModel(latency_ms=1.0),
              until_s=w.ops[-1].t_s + 2, log_messages=True)

@@ -22,8 +22,8 @@ from kyra_cases import (
     run,
 )
 
-from nodes.core import FromClient, Record
 from nodes.cores import CORES, resolve_params
+from nodes.cores.interface import FromClient, Record
 from nodes.cores.multicast import (
     MulticastCore,
     cell_key,

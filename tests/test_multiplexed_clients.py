@@ -1,4 +1,4 @@
-"""Client groups: one ``nodes.client`` process runs several clients, each with its own
+"""Client groups: one ``nodes.emulated.client`` process runs several clients, each with its own
 connection, HELLO name, log and exit status; the emulated runtime starts one such process
 per broker host, and the brokers time their cores' matching (summary ``delay_ms.matching``).
 
@@ -22,16 +22,16 @@ from experiments.plan import compile_plan
 from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.broker import wait_until_ready
-from nodes.client import read_group_status
-from nodes.log_summary import client_receipts
+from nodes.emulated.broker import wait_until_ready
+from nodes.emulated.client import read_group_status
+from nodes.metrics.log_summary import client_receipts
 from nodes.workloads.oracle import expected_deliveries
 
 
 def run_client_process(config: dict[str, Any], path: Path, timeout_s: float = 20.0
                        ) -> subprocess.CompletedProcess[str]:
     path.write_text(json.dumps(config))
-    return subprocess.run([sys.executable, "-m", "nodes.client", "--config", str(path)],
+    return subprocess.run([sys.executable, "-m", "nodes.emulated.client", "--config", str(path)],
                           cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -71,7 +71,7 @@ def test_each_client_of_a_group_has_its_own_connection_log_and_status(tmp_path: 
         "broker": "b1", "listen": addr, "neighbours": {}, "log_dir": str(tmp_path),
         "secret": SECRET, "core": {"name": "flood", "params": {"tree_neighbours": []}}}))
     with open(tmp_path / "b1.out", "wb") as out:
-        broker = subprocess.Popen([sys.executable, "-m", "nodes.broker", "--config",
+        broker = subprocess.Popen([sys.executable, "-m", "nodes.emulated.broker", "--config",
                                    str(broker_cfg)], cwd=REPO, stdout=out, stderr=out)
     try:
         assert not wait_until_ready(tmp_path, ["b1"], timeout_s=10)

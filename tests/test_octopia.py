@@ -21,12 +21,12 @@ from scot_cases import (
 
 from experiments.plan import compile_plan, overlay_edges
 from experiments.spec import load_spec
-from nodes.core import Arrived, Deliver, FromClient, Send
 from nodes.cores import make_core, overlay_params
+from nodes.cores.interface import Arrived, Deliver, FromClient, Send
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
-from nodes.sim import simulate, summarize
+from nodes.sim.engine import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams

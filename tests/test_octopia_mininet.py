@@ -14,8 +14,8 @@ from experiments.plan import compile_plan
 from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.log_summary import client_receipts
-from nodes.sim import simulate, summarize
+from nodes.metrics.log_summary import client_receipts
+from nodes.sim.engine import simulate, summarize
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

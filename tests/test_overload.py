@@ -1,5 +1,5 @@
-"""The broker's overload policy (nodes.broker, nodes.overlay_link) with real processes on
-loopback: publishers slowed by backpressure past the high-water mark, output queues
+"""The broker's overload policy (nodes.emulated.broker, nodes.emulated.overlay_link) with real
+processes on loopback: publishers slowed by backpressure past the high-water mark, output queues
 bounded with every drop recorded, and no deadlock when traffic circles a ring."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def _clients(ov: Overlay, start_node: Spawn, pub_at: str, sub_at: str | None, co
     start = time.time() + 0.3
     procs = []
     if sub_at is not None:
-        procs.append(start_node("nodes.client", ov.client(
+        procs.append(start_node("nodes.emulated.client", ov.client(
             f"s{tag}", sub_at, start, duration_s, role="subscriber", subscribe=SUBSCRIPTION)))
-    procs.append(start_node("nodes.client", ov.client(f"p{tag}", pub_at, start, duration_s,
+    procs.append(start_node("nodes.emulated.client", ov.client(f"p{tag}", pub_at, start, duration_s,
                                                       role="publisher", publish=NOTIFICATION,
                                                       count=count, rate_per_s=rate_per_s,
                                                       start_s=0.3)))
@@ -63,7 +63,7 @@ def test_a_stalled_neighbour_slows_the_publisher_and_loses_nothing(tmp_path: Pat
     subscriber gets every notification once, in order."""
     ov = Overlay(tmp_path, [("b0", "b1")], write_buffer_bytes=4096,
                  queue_high_water_msgs=200, queue_max_msgs=100_000)
-    brokers = [spawn("nodes.broker", ov.config(b)) for b in ("b0", "b1")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(b)) for b in ("b0", "b1")]
     ov.wait_up("b0", "b1")
     count, rate = 8000, 4000.0
     clients = _clients(ov, spawn, "b0", "b1", count, rate, "", duration_s=12.0)
@@ -106,7 +106,7 @@ def test_a_full_queue_drops_and_records_what_other_brokers_send(tmp_path: Path,
     logged; what b1's subscriber gets plus b0's drops is every publication."""
     ov = Overlay(tmp_path, [("ba", "b0"), ("b0", "b1")], write_buffer_bytes=4096,
                  queue_high_water_msgs=500, queue_max_msgs=1000)
-    brokers = [spawn("nodes.broker", ov.config(b)) for b in ("b0", "b1", "ba")]
+    brokers = [spawn("nodes.emulated.broker", ov.config(b)) for b in ("b0", "b1", "ba")]
     ov.wait_up("b0", "b1", "ba")
     count, rate = 12_000, 6000.0
     clients = _clients(ov, spawn, "ba", "b1", count, rate, "", duration_s=14.0)
@@ -143,7 +143,7 @@ def test_traffic_circling_a_ring_never_deadlocks(tmp_path: Path, spawn: Spawn) -
     names = ("r0", "r1", "r2")
     for name in names:  # both ring neighbours: messages come back round, never stop
         ov.params[name] = {"tree_neighbours": sorted(set(ov.config(name)["neighbours"]))}
-    brokers = [spawn("nodes.broker", ov.config(b)) for b in names]
+    brokers = [spawn("nodes.emulated.broker", ov.config(b)) for b in names]
     ov.wait_up(*names)
     clients = [c for b in names
                for c in _clients(ov, spawn, b, None, 300, 1000.0, b, duration_s=2.0)]

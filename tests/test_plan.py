@@ -22,7 +22,7 @@ from experiments.spec import SpecError, load_spec, parse_spec
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim import simulate
+from nodes.sim.engine import simulate
 from nodes.workloads.ops import ClientOp, Workload
 
 REPO = Path(__file__).resolve().parent.parent

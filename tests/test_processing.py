@@ -1,4 +1,4 @@
-"""The simulator's processing model (nodes.processing): service times, the knee of a
+"""The simulator's processing model (nodes.sim.processing): service times, the knee of a
 broker that cannot keep up, backpressure into its sender's output queue, and deaths
 while frames are held."""
 
@@ -17,8 +17,8 @@ from experiments.plan_text import format_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import SpecError, load_spec
 from nodes.messages import Message, MsgType
-from nodes.processing import CALIBRATION_FILE, Processing, ServiceTime, calibrated_service
-from nodes.sim import SimResult, simulate
+from nodes.sim.engine import SimResult, simulate
+from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime, calibrated_service
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import STOCK_SCHEMA

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scot_cases import pairs
 
-from nodes.core import Action, Arrived, Event, FromClient, RoutingCore, Send
 from nodes.cores import make_core, overlay_params, resolve_params
+from nodes.cores.interface import Action, Arrived, Event, FromClient, RoutingCore, Send
 from nodes.cores.siena import PARAMS, SienaCore
 from nodes.messages import Message, MsgType
 from nodes.model import (
@@ -28,7 +28,7 @@ from nodes.model import (
     filter_from_json,
     matches,
 )
-from nodes.sim import SimResult, simulate
+from nodes.sim.engine import SimResult, simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 

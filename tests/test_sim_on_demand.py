@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import networkx as nx
 import pytest
 
-from nodes.core import (
+from nodes.cores.interface import (
     Action,
     Arrived,
     Disconnect,
@@ -31,7 +31,7 @@ from nodes.frames import frame_size
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim import LinkModel, SimResult, simulate, underlay_latency
+from nodes.sim.engine import LinkModel, SimResult, simulate, underlay_latency
 from nodes.workloads.membership import churn_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries

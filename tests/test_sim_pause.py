@@ -1,5 +1,5 @@
 """A simulation paused to a file and resumed in steps makes exactly what one
-uninterrupted run makes (nodes.checkpoint, nodes.sim's "Pausing")."""
+uninterrupted run makes (nodes.sim.checkpoint, nodes.sim.engine's "Pausing")."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from test_sim_on_demand import EVENTS, Scripted, _bare, _script
 
-import nodes.sim
+import nodes.sim.engine
 from experiments.plan import compile_plan
 from experiments.runs.simulated import on_demand_links
 from experiments.spec import load_spec
-from nodes.checkpoint import (
+from nodes.sim.checkpoint import (
     MAGIC,
     Pause,
     Paused,
@@ -31,7 +31,7 @@ from nodes.checkpoint import (
     read_state,
     write_state,
 )
-from nodes.sim import LinkModel, SimResult, resume, simulate
+from nodes.sim.engine import LinkModel, SimResult, resume, simulate
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
 # kind of state the simulator holds between two events.
@@ -62,7 +62,7 @@ def test_a_run_paused_many_times_makes_what_one_run_makes(
     whole = _run()
     # A look at the clock every 500 events, each past the deadline: a pause at every
     # look, wherever the run then is.
-    monkeypatch.setattr(nodes.sim, "PAUSE_CHECK_EVERY", 500)
+    monkeypatch.setattr(nodes.sim.engine, "PAUSE_CHECK_EVERY", 500)
     path = tmp_path / "state.pickle"
     pause = Pause(until=0.0, path=path)
     plan = compile_plan(load_spec("meghdoot-peers", SMALL))
@@ -225,7 +225,7 @@ def test_frames_flushed_before_a_pause_stay_flushed_after_it(
     EVENTS.clear()
     whole, heard = run(None), list(EVENTS)
     assert sum(what.startswith("arrived b") for _, _, what in heard) < 40  # some flushed
-    monkeypatch.setattr(nodes.sim, "PAUSE_CHECK_EVERY", 3)
+    monkeypatch.setattr(nodes.sim.engine, "PAUSE_CHECK_EVERY", 3)
     path = tmp_path / "state.pickle"
     pause = Pause(until=0.0, path=path)
     EVENTS.clear()

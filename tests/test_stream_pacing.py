@@ -14,11 +14,11 @@ import pytest
 from experiments.plan import compile_plan
 from experiments.runs.brokers import broker_configs
 from experiments.spec import load_spec
-from nodes.broker import BrokerConfig
+from nodes.emulated.broker import BrokerConfig
+from nodes.emulated.overlay_link import OverlayLink
 from nodes.frames import encode
 from nodes.logs import JsonlLog
 from nodes.messages import Message, MsgType
-from nodes.overlay_link import OverlayLink
 
 SLICE = Message(MsgType.DATA, 1, "pub", payload={"index": 0}, body=bytes(65536))
 

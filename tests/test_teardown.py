@@ -146,9 +146,9 @@ def _start_workload(out: Path, *extra: str
     (run_dir,) = out.iterdir()
     run = _RunProcesses(proc.pid, run_dir)
     n_brokers = len(compile_plan(load_spec("flood-demo")).overlay.nodes)
-    assert run.count("nodes.broker") == n_brokers, run.procs
+    assert run.count("nodes.emulated.broker") == n_brokers, run.procs
     assert run.count("tcpdump") == n_brokers, run.procs
-    assert run.count("nodes.client") >= 1, run.procs
+    assert run.count("nodes.emulated.client") >= 1, run.procs
     return proc, run_dir, run
 
 

@@ -18,7 +18,7 @@ from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import iperf_pair
 from experiments.emulation.network import Emulation
 from experiments.emulation.throttle import link_interfaces
-from nodes.broker import read_status
+from nodes.emulated.broker import read_status
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 

@@ -28,7 +28,8 @@ import networkx as nx
 import pytest
 from scot_cases import check_oracle_run, pairs, random_scot, small_workload
 
-from nodes.core import (
+from nodes.cores import make_core
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -40,10 +41,9 @@ from nodes.core import (
     RoutingCore,
     Send,
 )
-from nodes.cores import make_core
 from nodes.cores.tid import TidDynamicCore
 from nodes.messages import Message, MsgType
-from nodes.sim import SimResult, simulate, summarize
+from nodes.sim.engine import SimResult, simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodes.runtime import BROKER_PORT
+from nodes.emulated.runtime import BROKER_PORT
 
 SCAPY_SAMPLE = 20_000
 FLOWS = 8

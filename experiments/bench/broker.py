@@ -36,13 +36,13 @@ what each matching subscription adds (the matching itself, then one delivery: en
 socket write, ``deliver`` record).
 The same fit of the ``recv`` records' ``matching_ms`` (the core's ``handle`` alone)
 shows how much of it is matching. The figures, the points, the method, the machine and
-the date go to ``nodes/calibration.json`` (``--calibration-out``), which the simulator
+the date go to ``nodes/sim/calibration.json`` (``--calibration-out``), which the simulator
 reads as its default service time; ``pubsublab bench broker`` prints them.
 
 The cost per message falls as the rate rises (the broker reads several frames per
 wake-up of its event loop, so the fixed costs are shared), so the figures hold at about
 the calibration rate, which the file records, with c(1) at half and twice that rate
-(``rate_sensitivity``). ``nodes/calibration.json``: ``base_us``,
+(``rate_sensitivity``). ``nodes/sim/calibration.json``: ``base_us``,
 ``per_matched_subscription_us``, ``r2``, ``rate_hz``, ``matching_only`` (the same fit of
 the matching time alone), ``method``, ``regression``, ``caveat``, ``points`` (per k:
 published, handled, delivered, idle CPU share, busy CPU seconds, ``per_msg_us``,
@@ -80,11 +80,11 @@ from typing import Any
 from experiments.emulation.doctor import probe
 from experiments.emulation.network import Emulation, cpu_usage_ns
 from experiments.runs.brokers import BrokerRun
+from nodes.emulated.runtime import BROKER_PORT
 from nodes.logs import Ev, iter_jsonl
-from nodes.processing import CALIBRATION_FILE
+from nodes.metrics.summary import percentile
 from nodes.runfolder import RUNS_BASE, new_run_dir
-from nodes.runtime import BROKER_PORT
-from nodes.summary import percentile
+from nodes.sim.processing import CALIBRATION_FILE
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
@@ -142,7 +142,7 @@ def _step(emu: Emulation, rate_hz: int, out: Path, step_s: float = STEP_S,
             for i in range(n)))
         start = time.time() + 1.5
         for client, host, ops in (("sub", "pc3", sub_ops), ("pub", "pc1", pub_ops)):
-            run.clients[client] = run._start(host, "nodes.client", client, {
+            run.clients[client] = run._start(host, "nodes.emulated.client", client, {
                 "client": client, "broker": "pc2", "broker_addr": [broker_ip, BROKER_PORT],
                 "secret": run.secret, "log_dir": str(out), "ops": str(ops),
                 "start_at_wall": start,
@@ -242,10 +242,10 @@ def _run_chain(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path,
         common = {"broker": "pc2", "broker_addr": [broker_ip, BROKER_PORT],
                   "secret": run.secret, "log_dir": str(out), "start_at_wall": start,
                   "duration_s": _PUB_AT_S + step_s + 2.0}
-        run.clients["subs"] = run._start("pc3", "nodes.client", "subs", {
+        run.clients["subs"] = run._start("pc3", "nodes.emulated.client", "subs", {
             "clients": subs, "common": {**common,
                                         "duration_s": common["duration_s"] + tail_s}})
-        run.clients["pub"] = run._start("pc1", "nodes.client", "pub", {
+        run.clients["pub"] = run._start("pc1", "nodes.emulated.client", "pub", {
             "client": "pub", "ops": str(pub_ops), **common})
         if on_start is not None:
             on_start(start + _PUB_AT_S)
@@ -578,7 +578,8 @@ def calibration(points: list[dict[str, Any]], rate_hz: int, step_s: float,
                           "r2": round(match["r2"], 4),
                           "what": "the same fit of the recv records' matching_ms (the "
                                   "core's handle alone, a part of the figures above)"},
-        "method": ("pubsublab bench broker: one emulated broker (nodes.broker, flood core, no "
+        "method": ("pubsublab bench broker: one emulated broker (nodes.emulated.broker, flood "
+                   "core, no "
                    "neighbours, logging every message) on a Mininet host of a 1 Gbit/s Linux "
                    "bridge; per point, k match-all subscribers (one client process on another "
                    f"host) and one publisher at {rate_hz}/s for {step_s:g} s; the broker's CPU "

@@ -11,7 +11,7 @@ in both runtimes side by side:
 - **simulated**, three ways: without the processing model (brokers take no time, the
   simulator as it was), with the service time measured at a moderate rate (the
   calibration's ``at_rate`` figures), and with the default, the saturated cost; each
-  divided by the share, as a CPU-limited broker's is (:mod:`nodes.processing`).
+  divided by the share, as a CPU-limited broker's is (:mod:`nodes.sim.processing`).
 
 Per rate it prints the notification delay p50 and p95 (ms) and the broker's throughput
 (1/s) of each, and the ratio emulated / simulated (default model) of p50 and p95. The
@@ -34,10 +34,10 @@ from experiments.bench.broker import CHAIN_DRAIN_S, QUOTE, chain_delays
 from experiments.emulation.doctor import probe
 from experiments.emulation.network import Emulation
 from nodes.messages import Message, MsgType
-from nodes.processing import CALIBRATION_FILE, Processing, ServiceTime
+from nodes.metrics.summary import delay_stats_ms
 from nodes.runfolder import RUNS_BASE, new_run_dir
-from nodes.sim import simulate
-from nodes.summary import delay_stats_ms
+from nodes.sim.engine import simulate
+from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import STOCK_SCHEMA
 from topologies.links import LinkParams

@@ -43,7 +43,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     from experiments.runs.simulated import on_demand_links
     from experiments.spec import load_spec
     from nodes.messages import MsgType
-    from nodes.sim import simulate
+    from nodes.sim.engine import simulate
 
     baseline = peak_rss_mib()
     plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}",

@@ -2,7 +2,7 @@
 plan, and :class:`BrokerRun`, which starts brokers and client groups on their hosts, waits
 for overlay links and clients, and stops them.
 
-Each :class:`BrokerRun` draws its own secret (:mod:`nodes.auth`), which every HELLO of its
+Each :class:`BrokerRun` draws its own secret (:mod:`nodes.emulated.auth`), which every HELLO of its
 brokers and clients must prove, and puts it in every config it writes. The config files
 (``config/<name>.json`` in the algorithm's folder) are the one place it is stored, mode
 0600: the processes read it there, as they read the rest. Nothing else gets it (logs,
@@ -25,9 +25,10 @@ from typing import Any
 from experiments.emulation.network import Emulation
 from experiments.plan import RunPlan, pair_figures
 from experiments.progress import log
-from nodes.auth import new_secret
-from nodes.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, read_status, wait_until_ready
-from nodes.client import read_group_status
+from nodes.emulated.auth import new_secret
+from nodes.emulated.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, read_status, wait_until_ready
+from nodes.emulated.client import read_group_status
+from nodes.emulated.runtime import BROKER_PORT
 from nodes.messages import MsgType, message_to_json
 from nodes.runfolder import (
     CONFIG_DIR,
@@ -38,7 +39,6 @@ from nodes.runfolder import (
     write_config,
     write_json,
 )
-from nodes.runtime import BROKER_PORT
 from nodes.workloads.ops import Workload
 from topologies.graph import endpoint_ip
 
@@ -64,7 +64,7 @@ def start_margin_s(workload: Workload) -> float:
 
 def dormant_brokers(plan: RunPlan) -> frozenset[str]:
     """The brokers that start dormant: with links on demand, those whose node has a JOIN
-    operation in the workload (see :mod:`nodes.broker`)."""
+    operation in the workload (see :mod:`nodes.emulated.broker`)."""
     if plan.links != "on-demand" or plan.workload is None:
         return frozenset()
     return frozenset(op.broker for op in plan.workload.ops if op.msg.type is MsgType.JOIN)
@@ -84,11 +84,11 @@ def cpu_timeouts(share: float) -> dict[str, float]:
 
 def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir: Path
                    ) -> dict[str, dict[str, Any]]:
-    """One broker config (see :mod:`nodes.broker`) per broker of the plan: each overlay
+    """One broker config (see :mod:`nodes.emulated.broker`) per broker of the plan: each overlay
     neighbour with the address to dial and the edge's delay and loss from the plan (which
     the broker applies itself when ``emulate_link``, where the kernel has no netem), and a
     bulk workload's per-stream cap (``stream_mbps``) as each link's ``rate_mbps``, which
-    the broker always applies itself (pacing, :mod:`nodes.overlay_link`). A CPU-limited
+    the broker always applies itself (pacing, :mod:`nodes.emulated.overlay_link`). A CPU-limited
     broker and its neighbours get timeouts stretched to the smallest share among them
     (:func:`cpu_timeouts`).
 
@@ -161,7 +161,8 @@ class BrokerRun:
             # CPU-limited host runs outside the limit, or at OctopiA's 0.007 core the
             # HRP client alone would take a quarter of its broker's share.
             return self.emu.popen(host, [sys.executable, "-m", module, "--config", str(path)],
-                                  cpu_limited=module != "nodes.client", stdout=err, stderr=err)
+                                  cpu_limited=module != "nodes.emulated.client", stdout=err,
+                                  stderr=err)
         finally:
             err.close()
 
@@ -176,7 +177,8 @@ class BrokerRun:
                       and self.status(s) is None) >= STARTING_BROKERS_MAX:
                 time.sleep(0.01)  # one that hangs is wait_links_up's to report
             started[b] = time.monotonic()
-            self.brokers[b] = self._start(b, "nodes.broker", b, {**cfg, "secret": self.secret})
+            self.brokers[b] = self._start(b, "nodes.emulated.broker", b,
+                                          {**cfg, "secret": self.secret})
 
     def kill(self, broker: str) -> float:
         """SIGKILL ``broker``'s process (a crash: no shutdown, no last records); the
@@ -251,8 +253,9 @@ class BrokerRun:
 
     def start_client(self, client: str, broker: str, settings: dict[str, Any]) -> None:
         """Start ``client`` on ``broker``'s host, connected to it over the host's loopback;
-        ``settings`` complete its config (ops or a role, timing; see :mod:`nodes.client`)."""
-        self.clients[client] = self._start(broker, "nodes.client", client, {
+        ``settings`` complete its config (ops or a role, timing; see
+        :mod:`nodes.emulated.client`)."""
+        self.clients[client] = self._start(broker, "nodes.emulated.client", client, {
             "client": client, **self._client_config(broker), **settings})
 
     def start_client_group(self, broker: str, clients: list[dict[str, Any]],
@@ -263,7 +266,7 @@ class BrokerRun:
         error and status file are ``<broker>.clients.*``."""
         name = f"{broker}.clients"
         status = status_path(self.out_dir, name)
-        proc = self._start(broker, "nodes.client", name, {
+        proc = self._start(broker, "nodes.emulated.client", name, {
             "clients": clients, "common": {**self._client_config(broker), **settings},
             "status_file": str(status)})
         for entry in clients:
@@ -271,7 +274,7 @@ class BrokerRun:
             self._group_status[entry["client"]] = status
 
     def wait_clients(self, timeout_s: float) -> dict[str, int]:
-        """Each client's exit status (see :mod:`nodes.client`: 1 lost or never reached its
+        """Each client's exit status (see :mod:`nodes.emulated.client`: 1 lost or never reached its
         broker, 2 bad config), once every client process has ended; a process still
         running at the timeout is killed. A grouped client's status comes from its
         group's status file, or is the process's when the group wrote none (rejected or

@@ -5,7 +5,7 @@ For each algorithm: write one config per broker (overlay neighbours with the add
 dial and the link's delay/loss, which the broker applies itself where the kernel has no
 netem), start the brokers, wait until every overlay link is up (a timeout names the
 missing links), start one client process per broker host that runs all of that
-broker's workload clients (a :mod:`nodes.client` group: each client still has its own
+broker's workload clients (a :mod:`nodes.emulated.client` group: each client still has its own
 connection over the host's loopback, HELLO name and ``<client>.jsonl``, so brokers and
 cores see the same clients as with one process each, but the 2-core machine runs 70
 interpreters instead of hundreds), wait for the clients to finish their schedule, stop
@@ -13,7 +13,7 @@ the brokers, and turn the logs into ``summary.json`` with the same code the simu
 uses.
 
 Membership operations: JOIN and LEAVE are client operations like any other (the broker
-wakes at a JOIN and sleeps after a LEAVE, see :mod:`nodes.broker`); a CRASH operation is
+wakes at a JOIN and sleeps after a LEAVE, see :mod:`nodes.emulated.broker`); a CRASH operation is
 never sent: at its time on the workload's clock (``t0 + t_s``) the runner SIGKILLs that
 broker's process (:class:`CrashSchedule`). The clients of a crashed broker lose their
 connection and exit 1; they are listed under ``crashed`` in the summary, not under
@@ -53,12 +53,12 @@ from experiments.runs.faults import (
 )
 from experiments.runs.manifest import node_names
 from experiments.runs.summaries import log_extras
-from nodes.log_summary import summarize_logs
+from nodes.emulated.runtime import BROKER_PORT
 from nodes.logs import iter_jsonl
 from nodes.messages import MsgType
+from nodes.metrics.log_summary import summarize_logs
+from nodes.metrics.summary import MsgKey
 from nodes.runfolder import PCAP_DIR, THROTTLES, WORKLOAD, write_summary
-from nodes.runtime import BROKER_PORT
-from nodes.summary import MsgKey
 from nodes.time_left import PROGRESS_EVERY_S, TimeLeft
 from nodes.workloads.membership import oracle_workload
 from nodes.workloads.ops import Workload, workload_to_jsonl

@@ -12,7 +12,7 @@ meets is recorded in each algorithm's summary:
   (:meth:`experiments.runs.brokers.BrokerRun.record_exit`);
 - ``link_downs``: the overlay links a broker declared down while the workload ran (a
   ``link`` record ``state: down``: the connection ended, or the keepalive of
-  :mod:`nodes.broker` timed out), not graceful closes nor the shutdown at the end
+  :mod:`nodes.emulated.broker` timed out), not graceful closes nor the shutdown at the end
   (:func:`link_downs`). With links opened on demand, the far side of a graceful
   Disconnect sees only the connection end (``closed by peer``, as after a crash), so
   such closes are listed too.
@@ -45,18 +45,18 @@ from typing import Any
 
 from experiments.plan import RunPlan
 from experiments.runs.brokers import BrokerRun
-from nodes.log_summary import client_receipts
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import MsgType
+from nodes.metrics.log_summary import client_receipts
+from nodes.metrics.summary import MsgKey
 from nodes.runfolder import log_path
-from nodes.summary import MsgKey
 from nodes.workloads.ops import Workload
 
 LOSSY = "lossy"  # the run status when deliveries were lost and no declared fault explains it
 EXIT_LOSSY = 3  # pubsublab run's exit code then (2: an error, 130: interrupted)
 IN_FLIGHT_S = 1.0  # how long before a fault a notification may still be on its way (s)
 EXIT_POLL_S = 0.2  # how often ExitWatch looks at the broker processes (s)
-# Link-down reasons of nodes.broker that are no fault: the link was closed on purpose.
+# Link-down reasons of nodes.emulated.broker that are no fault: the link was closed on purpose.
 _CLOSED_ON_PURPOSE = frozenset({"shutdown", "disconnect", "replaced by a new connection"})
 
 

@@ -1,7 +1,7 @@
 """`pubsublab sim SPEC`: run a spec's workload through the discrete-event simulator.
 
 No root, no Mininet: the same overlay, link figures and workload as the emulated run,
-hosted by :mod:`nodes.sim`. The run folder holds a manifest, the exact workload, and one
+hosted by :mod:`nodes.sim.engine`. The run folder holds a manifest, the exact workload, and one
 subfolder per algorithm with the per-node logs and ``summary.json``.
 """
 
@@ -34,8 +34,8 @@ from experiments.runs.manifest import (
 from experiments.runs.resources import RunCost, cost_text, parts_cost
 from experiments.runs.summaries import log_extras, summed_counters
 from experiments.spec import SpecError, load_spec
-from nodes.checkpoint import Pause, Paused, StateRefused, check_state
-from nodes.log_summary import summarize_logs
+from nodes.metrics.log_summary import summarize_logs
+from nodes.metrics.summary import delay_stats_ms
 from nodes.runfolder import (
     PAUSED,
     PAUSED_STATE,
@@ -48,8 +48,8 @@ from nodes.runfolder import (
     write_manifest,
     write_summary,
 )
-from nodes.sim import LinkModel, SimResult, resume, simulate, summarize
-from nodes.summary import delay_stats_ms
+from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
+from nodes.sim.engine import LinkModel, SimResult, resume, simulate, summarize
 from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import iter_expected
@@ -63,7 +63,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
     """Simulate every algorithm of ``plan``; returns the run folder and the summaries.
     A bulk workload (LBDD, point-to-point) is run by :mod:`experiments.runs.bulk`.
 
-    With logs, each summary is read from them (:func:`nodes.log_summary.summarize_logs`,
+    With logs, each summary is read from them (:func:`nodes.metrics.log_summary.summarize_logs`,
     as in the emulated runtime) and completed with the in-memory figures the logs do not
     hold (matching delay, events, lost messages); without logs it is the in-memory
     summary, which a test holds equal to the log-based one.
@@ -261,7 +261,7 @@ def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None,
     """Go on with the simulated run paused in ``run_dir`` (:func:`run_simulation` with
     ``pause_after_s``), on the code it started on, until it ends or pauses again.
     Every check is made before the state is read: SpecError, one line, else. The
-    simulator's state is read only if this user's key signed it (:mod:`nodes.checkpoint`)
+    simulator's state is read only if this user's key signed it (:mod:`nodes.sim.checkpoint`)
     or with ``trust``, which the user gives for a folder they decide to trust."""
     cost = RunCost()
     if not run_dir.is_dir():

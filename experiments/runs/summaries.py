@@ -12,8 +12,8 @@ from analysis.codd import codd_metrics
 from analysis.kyra import routing_load_from_logs
 from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
-from nodes.log_summary import link_notifications
 from nodes.logs import COMMON_FIELDS, Ev, iter_jsonl
+from nodes.metrics.log_summary import link_notifications
 
 
 def summed_counters(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -42,7 +42,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from nodes.core import RoutingCore
 from nodes.cores import (
     codd,
     flood,
@@ -59,6 +58,7 @@ from nodes.cores import (
 )
 from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.dissemination import agent_ips, agent_params
+from nodes.cores.interface import RoutingCore
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.cores.params import Param, resolve_params
 from nodes.model import Filter, Value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 
-from nodes.core import Action, Deliver, Record, Send
+from nodes.cores.interface import Action, Deliver, Record, Send
 from nodes.messages import Message
 
 

@@ -98,7 +98,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import (
+from nodes.cores.actions import unhandled
+from nodes.cores.codd_repair import HEARTBEAT, MOVES, Repair
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -109,8 +111,6 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores.actions import unhandled
-from nodes.cores.codd_repair import HEARTBEAT, MOVES, Repair
 from nodes.cores.multicast_groups import unit_draw
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex

@@ -57,7 +57,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodes.core import Action, Send, SetTimer
+from nodes.cores.interface import Action, Send, SetTimer
 from nodes.messages import Message, MsgType
 
 HEARTBEAT = "heartbeat"  # the timer's name

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import LinkWindow, Record
+from nodes.cores.interface import LinkWindow, Record
 from nodes.cores.params import Param
 
 DEFAULT_THETA = 10

@@ -14,7 +14,7 @@ fields as a HEARTBEAT, so an agent that comes late learns everybody within one p
 Any message from an agent proves it alive; an agent not heard from for ``timeout_s``
 (four heartbeats, checked at each heartbeat) is removed, which the paper equates with unsubscribing
 from every topic (Section 3.4), and is let back in when it is heard again. Lost links
-(:class:`~nodes.core.LinkDown`) are not used for detection: the paper detects failures by
+(:class:`~nodes.cores.interface.LinkDown`) are not used for detection: the paper detects failures by
 heartbeat, and the runtime only loses a link when the peer dies. Link statistics are
 not used either. Timers start at the agent's first event.
 
@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import (
+from nodes.cores.actions import unhandled
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -71,7 +72,6 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores.actions import unhandled
 from nodes.cores.params import Param
 from nodes.messages import Message, MsgType
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Event, FromClient
 from nodes.cores.actions import fan_out, unhandled
+from nodes.cores.interface import Action, Arrived, Event, FromClient
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType

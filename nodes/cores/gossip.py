@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodes.core import (
+from nodes.cores.actions import unhandled
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -42,7 +43,6 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores.actions import unhandled
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType

@@ -59,9 +59,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodes.core import Action, Arrived, Event, LinkStats, Record, Send
 from nodes.cores.actions import fan_out
 from nodes.cores.congestion import LinkStatusTable
+from nodes.cores.interface import Action, Arrived, Event, LinkStats, Record, Send
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 

@@ -74,9 +74,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import Action, Arrived, Deliver, Event, FromClient, Send
 from nodes.cores.actions import unhandled
 from nodes.cores.cliques import server_cliques
+from nodes.cores.interface import Action, Arrived, Deliver, Event, FromClient, Send
 from nodes.cores.overlay import latency_mst, tree_neighbours
 from nodes.cores.params import Param
 from nodes.cores.siena import SienaCore

@@ -143,7 +143,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from nodes.core import (
+from nodes.cores import can
+from nodes.cores.actions import unhandled
+from nodes.cores.can import Point, Zone
+from nodes.cores.can_table import ZoneTable
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -154,10 +158,6 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores import can
-from nodes.cores.actions import unhandled
-from nodes.cores.can import Point, Zone
-from nodes.cores.can_table import ZoneTable
 from nodes.cores.meghdoot_common import CONTACTED, HANDLED, Mirror, Sub, msg_key, pick
 from nodes.cores.meghdoot_repair import Orphan, Repair
 from nodes.cores.params import Param

@@ -71,9 +71,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import Action, Record, Send
 from nodes.cores import can
 from nodes.cores.can import Point, Zone
+from nodes.cores.interface import Action, Record, Send
 from nodes.cores.meghdoot_common import RECOVERED, Mirror, Sub, msg_key, pick
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType

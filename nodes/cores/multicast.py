@@ -71,8 +71,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import Action, Arrived, Event, FromClient, Send
 from nodes.cores.actions import fan_out, unhandled
+from nodes.cores.interface import Action, Arrived, Event, FromClient, Send
 from nodes.cores.multicast_groups import forgy_kmeans, interest_vectors, multicast_groups
 from nodes.cores.overlay import latency_mst, tree_neighbours
 from nodes.cores.params import Param

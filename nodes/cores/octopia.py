@@ -72,7 +72,7 @@ Identities
     ``(subscriber, msg_id of its SUBSCRIBE)``, as in the oracle. Messages a broker makes
     on behalf of a client operation keep that operation's origin and msg_id: ADV_REPLY the
     advertisement's, CIB_SET the subscription's (so a runtime sees when a subscription has
-    reached a publisher's host broker; see the delay definitions in :mod:`nodes.summary`),
+    reached a publisher's host broker; see the delay definitions in :mod:`nodes.metrics.summary`),
     CIB_CLEAR the unsubscription's.
 
 Overlap
@@ -91,8 +91,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Event, FromClient, Send
 from nodes.cores.actions import fan_out, unhandled
+from nodes.cores.interface import Action, Arrived, Event, FromClient, Send
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, filter_from_json, matches, overlaps

@@ -68,8 +68,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodes.core import Action, Arrived, Event, FromClient, Send
 from nodes.cores.actions import fan_out, unhandled
+from nodes.cores.interface import Action, Arrived, Event, FromClient, Send
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex

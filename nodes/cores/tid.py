@@ -73,9 +73,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.core import Action, Arrived, Event, FromClient, LinkStats, Record, Send
 from nodes.cores.actions import fan_out, unhandled
 from nodes.cores.congestion import LST_PARAMS, LinkStatusTable
+from nodes.cores.interface import Action, Arrived, Event, FromClient, LinkStats, Record, Send
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType

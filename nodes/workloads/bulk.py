@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.bulkdata import data_messages, slice_count
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
+from nodes.workloads.bulkdata import data_messages, slice_count
 from nodes.workloads.ops import ClientOp, Workload
 
 GIB = 2**30

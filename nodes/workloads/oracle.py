@@ -1,7 +1,7 @@
 """The oracle: which subscriber must receive which publication, and when it must.
 
 :func:`expected_deliveries` maps each publication key ``(origin, msg_id)`` to the set
-of subscriber clients that must receive it; :mod:`nodes.summary` counts
+of subscriber clients that must receive it; :mod:`nodes.metrics.summary` counts
 ``expected_deliveries``, ``missing`` and ``unexpected`` against it (``duplicates`` does
 not use it). It has a global view and ignores routing. It takes timing into account:
 

@@ -23,7 +23,7 @@ Readings and choices:
   ``n`` subscribers a round uses the first ``n`` other PCs in the paper's order. Every PC
   runs its agent in every round; only subscribers take part in the tree.
 - **Rounds.** For each algorithm and each subscriber count: agents started (the complete
-  overlay up), then one client per PC that takes part (:mod:`nodes.client`: the publisher's
+  overlay up), then one client per PC that takes part (:mod:`nodes.emulated.client`: the publisher's
   ``bulk-publisher`` role, the subscribers' ``subscriber`` role), the data starting
   ``start_s`` after them. A round ends when every surviving subscriber has every slice.
 - **Failure round** (``failure``): the largest count again, the victim's agent and user
@@ -49,14 +49,14 @@ Readings and choices:
   socket between disks) moved less than the NIC. We model that as a rate cap on every
   agent-to-agent connection: the simulator's overlay edges run at most ``stream_mbps``
   while each NIC keeps its rate and serves the streams between their frames (NICs in
-  :mod:`nodes.sim`). A rate, not a TCP window: on a LAN's sub-millisecond round trip a
+  :mod:`nodes.sim.engine`). A rate, not a TCP window: on a LAN's sub-millisecond round trip a
   window cap gives a rate that hangs on the round trip, which the paper does not give.
   In Mininet every broker paces each overlay link's output queue to the cap
-  (``rate_mbps`` in its config, :mod:`nodes.overlay_link`): a frame leaves no sooner
+  (``rate_mbps`` in its config, :mod:`nodes.emulated.overlay_link`): a frame leaves no sooner
   than its size at the cap after the previous one, and the kernel's HTB still shapes the
   NIC, so capped streams share it as in the simulator. Pacing, not an HTB class per
   connection: the paper's limit was its application's, not its wire's.
-- **Checksums.** Emulated subscribers hash every slice (:class:`nodes.bulkdata.DataLog`);
+- **Checksums.** Emulated subscribers hash every slice (:class:`nodes.workloads.bulkdata.DataLog`);
   a round checks every survivor's checksum against the publisher's and against the
   checksum regenerated here from the seed. The simulator passes the publisher's bytes
   objects along, so there is nothing to check there.

@@ -13,14 +13,14 @@ from typing import Any
 
 from experiments.plan import RunPlan
 from experiments.progress import log
-from nodes.bulkdata import FIRST_DATA_ID, source_checksum
 from nodes.cores import CORES
 from nodes.cores.dissemination import TreeFn
 from nodes.cores.lbdd import tree_stats
+from nodes.metrics.summary import build_summary
 from nodes.runfolder import RATES, write_json, write_summary
-from nodes.summary import build_summary
 from nodes.time_left import TimeLeft
 from nodes.workloads.bulk import BulkPlan
+from nodes.workloads.bulkdata import FIRST_DATA_ID, source_checksum
 
 RECORD_KINDS = ("path", "member_down", "resume", "transfer_complete")
 

@@ -21,13 +21,13 @@ from experiments.runs.bulk.rounds import (
 )
 from experiments.runs.manifest import base_manifest
 from experiments.runs.resources import RunCost, cost_text
-from nodes.core import Action, Deliver, Event, Record, Send
 from nodes.cores import make_core, overlay_params
+from nodes.cores.interface import Action, Deliver, Event, Record, Send
 from nodes.cores.lbdd import lbdd_tree, tree_stats
 from nodes.frames import frame_size
 from nodes.messages import MsgType
 from nodes.runfolder import new_run_dir, write_manifest, write_summary
-from nodes.sim import simulate
+from nodes.sim.engine import simulate
 from nodes.workloads.bulk import GIB, BulkPlan, bulk_workload
 
 
@@ -101,7 +101,7 @@ def simulate_round(overlay: nx.Graph, plan: BulkPlan, algorithm: str,
 def stream_capped(overlay: nx.Graph, stream_mbps: float | None) -> nx.Graph:
     """``overlay`` with every edge's rate at most ``stream_mbps`` (None: as it is): each
     edge is one agent-to-agent connection, and the NICs stay at their rate, so a capped
-    stream leaves its NIC free for the others (NICs in :mod:`nodes.sim`)."""
+    stream leaves its NIC free for the others (NICs in :mod:`nodes.sim.engine`)."""
     if stream_mbps is None:
         return overlay
     capped = nx.Graph(overlay)

@@ -1,13 +1,13 @@
 """One local client as its broker sees it: the connection, the rules its messages must
-follow, and the bounded queue of what is delivered to it (see :mod:`nodes.admission`)."""
+follow, and the bounded queue of what is delivered to it (see :mod:`nodes.emulated.admission`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from nodes.admission import FILTER_CAP, FORGED_ORIGIN, Limits
+from nodes.emulated.admission import FILTER_CAP, FORGED_ORIGIN, Limits
+from nodes.emulated.runtime import Violation
 from nodes.messages import Message, MsgType
-from nodes.runtime import Violation
 
 FILTER_TYPES = (MsgType.SUBSCRIBE, MsgType.ADVERTISE)  # each puts a filter in the tables
 

@@ -12,7 +12,7 @@ earlier run, or of the previous algorithm on the same addresses, is a stranger t
 Out of scope: an attacker on the path that rewrites frames after the handshake (frames
 carry no MAC; TCP is trusted once the connection is proven); secrecy of the traffic;
 a process that knows the secret (a legitimate client): it is not trusted with other
-names, but kept in bounds by the broker's admission rules (:mod:`nodes.admission`).
+names, but kept in bounds by the broker's admission rules (:mod:`nodes.emulated.admission`).
 
 **Proof.** The dialling side's HELLO carries a fresh random ``nonce`` and ``proof`` =
 HMAC-SHA256(secret, [sender, role, receiver, nonce]); the accepting broker's answer
@@ -52,7 +52,7 @@ def parse_secret(value: Any, where: str) -> bytes:
         key = b""
     if len(key) < MIN_SECRET_BYTES:
         raise ValueError(f"{where}: secret must be at least {MIN_SECRET_BYTES} bytes as "
-                         "hex digits (see nodes.auth.new_secret)")
+                         "hex digits (see nodes.emulated.auth.new_secret)")
     return key
 
 

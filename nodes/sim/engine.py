@@ -1,9 +1,10 @@
 """Deterministic discrete-event simulator hosting the routing cores (the simulated runtime).
 
 The simulator runs one routing core per broker of an overlay (a networkx graph), drives
-the cores with a workload's client operations, and writes the records the emulated
-runtime writes (:mod:`nodes.broker`, :mod:`nodes.client`, :mod:`nodes.overlay_link`), so
-analysis does not care which runtime produced a run. Modelling choices:
+the cores with a workload's client operations, and writes the records the emulated runtime
+writes (:mod:`nodes.emulated.broker`, :mod:`nodes.emulated.client`,
+:mod:`nodes.emulated.overlay_link`), so analysis does not care which runtime produced a
+run. Modelling choices:
 
 - **Links.** Every overlay edge is two directed links (fixed links; with ``on_demand``
   more open as cores send, see Links on demand), each with its own FIFO output
@@ -30,23 +31,24 @@ analysis does not care which runtime produced a run. Modelling choices:
   (the emulated broker seeds its links the same way), so one link's drops do not depend
   on traffic elsewhere. This is a lossy message link; TCP under netem loss would
   retransmit instead, so keep loss at 0 when cross-checking the runtimes.
-- **Queue statistics** (:class:`nodes.core.LinkWindow`): windows end at
+- **Queue statistics** (:class:`nodes.cores.interface.LinkWindow`): windows end at
   ``k * window_ms`` (k = 1, 2, ...) and are processed before events scheduled at exactly
   that time. A message counts in when it is enqueued and out when it leaves the queue
   for the wire; ``queue_len`` counts messages still waiting at the window's end. As in
   the emulated broker, a link's ``queue`` record is written only for windows in which it
   was active (any non-zero figure) or was active in the window before, so every return
   to idle is visible and a missing window means all zeros. A broker's core gets
-  :class:`~nodes.core.LinkStats` (all of its links) for exactly the windows in which one
+  :class:`~nodes.cores.interface.LinkStats` (all of its links) for exactly the windows in which one
   of its links has a record; the emulated broker feeds every window, but a window of
   zeros after a window of zeros tells a core nothing new, and skipping them lets idle
   brokers cost nothing. A core that ignores windows (:class:`nodes.hosting.IgnoresLinkStats`)
   gets none, and a run without logs whose cores all ignore them has no windows at all.
-- **Clients** are not cores: each is attached to its broker by a zero-latency,
+- - **Clients** are not cores: each is attached to its broker by a zero-latency,
   infinitely fast local link. A client operation becomes a
-  :class:`~nodes.core.FromClient` event at ``op.t_s``; a :class:`~nodes.core.Deliver`
-  reaches the client at the same instant. As the emulated client does, every PUBLISH is
-  stamped with ``payload["t_pub"]`` = its send time on the wall-clock scale of the logs.
+  :class:`~nodes.cores.interface.FromClient` event at ``op.t_s``; a
+  :class:`~nodes.cores.interface.Deliver` reaches the client at the same instant. As the
+  emulated client does, every PUBLISH is stamped with ``payload["t_pub"]`` = its send time
+  on the wall-clock scale of the logs.
 - **Time** is simulated seconds from 0; ``t_wall`` in logs (and ``t_pub``) is
   :data:`SIM_EPOCH_S` plus simulated time. Events at the same time run in the order they
   were scheduled (a sequence counter breaks ties), so the same inputs and seed give
@@ -55,18 +57,18 @@ analysis does not care which runtime produced a run. Modelling choices:
   ``send`` record), as in the emulated broker: a message still queued at the end, or
   queued at a broker that died, is not an IM.
 - **Records.** ``send`` when a message leaves a link's output queue (as in
-  :mod:`nodes.overlay_link`), ``drop`` (reason ``loss``) right after it for a lost one,
+  :mod:`nodes.emulated.overlay_link`), ``drop`` (reason ``loss``) right after it for a lost one,
   ``recv`` on arrival, ``deliver`` at the broker and ``recv`` at the client (both with
   ``t_pub``), client ``send`` (with ``t_pub`` for PUBLISH) and broker ``recv`` for a
-  client operation, ``record`` for a core's :class:`~nodes.core.Record`, ``queue`` per
+  client operation, ``record`` for a core's :class:`~nodes.cores.interface.Record`, ``queue`` per
   window, ``link`` (``role: broker``) when a link is lost or, on demand, comes up, is
   closed or fails to dial (below), with the fields the emulated broker writes.
   ``log_messages=False`` writes only the ``queue`` records.
 - **Delays** come from simulated times, not from the rounded logs, with the
-  definitions of :mod:`nodes.summary`: notification delay is delivery time minus the
+  definitions of :mod:`nodes.metrics.summary`: notification delay is delivery time minus the
   publication's send time; advertisement and subscription delay run from the client's
   send until the last broker the operation reaches has it (per broker the first
-  inter-broker arrival of a message carrying it, see :data:`nodes.summary.CARRIES`).
+  inter-broker arrival of a message carrying it, see :data:`nodes.metrics.summary.CARRIES`).
   Matching delay is the one measured figure: the wall time (``time.perf_counter``) a
   core's ``handle`` takes for a notification on this machine, as the emulated broker
   measures it; simulated time does not advance for it, and it stays out of the logs,
@@ -79,7 +81,7 @@ analysis does not care which runtime produced a run. Modelling choices:
   emulated runtime): from then on its core gets no event, its clients' operations are
   not carried out, and messages from or to it that arrive later are dropped (a killed
   process's sockets are reset, so what it had not yet delivered is lost). Each live
-  neighbour gets :class:`~nodes.core.LinkDown` (and a ``link`` record ``state: down``)
+  neighbour gets :class:`~nodes.cores.interface.LinkDown` (and a ``link`` record ``state: down``)
   one link delay after the death, as the emulated broker does when the dead process's
   connection ends (:mod:`nodes.hosting`); whether a core acts on it is the core's
   reading (LBDD's agents detect failures by heartbeats only, as the paper does).
@@ -97,7 +99,7 @@ analysis does not care which runtime produced a run. Modelling choices:
   also passes the sender's NIC (node attribute ``nic_mbps``, else ``LinkModel.nic_mbps``;
   NICs as above). **Timing is a TCP dial's**: the dialler's side is up one round trip
   after its first Send (SYN and SYN-ACK, ``d(a, b) + d(b, a)``); then its core gets
-  :class:`~nodes.core.LinkUp` and the Sends it made meanwhile enter the output queue,
+  :class:`~nodes.cores.interface.LinkUp` and the Sends it made meanwhile enter the output queue,
   in order, ahead of anything it sends on LinkUp (they are IMs only when they leave
   it). The acceptor's side is up one link delay later, when the dialler's ACK and HELLO
   frame (which names it) arrive: its LinkUp comes before the dialler's first frame,
@@ -136,7 +138,7 @@ analysis does not care which runtime produced a run. Modelling choices:
   ``joined``; ``left`` after a LEAVE, as the emulated broker logs): its core gets no
   event (it can have no timer yet), dials to it fail and frames reaching it are dropped
   (``drop``, reason ``dormant``). JOIN and LEAVE are client ops, logged as such and
-  delivered to the core as :class:`~nodes.core.FromClient` (JOIN's payload:
+  delivered to the core as :class:`~nodes.cores.interface.FromClient` (JOIN's payload:
   ``{"bootstrap": NAME}``); a JOIN at a broker already joined goes to its core alone.
   Once the core's actions for a LEAVE are carried out the broker is dormant again and
   may JOIN later: the simulator disconnects each link on demand it still has (as
@@ -150,7 +152,7 @@ analysis does not care which runtime produced a run. Modelling choices:
   killed broker never comes back, so a JOIN after its death is refused. A client op
   other than JOIN on a dormant broker is a workload error: ``ValueError`` naming the op,
   before the run starts (ops of a dead broker are skipped, as before).
-- **Processing** (``processing``, :mod:`nodes.processing`): without it a broker handles
+- **Processing** (``processing``, :mod:`nodes.sim.processing`): without it a broker handles
   every message in no time. With it each broker is one server with an input buffer: a
   frame's ``recv`` is logged, and its core handles it, when the broker starts on it;
   the core's actions are carried out a service time later; a receiver's full window
@@ -161,10 +163,10 @@ analysis does not care which runtime produced a run. Modelling choices:
   link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
   enqueued before ``t_s`` keep the departure times they were given at the old rate (a
   simplification: the emulated runtime's HTB class changes under the queued packets too).
-- **Pausing** (``pause``, :mod:`nodes.checkpoint`): a run without logs may stop at a
+- **Pausing** (``pause``, :mod:`nodes.sim.checkpoint`): a run without logs may stop at a
   wall-clock deadline, between two events (checked every
   :data:`PAUSE_CHECK_EVERY` of them), write its state to a file and raise
-  :class:`~nodes.checkpoint.Paused`; :func:`resume` goes on from the file in another
+  :class:`~nodes.sim.checkpoint.Paused`; :func:`resume` goes on from the file in another
   process and makes what the uninterrupted run makes. The link model's functions and
   the progress callback are handed in again.
 """
@@ -190,8 +192,8 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from nodes.checkpoint import Pause, Paused, read_state, write_state
-from nodes.core import (
+from nodes.cores import CoreFactory, make_core, overlay_params
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -207,7 +209,6 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores import CoreFactory, make_core, overlay_params
 from nodes.frames import frame_size
 from nodes.hosting import (
     HasCounters,
@@ -220,9 +221,7 @@ from nodes.hosting import (
 )
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
-from nodes.processing import Processing
-from nodes.runfolder import log_path
-from nodes.summary import (
+from nodes.metrics.summary import (
     CARRIES,
     MATCHED_TYPES,
     TABLE_KINDS,
@@ -231,6 +230,9 @@ from nodes.summary import (
     build_summary,
     propagation_delays,
 )
+from nodes.runfolder import log_path
+from nodes.sim.checkpoint import Pause, Paused, read_state, write_state
+from nodes.sim.processing import Processing
 from nodes.time_left import PROGRESS_EVERY_S
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
@@ -391,13 +393,13 @@ def simulate(
     optional: the simulator opens links as the :class:`LinkModel` says (module docstring,
     "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive membership (module
     docstring, "Membership"). With ``processing`` brokers take time to handle messages
-    and hold their senders back when their input buffers fill (:mod:`nodes.processing`).
+    and hold their senders back when their input buffers fill (:mod:`nodes.sim.processing`).
     ``progress``, if given, is called with the share of client operations done, at most
     every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
     each operation weighted by the brokers that are members when it runs (see
     :meth:`_Sim._membership`).
     With ``pause`` the run may stop early, its state written to a file, and raise
-    :class:`~nodes.checkpoint.Paused` (module docstring, "Pausing"; no logs: a paused run
+    :class:`~nodes.sim.checkpoint.Paused` (module docstring, "Pausing"; no logs: a paused run
     cannot keep its log files open); :func:`resume` goes on from there.
     """
     if window_ms <= 0:
@@ -436,8 +438,8 @@ def resume(path: Path, *, on_demand: LinkModel | None = None,
     ends or pauses again (to ``pause.path``). ``on_demand`` must be the link model the
     run started with (its functions were not written to the file) and is asked only of
     pairs that open links from here on. The state is read only if this user's key signed
-    it, or with ``trust`` (:func:`~nodes.checkpoint.read_state`; else
-    :class:`~nodes.checkpoint.StateRefused`, nothing unpickled)."""
+    it, or with ``trust`` (:func:`~nodes.sim.checkpoint.read_state`; else
+    :class:`~nodes.sim.checkpoint.StateRefused`, nothing unpickled)."""
     sim = read_state(path, trust=trust)
     if not isinstance(sim, _Sim):
         raise ValueError(f"{path}: not a paused simulation")
@@ -456,7 +458,7 @@ def summarize(
     scale: float = 1.0,
 ) -> dict[str, Any]:
     """The summary.json object of a simulated run against the oracle's ``expected`` (as
-    :func:`~nodes.summary.build_summary` takes it)."""
+    :func:`~nodes.metrics.summary.build_summary` takes it)."""
     summary = build_summary(
         algorithm=result.algorithm,
         runtime="simulated",
@@ -676,7 +678,7 @@ class _Sim:
             bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
             self.rate_changes.append((float(t_s), lids, 8.0 / (bw * 1e6)))
 
-        # ---- processing model (nodes.processing; none of this is used without it)
+        # ---- processing model (nodes.sim.processing; none of this is used without it)
         self.processing = processing
         self.progress: Callable[[float], None] | None = None
         if processing is not None:
@@ -757,7 +759,7 @@ class _Sim:
         # One sample a delivery, as doubles: a Python float list took 32 bytes a sample,
         # half a gigabyte of a 16-million-delivery Meghdoot run.
         self.notification_delays = array("d")
-        # Wall time of core.handle per notification (nodes.summary's matching delay):
+        # Wall time of core.handle per notification (nodes.metrics.summary's matching delay):
         # it depends on the machine, so it goes to the summary only, never to a log.
         self.matching_s = array("d")  # as SimResult.matching_s
         self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
@@ -814,7 +816,7 @@ class _Sim:
     def proceed(self, pause: Pause | None) -> SimResult:
         """The event loop, from where :meth:`run` or a pause left it, to the end of the
         run or, with ``pause``, until its deadline (then
-        :class:`~nodes.checkpoint.Paused`)."""
+        :class:`~nodes.sim.checkpoint.Paused`)."""
         heap = self.heap
         dead = self.dead
         gone = self.cut  # sets changed in place, never rebound
@@ -910,7 +912,7 @@ class _Sim:
         return self._result(events, end_s)
 
     def _pause(self, path: Path, ops_done: int) -> None:
-        """Write the run's state to ``path`` and raise :class:`~nodes.checkpoint.Paused`."""
+        """Write the run's state to ``path`` and raise :class:`~nodes.sim.checkpoint.Paused`."""
         done = self.op_work[ops_done - 1] / self.op_work[-1] if ops_done else 0.0
         try:
             write_state(self, path)
@@ -1016,7 +1018,7 @@ class _Sim:
             self.matching_s.append(took_s)
         return actions
 
-    # ---- processing model (nodes.processing) ----------------------------------------------
+    # ---- processing model (nodes.sim.processing) ----------------------------------------------
 
     def _take_in(self, bi: int, item: tuple[int | None, Message, str], t: float) -> None:
         """A message reaches broker ``bi``'s input buffer at ``t``."""

@@ -1,6 +1,6 @@
 """A client process of the emulated runtime: publishers and subscribers attached to one broker.
 
-Run ``python -m nodes.client --config PATH``. The config is one client's (below) or a
+Run ``python -m nodes.emulated.client --config PATH``. The config is one client's (below) or a
 group's: several clients in one process and one asyncio loop (see "Groups").
 
 Config (one JSON object; missing required and unknown keys are errors)::
@@ -9,7 +9,7 @@ Config (one JSON object; missing required and unknown keys are errors)::
     broker             str           its broker's name (checked against the broker's HELLO)
     broker_addr        [ip, port]
     log_dir            path          <log_dir>/<client>.jsonl
-    secret             hex str       the run's secret, proven in the HELLO (nodes.auth)
+    secret             hex str       the run's secret, proven in the HELLO (nodes.emulated.auth)
     start_at_wall      float = now   the Unix time that op time t_s = 0 stands for, so all
                                      clients of a run share one schedule
     duration_s         float | null  stop this long after start_at_wall (null: run until
@@ -30,7 +30,7 @@ Config (one JSON object; missing required and unknown keys are errors)::
                        "bulk-publisher": topic, data_bytes, slice_bytes = 65536,
                                      data_seed = 1, start_s = 0.5: ADVERTISE {"topic"} at
                                      0, then the whole data as DATA slices at start_s
-                                     (nodes.bulkdata), back to back, each written when TCP
+                                     (nodes.workloads.bulkdata), back to back, each written when TCP
                                      takes it
 
 Design choices:
@@ -50,7 +50,7 @@ Design choices:
   DATA ``send`` and ``recv`` records also carry the slice's ``index``, ``sha256`` and
   whether it is a ``duplicate``; when the last slice of a data item has been sent or
   received, a ``record`` of kind ``data_send`` or ``data_recv`` gives its checksum,
-  slices, bytes and duplicates (:class:`nodes.bulkdata.DataLog`), and the log is flushed.
+  slices, bytes and duplicates (:class:`nodes.workloads.bulkdata.DataLog`), and the log is flushed.
 - The client retries its first connection (the broker may still be starting) with
   exponential backoff until the run ends. It does not reconnect after losing the broker:
   its subscriptions died with the connection, so carrying on would silently change the
@@ -93,13 +93,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nodes.auth import parse_secret
-from nodes.bulkdata import SLICE_BYTES, DataLog, data_messages
-from nodes.frames import FrameError, encode
-from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
-from nodes.messages import Message, MsgType, message_from_json, message_to_json
-from nodes.runfolder import log_path, read_json, write_json
-from nodes.runtime import (
+from nodes.emulated.auth import parse_secret
+from nodes.emulated.runtime import (
     Backoff,
     HelloCounter,
     ProtocolError,
@@ -111,6 +106,11 @@ from nodes.runtime import (
     parse_backoff,
     read_frames,
 )
+from nodes.frames import FrameError, encode
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
+from nodes.messages import Message, MsgType, message_from_json, message_to_json
+from nodes.runfolder import log_path, read_json, write_json
+from nodes.workloads.bulkdata import SLICE_BYTES, DataLog, data_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +392,7 @@ async def run_group(configs: Iterable[ClientConfig], logs: dict[str, JsonlLog],
             if not isinstance(result, Exception):
                 raise result  # KeyboardInterrupt, SystemExit: the process is going anyway
             # One client's bug must not hide what its siblings did: it alone fails.
-            print(f"nodes.client: client {config.client} crashed:", file=sys.stderr)
+            print(f"nodes.emulated.client: client {config.client} crashed:", file=sys.stderr)
             traceback.print_exception(result, file=sys.stderr)
             codes[config.client] = 1
         else:
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: 0 at the end of the run or on a signal, 1 if the broker connection was
     lost or never made (for a group: if that happened to any of its clients), 2 for a
     bad config."""
-    parser = argparse.ArgumentParser(prog="python -m nodes.client",
+    parser = argparse.ArgumentParser(prog="python -m nodes.emulated.client",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, type=Path,
                         help="client or client group config (JSON)")
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"nodes.client: bad config {args.config}: {exc}", file=sys.stderr)
+        print(f"nodes.emulated.client: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     if isinstance(config, GroupConfig):
         return _main_group(config)

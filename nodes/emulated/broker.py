@@ -1,6 +1,6 @@
 """The broker process of the emulated runtime: one routing core, its overlay links, its clients.
 
-Run ``python -m nodes.broker --config PATH`` (or ``pubsublab-broker --config PATH``).
+Run ``python -m nodes.emulated.broker --config PATH`` (or ``pubsublab-broker --config PATH``).
 
 Config (one JSON object; missing required and unknown keys are errors, never ignored)::
 
@@ -9,14 +9,14 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
     neighbours         {name: {"addr": [ip, port], "delay_ms": 0.0, "loss_pct": 0.0,
                          "rate_mbps": null}}
                          rate_mbps: a per-stream cap the broker paces its link to
-                         (nodes.overlay_link), whatever the mechanism of delay and loss
+                         (nodes.emulated.overlay_link), whatever the mechanism of delay and loss
     core               {"name": str, "params": {...}}
                          name: a core of the nodes.cores registry (make_core); params
                          go to it unchanged (e.g. flood's tree_neighbours, which a
                          runner derives with nodes.cores.overlay_params)
     log_dir            path         <log_dir>/<broker>.jsonl and <broker>.status.json
     secret             hex str      the run's secret, which every HELLO must prove
-                                    (nodes.auth; never logged)
+                                    (nodes.emulated.auth; never logged)
     emulate_link       bool = false apply delay_ms/loss_pct in this broker (one way, on
                                     its sending side; the kernel has no netem); when false
                                     netem carries them and the broker only logs them
@@ -27,7 +27,7 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     exchange), and on an accepted peer's first HELLO
     backoff_s          [0.1, 2.0]   first and largest redial delay
     write_buffer_bytes int | null   cap on overlay sockets' send buffers, so a slow link
-                                    backs up into the output queue (see nodes.overlay_link)
+                                    backs up into the output queue (see nodes.emulated.overlay_link)
     peers              {name: [ip, port] or {"addr": [ip, port], "delay_ms": 0.0,
                          "loss_pct": 0.0}} = {}
                                     brokers this one may open links to on demand (in a
@@ -37,7 +37,7 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     broker without fixed neighbours
     max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client
                                     admission limits, defaults and meaning in
-                                    nodes.admission
+                                    nodes.emulated.admission
     queue_high_water_msgs int = 10000  an output queue this long stops the broker
                                     reading from its clients (overload policy, below)
     queue_max_msgs     int = 50000  an output queue this long drops what is sent to it
@@ -52,30 +52,30 @@ Behaviour (design choices):
   whose link is up replaces the first (the newest wins, so a half-open connection left
   by a crashed peer cannot keep the link out); only the neighbour itself can open one,
   as the next point says.
-- **Handshake** (see :mod:`nodes.runtime`): each side's first frame is a HELLO; a peer
+- **Handshake** (see :mod:`nodes.emulated.runtime`): each side's first frame is a HELLO; a peer
   that sends nothing acceptable within ``connect_timeout_s`` is dropped. A HELLO is
   read with a limit of ``hello_frame_bytes``. The broker refuses (``link`` record
-  ``state: refused``, with ``peer`` and the code as ``reason``, :mod:`nodes.admission`)
+  ``state: refused``, with ``peer`` and the code as ``reason``, :mod:`nodes.emulated.admission`)
   a connection beyond ``max_connections`` (closed unread), a HELLO that does not prove
-  the run's secret or reuses a nonce (closed unanswered, :mod:`nodes.auth`), a
+  the run's secret or reuses a nonce (closed unanswered, :mod:`nodes.emulated.auth`), a
   neighbour or peer connecting from an address other than the one configured for it
   (closed unanswered), and a client whose name is connected already (answered with
   ``refused: name_taken``; the first connection stays).
-- **Clients** (:mod:`nodes.client_link`): a client message whose origin is not the
+- **Clients** (:mod:`nodes.emulated.client_link`): a client message whose origin is not the
   client's name, or a SUBSCRIBE or ADVERTISE beyond ``max_filters_per_client``, ends
   its connection (an ``error`` record, then ``link`` ``down`` with reason
   ``forged_origin`` or ``filter_cap``) before the core sees it. Notifications are
   written to a client without waiting for it; one that would take the bytes waiting
   for it past ``client_queue_bytes`` disconnects it as a slow consumer
-  (:mod:`nodes.admission`).
+  (:mod:`nodes.emulated.admission`).
 - **Errors.** A malformed, truncated or out-of-place frame: an ``error`` record (``peer``:
   the name, or ``ip:port`` before the handshake; ``addr``; ``stage``: ``handshake`` or
   ``read``; ``reason``), the frame dropped, that connection closed; every other link
   carries on. A dial that fails: one ``link`` record (``state: dial_failed``, with the
   reason and ``retry_in_s``) per attempt, attempts spaced by exponential backoff. A
-  lost link: ``link`` record ``state: down``, :class:`~nodes.core.LinkDown` to the core,
+  lost link: ``link`` record ``state: down``, :class:`~nodes.cores.interface.LinkDown` to the core,
   everything queued on it dropped and logged, and the dialling side redials. A fixed
-  link's core gets no :class:`~nodes.core.LinkUp`: after a redial the link simply
+  link's core gets no :class:`~nodes.cores.interface.LinkUp`: after a redial the link simply
   carries ``Send`` actions again. An exception raised by the core, or by carrying out its actions (a
   ``Send`` to a non-neighbour, a payload that is not JSON, a ``Record`` field that
   clashes with a log key), is logged as an ``error`` record (``stage: core``; the
@@ -83,7 +83,7 @@ Behaviour (design choices):
   message does not take the broker or its connection down.
 - **Statistics windows.** Every ``window_ms`` (scheduled on absolute times, so windows
   do not drift; a stalled loop skips windows rather than firing a burst) each link's
-  figures go to the core as one :class:`~nodes.core.LinkStats` (every neighbour, up or
+  figures go to the core as one :class:`~nodes.cores.interface.LinkStats` (every neighbour, up or
   not, with the measured window length) and to the log as ``queue`` records with
   ``count_in``, ``count_out``, ``queue_len``, ``flushed`` and ``window_ms``. As in the
   simulator, a link's ``queue`` record is written only in windows where it was active
@@ -99,7 +99,7 @@ Behaviour (design choices):
   ``record`` (core records, their fields flattened next to ``kind``); ``error``.
   Inter-broker messages are the ``send`` records whose type is not HELLO.
 - **Matching delay.** The ``recv`` record of a notification (a type in
-  :data:`nodes.summary.MATCHED_TYPES`, from a client or a neighbour) carries
+  :data:`nodes.metrics.summary.MATCHED_TYPES`, from a client or a neighbour) carries
   ``matching_ms``: how long the core's ``handle`` took on ``time.perf_counter``, i.e.
   matching it against the routing tables and choosing the next hops; carrying out the
   actions (encoding, queueing, logging) is not included. The record keeps the arrival
@@ -118,7 +118,7 @@ Behaviour (design choices):
   the counters, and declares down any link on which no frame at all has arrived for
   ``link_timeout_s`` (:data:`LINK_TIMEOUT_S`, 5 s): ``link`` record ``state: down``
   with reason ``keepalive timeout: ...``, then everything follows as for a lost connection (drops,
-  :class:`~nodes.core.LinkDown`, the dialling side redials). KEEPALIVEs are not logged
+  :class:`~nodes.cores.interface.LinkDown`, the dialling side redials). KEEPALIVEs are not logged
   and never reach the core. A window that starts more than :data:`KEEPALIVE_S` late
   (this broker's event loop was stalled) checks no timeout: frames that arrived meanwhile
   have not been read yet. The simulator does not model keepalives: its links go down
@@ -127,7 +127,7 @@ Behaviour (design choices):
   no ``LinkDown`` to the core), log the last partial window, write the status, flush and
   close the log, exit 0.
 
-Overload policy (the bounds of :mod:`nodes.overlay_link`): a broker that cannot send as
+Overload policy (the bounds of :mod:`nodes.emulated.overlay_link`): a broker that cannot send as
 fast as messages come slows its own clients, never its neighbours.
 
 - **Publishers slowed.** When an output queue passes ``queue_high_water_msgs`` the broker
@@ -160,7 +160,7 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   (the HELLO handshake as for fixed links, one attempt bounded by ``connect_timeout_s``);
   the message waits on the link's output queue meanwhile (counted in), and so do later
   ones. Once the handshake is done the queue starts to drain, the ``link`` record ``up``
-  is written with ``reason: dialled`` and the core gets :class:`~nodes.core.LinkUp`
+  is written with ``reason: dialled`` and the core gets :class:`~nodes.cores.interface.LinkUp`
   (after the messages already queued, so what it sends then goes behind them). A peer
   that dials us is accepted (``reason: accepted``) and the core gets ``LinkUp`` before
   the first message that arrives on it. A ``Send`` to a name that is neither a neighbour
@@ -178,14 +178,14 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   no answer within ``connect_timeout_s``; or it turned us away because it is dormant):
   a ``link`` record ``dial_failed`` with the reason (and no ``retry_in_s``: nothing is
   retried until the core sends again), a ``drop`` record (reason ``dial_failed``) per
-  message that was waiting, then :class:`~nodes.core.LinkDown` to
+  message that was waiting, then :class:`~nodes.cores.interface.LinkDown` to
   the core. A link that is lost once up is handled as a fixed one (``down``, drops,
   ``LinkDown``), but never redialled by the broker: the core's next ``Send`` opens it
   again.
 - **Both dial at once** (two connections between the same pair): exactly one is kept,
   the one dialled by the broker with the smaller name. The smaller one, while its own
   dial is under way or its own connection is up, answers the larger one's HELLO with a
-  refusal (a HELLO carrying ``refused: crossed``, see :mod:`nodes.runtime`; logged as
+  refusal (a HELLO carrying ``refused: crossed``, see :mod:`nodes.emulated.runtime`; logged as
   ``link`` ``state: refused``). The larger one always accepts the smaller one's
   connection; the messages held for its own dial go out on it, and its own dial, when
   refused, ends quietly (no ``dial_failed``, no ``LinkDown``). A ``crossed`` refusal
@@ -195,7 +195,7 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   without losing anything: the new connection takes over the queue (``link`` ``down``
   with reason ``replaced by a new connection``, then ``up`` with ``reason: replaced``;
   the core sees neither, the link never stopped being up for it).
-- **Closing.** :class:`~nodes.core.Disconnect`: once everything queued has been handed
+- **Closing.** :class:`~nodes.cores.interface.Disconnect`: once everything queued has been handed
   to the socket, the broker half-closes the connection (``link`` ``down``, reason
   ``disconnect``; no ``LinkDown`` to our core, which asked for it) and keeps reading
   until the peer closes its side (at most ``connect_timeout_s``): messages the peer sent
@@ -256,19 +256,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nodes.admission import (
-    CONNECTION_CAP,
-    LIMIT_KEYS,
-    NAME_TAKEN,
-    REPLAYED,
-    SLOW_CONSUMER,
-    UNAUTHENTICATED,
-    WRONG_ADDRESS,
-    Limits,
-)
-from nodes.auth import NonceLog, parse_secret
-from nodes.client_link import ClientLink
-from nodes.core import (
+from nodes.cores import make_core
+from nodes.cores.interface import (
     Action,
     Arrived,
     Deliver,
@@ -285,14 +274,20 @@ from nodes.core import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores import make_core
-from nodes.frames import FrameError, encode
-from nodes.hosting import MATCHED, bad_action, final_records, reads_link_stats
-from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
-from nodes.messages import Message, MsgType
-from nodes.overlay_link import OverlayLink
-from nodes.runfolder import log_path, read_json, status_path, write_json
-from nodes.runtime import (
+from nodes.emulated.admission import (
+    CONNECTION_CAP,
+    LIMIT_KEYS,
+    NAME_TAKEN,
+    REPLAYED,
+    SLOW_CONSUMER,
+    UNAUTHENTICATED,
+    WRONG_ADDRESS,
+    Limits,
+)
+from nodes.emulated.auth import NonceLog, parse_secret
+from nodes.emulated.client_link import ClientLink
+from nodes.emulated.overlay_link import OverlayLink
+from nodes.emulated.runtime import (
     Backoff,
     HelloCounter,
     ProtocolError,
@@ -311,6 +306,11 @@ from nodes.runtime import (
     read_frames,
     read_message,
 )
+from nodes.frames import FrameError, encode
+from nodes.hosting import MATCHED, bad_action, final_records, reads_link_stats
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
+from nodes.messages import Message, MsgType
+from nodes.runfolder import log_path, read_json, status_path, write_json
 
 CROSSED = "crossed"  # refusal: both brokers dialled each other; the smaller name's dial wins
 DORMANT = "dormant"  # refusal: this broker has not joined (or has left)

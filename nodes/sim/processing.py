@@ -1,4 +1,4 @@
-"""A broker's processing capacity, as the simulator models it (:func:`nodes.sim.simulate`,
+"""A broker's processing capacity, as the simulator models it (:func:`nodes.sim.engine.simulate`,
 ``processing=``).
 
 Without this model a simulated broker handles every message in no time, so nothing ever
@@ -24,7 +24,7 @@ backlog grow. With it, each broker is one server with a FIFO input buffer:
   operations join the buffer without a bound (a client's own send queue is not modelled).
 
 The default service time is the emulated broker's measured cost when saturated,
-``nodes/calibration.json`` (written by ``pubsublab bench broker``, which says why the
+``nodes/sim/calibration.json`` (written by ``pubsublab bench broker``, which says why the
 saturated cost and not the cost at a moderate rate).
 """
 

@@ -1,14 +1,14 @@
 """What a broker admits from the connections it accepts: its limits, and the codes that its
 log and ``summary.json`` give for every connection it refuses or cuts off.
 
-The HELLO proof (:mod:`nodes.auth`) keeps strangers out; these limits bound what any
-peer, proven or not, can make a broker hold (config keys of :mod:`nodes.broker`)::
+The HELLO proof (:mod:`nodes.emulated.auth`) keeps strangers out; these limits bound what any
+peer, proven or not, can make a broker hold (config keys of :mod:`nodes.emulated.broker`)::
 
     max_connections        int = 1024 + 2 per neighbour and peer
                            accepted connections open at once, whatever their stage; one
                            more is closed at once (refused: connection_cap). The default
                            is what the broker's descriptor budget counts on (see
-                           nodes.broker.nofile_needed); a larger one raises that budget
+                           nodes.emulated.broker.nofile_needed); a larger one raises that budget
     hello_frame_bytes      int = 4096
                            the largest frame read before a peer's HELLO is accepted (a
                            HELLO takes under 1.2 KB even with 255-byte names, 700 with
@@ -28,7 +28,7 @@ So a connection holds, before its HELLO, at most ``hello_frame_bytes`` of an unr
 frame (and asyncio's 64 KiB read buffer) for at most ``connect_timeout_s``; after it,
 one frame in (up to :data:`nodes.frames.MAX_FRAME_BYTES`) and, for a client,
 ``client_queue_bytes`` out. The overlay links' output queues are another matter
-(:mod:`nodes.overlay_link`).
+(:mod:`nodes.emulated.overlay_link`).
 
 **Slow consumers** (the policy of NATS): a broker never blocks on, nor buffers without
 bound for, one client. A notification for a client whose waiting bytes plus the new

@@ -14,7 +14,7 @@ Design choices:
   both buffers (``SO_SNDBUF`` and the transport's high-water mark), so that backpressure
   reaches the queue after tens of kilobytes instead of the megabytes Linux autotuning
   allows; ``None`` keeps the operating-system defaults.
-- **Bounds** (the broker's overload policy, :mod:`nodes.broker`): past
+- **Bounds** (the broker's overload policy, :mod:`nodes.emulated.broker`): past
   ``high_water_msgs`` queued messages the link tells the broker (``on_pressure``), which
   stops reading from its clients until every link is back under half that mark; a
   message that finds ``max_queue_msgs`` queued is dropped (``drop`` record, reason
@@ -49,7 +49,7 @@ Design choices:
   ``link_down``; counted as ``flushed`` in the window so the figures add up), and so are
   those in the delay line (already counted out). A ``Send`` while the link is down is
   dropped and logged but not counted in: the queue only exists while the link is up.
-- **Links opened on demand** (see :mod:`nodes.broker`) add three moves. :meth:`hold`: while
+- **Links opened on demand** (see :mod:`nodes.emulated.broker`) add three moves. :meth:`hold`: while
   the broker dials, messages are queued (and counted in) as if the link were up; if the
   dial fails, :meth:`fail` drops them (``drop`` records with the reason given, counted as
   ``flushed``). :meth:`swap`: a connection that replaces the current one takes over the
@@ -57,7 +57,7 @@ Design choices:
   close waits for :meth:`wait_idle` (queue and delay line empty, every frame handed to
   the socket) and then takes the connection back with :meth:`release`, open, so that the
   broker can half-close it; nothing is dropped.
-- **Keepalive bookkeeping** (the broker decides, see :mod:`nodes.broker`): the link
+- **Keepalive bookkeeping** (the broker decides, see :mod:`nodes.emulated.broker`): the link
   remembers when it last handed bytes to the socket and when a frame last arrived on it
   (:meth:`heard`, called by the broker's reader). :meth:`keepalive` writes the broker's
   KEEPALIVE frame straight to the socket, outside the queue, the delay line and the
@@ -74,11 +74,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from nodes.core import LinkWindow
+from nodes.cores.interface import LinkWindow
+from nodes.emulated.runtime import log_now
 from nodes.frames import encode
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
-from nodes.runtime import log_now
 
 # A paced link whose next slot passed less than this long ago (seconds) was busy, its
 # timer only late: the slot is kept, so lateness does not slow the stream.

@@ -2,8 +2,8 @@
 
 The broker and client logs (records of :mod:`nodes.logs`) are the same in both runtimes,
 so the same reader turns them into ``summary.json`` (:func:`summarize_logs`, definitions in
-:mod:`nodes.summary`). The simulator also has an in-memory path
-(:func:`nodes.sim.summarize`), used when it writes no logs; a test holds the two equal.
+:mod:`nodes.metrics.summary`). The simulator also has an in-memory path
+(:func:`nodes.sim.engine.summarize`), used when it writes no logs; a test holds the two equal.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nodes.admission import DISCONNECTIONS, REFUSALS
+from nodes.emulated.admission import DISCONNECTIONS, REFUSALS
 from nodes.logs import Ev, iter_jsonl
-from nodes.runfolder import log_path
-from nodes.summary import (
+from nodes.metrics.summary import (
     CARRIES,
     MATCHED_TYPES,
     PROPAGATED_KINDS,
@@ -26,11 +25,12 @@ from nodes.summary import (
     build_summary,
     propagation_delays,
 )
+from nodes.runfolder import log_path
 from nodes.workloads.ops import Workload
 
 
 def link_notifications(out_dir: Path, links: Iterable[tuple[str, str]]) -> dict[str, int]:
-    """Notification copies (:data:`~nodes.summary.MATCHED_TYPES`: PUBLISH and IDR's
+    """Notification copies (:data:`~nodes.metrics.summary.MATCHED_TYPES`: PUBLISH and IDR's
     CIV_NOTIFY) that left each broker's output queue onto the given overlay links, per
     direction: ``{"a>b": n, "b>a": m}``, from the brokers' ``send`` records (the same
     records in both runtimes). Each broker's log is read once."""
@@ -80,18 +80,18 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
                    expected: Expected) -> dict[str, Any]:
     """summary.json of one algorithm's run from its broker and client logs, whichever
     runtime wrote them; ``expected``: the oracle's deliveries of ``workload``, as
-    :func:`~nodes.summary.build_summary` takes them.
+    :func:`~nodes.metrics.summary.build_summary` takes them.
 
-    Advertisement and subscription delays follow :mod:`nodes.summary`: per client
+    Advertisement and subscription delays follow :mod:`nodes.metrics.summary`: per client
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message
-    type in :data:`~nodes.summary.CARRIES`), minus the client's ``send``. Matching
+    type in :data:`~nodes.metrics.summary.CARRIES`), minus the client's ``send``. Matching
     delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
     ``drops_by_reason`` counts the brokers' ``drop`` records by reason (every loss the
     brokers saw: ``queue_full``, ``link_down``, ``loss``, ...); ``backpressure_episodes``
-    the times a broker stopped reading its clients (:mod:`nodes.broker`'s overload
+    the times a broker stopped reading its clients (:mod:`nodes.emulated.broker`'s overload
     policy); ``logs_truncated`` the nodes whose log reached its bound, with the records
     of single messages it skipped (the per-message figures above are then partial).
-    ``admission`` counts what the brokers turned away (:mod:`nodes.admission`), every
+    ``admission`` counts what the brokers turned away (:mod:`nodes.emulated.admission`), every
     code present: ``refused`` connections by code, clients ``disconnected`` by code
     (a slow consumer's missing notifications are among ``missing``), and
     ``handshake_errors`` (connections whose first frame was no acceptable HELLO).

@@ -1,4 +1,5 @@
-"""Plumbing shared by the emulated runtime's processes (:mod:`nodes.broker`, :mod:`nodes.client`).
+"""Plumbing shared by the emulated runtime's processes (:mod:`nodes.emulated.broker`,
+:mod:`nodes.emulated.client`).
 
 - **Framed streams.** :func:`read_message` turns an asyncio byte stream into messages
   (frames of :mod:`nodes.frames`). A clean end of stream at a frame boundary is ``None``;
@@ -8,9 +9,9 @@
   payload is ``{"name": ..., "role": "broker" | "client", "proof": ...}`` and whose
   origin is the same name. The dialling side writes first, with a fresh ``nonce``; the
   accepting side answers once it has accepted the dialler's HELLO. Each ``proof`` shows
-  that its sender knows the run's secret (:mod:`nodes.auth`); an answer whose proof does
+  that its sender knows the run's secret (:mod:`nodes.emulated.auth`); an answer whose proof does
   not hold fails the dial. The dialler reads the answer with a limit of
-  :data:`~nodes.admission.HELLO_FRAME_BYTES`, as the accepting broker reads its HELLO.
+  :data:`~nodes.emulated.admission.HELLO_FRAME_BYTES`, as the accepting broker reads its HELLO.
   A HELLO's ``msg_id`` comes from the node's own counter starting at
   :data:`HELLO_ID_BASE` (2**63), so that ``(origin, msg_id)`` stays unique even though a
   broker's core numbers its own messages from small integers. A frame that decodes but
@@ -18,10 +19,10 @@
   wrong peer) is a :class:`ProtocolError`; the runtime treats it exactly like an
   undecodable frame: log an ``error`` record, close that connection; a frame that breaks
   one of a broker's admission rules is a :class:`Violation` (the same, plus a code for
-  the ``link`` record, :mod:`nodes.admission`). An accepting broker
+  the ``link`` record, :mod:`nodes.emulated.admission`). An accepting broker
   may instead turn a dialling broker away by answering with a HELLO whose payload also
   holds ``refused`` (why: ``dormant``, or ``crossed`` when both brokers dial each other at
-  once, see :mod:`nodes.broker`) and closing; :func:`dial` raises :class:`Refused` then.
+  once, see :mod:`nodes.emulated.broker`) and closing; :func:`dial` raises :class:`Refused` then.
 - **Reconnecting.** :class:`Backoff` doubles the wait after each failed attempt
   (default 0.1 s up to 2 s), so an unreachable peer costs one attempt and one log record
   per backoff step and never a busy loop.
@@ -40,8 +41,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-from nodes.admission import HELLO_FRAME_BYTES
-from nodes.auth import is_nonce, is_proof, new_nonce, prove
+from nodes.emulated.admission import HELLO_FRAME_BYTES
+from nodes.emulated.auth import is_nonce, is_proof, new_nonce, prove
 from nodes.frames import (
     MAX_FRAME_BYTES,
     PREFIX_BYTES,
@@ -64,7 +65,7 @@ class ProtocolError(ValueError):
 
 
 class Violation(ProtocolError):
-    """A frame that breaks a broker's admission rule ``code`` (:mod:`nodes.admission`)."""
+    """A frame that breaks a broker's admission rule ``code`` (:mod:`nodes.emulated.admission`)."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
