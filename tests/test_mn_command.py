@@ -1,6 +1,7 @@
-"""The plain-Mininet command the README prints (``sudo mn --custom topologies/custom.py
---topo scot,...,mode=switch ... --test pingall``), run end to end as a reader runs it: every
-host reaches every other, and nothing it made is left behind."""
+"""The plain-Mininet command the docs print (``sudo mn --custom topologies/custom.py
+--topo scot,...,mode=switch ... --test pingall``, in docs/guide/running.md and the labs),
+run end to end as a reader runs it: every host reaches every other, and nothing it made is
+left behind."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ TIME_LIMIT_S = 120  # the command takes about a second; the broken default hung 
 
 
 def printed_pingall_commands() -> list[str]:
-    """Every ``sudo mn --custom ... --test pingall`` line of the README and the labs, with
-    backslash continuations joined."""
-    docs = [REPO / "README.md", *sorted((REPO / "labs").glob("*.md"))]
+    """Every ``sudo mn --custom ... --test pingall`` line of the README, the docs and the
+    labs, with backslash continuations joined."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
+            *sorted((REPO / "labs").glob("*.md"))]
     found = []
     for doc in docs:
         text = doc.read_text().replace("\\\n", " ")
@@ -59,7 +61,7 @@ def netns_names() -> set[str]:
 
 def test_readme_prints_the_switch_the_doctor_names() -> None:
     commands = printed_pingall_commands()
-    assert commands, "the README prints no `sudo mn --custom ... --test pingall` command"
+    assert commands, "the docs print no `sudo mn --custom ... --test pingall` command"
     for cmd in commands:
         assert MN_SWITCH_ARGS in cmd, cmd
 
@@ -139,7 +141,7 @@ def test_printed_mn_command_pings_all_and_leaves_nothing(command: str) -> None:
 
 @pytest.mark.root
 def test_without_the_switch_options_mn_stops_at_once_or_works() -> None:
-    """The README's command without the doctor's options, as a Mininet user would type it:
+    """The printed command without the doctor's options, as a Mininet user would type it:
     where the kernel has no OVS module, a one-line refusal naming them (instead of minutes
     of lost pings); where it has one, mn's own OVS bridge passes pingall. Either way
     nothing is left behind."""
