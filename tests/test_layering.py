@@ -1,5 +1,8 @@
 """The house's floors, read from the code's imports: data flows down, never up.
 
+- every room (a top folder, a folder of ``nodes/`` or a shared module of it) has a floor
+  in :data:`FLOORS`, and every import goes to a room on a lower floor: none sideways (the
+  two hosts never import each other), none up but the ones :data:`UP` states with why;
 - nothing under ``nodes/``, ``topologies/`` or ``analysis/`` imports ``experiments``;
 - a routing core (``nodes/cores/``) imports only the core interface, the data model, the
   matching index, other core modules, the standard library and numpy (an allow-list:
@@ -48,6 +51,87 @@ def _runtime_imports(path: Path) -> Iterator[tuple[int, str]]:
 
 def _top(module: str) -> str:
     return module.split(".")[0]
+
+
+# From the top floor down. A room of ``nodes/`` is a folder (``nodes.sim``) or a module
+# both hosts share (``nodes.logs``); ``topologies`` sits among them, below the workloads
+# (the burst workload places its publishers on an overlay) and above the cores (the
+# topology builders derive core params).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("experiments",),
+    ("analysis",),
+    ("controller",),
+    ("nodes.emulated", "nodes.sim"),
+    ("nodes.hosting",),
+    ("nodes.metrics",),
+    ("nodes.workloads",),
+    ("topologies",),
+    ("nodes.cores",),
+    ("nodes.logs",),
+    ("nodes.frames", "nodes.runfolder", "nodes.time_left"),
+    ("nodes.matching",),
+    ("nodes.messages", "nodes.model"),
+)
+# Arrows that run up, each with why it stays.
+UP: dict[tuple[str, str], str] = {
+    ("nodes.metrics", "nodes.emulated"): "the summary counts refusals and disconnections "
+    "by the admission's reason names, constants the broker writes into its logs",
+}
+HOUSE = ("nodes", "topologies", "analysis", "experiments", "controller")
+
+
+def _room(module: str) -> str:
+    """The room of a module: its top folder, or for ``nodes`` its folder or shared module."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "nodes" else parts[0]
+
+
+def _arrows() -> Iterator[tuple[str, str, str]]:
+    """(from room, to room, where) of every import between two rooms of the house."""
+    for top in HOUSE:
+        for p in _modules(top):
+            rel = p.relative_to(REPO)
+            here = _room(".".join(rel.with_suffix("").parts))
+            tree = ast.parse(p.read_text(encoding="utf-8"), str(p))
+            froms = {node.lineno: [f"{node.module}.{a.name}" for a in node.names]
+                     for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and node.module in HOUSE}  # ``from nodes import logs``: nodes.logs
+            for line, mod in _runtime_imports(p):
+                for target in froms.get(line, [mod]) if mod in HOUSE else [mod]:
+                    there = _room(target)
+                    if _top(target) in HOUSE and there != here:
+                        yield here, there, f"{rel}:{line} imports {target}"
+
+
+def _misplaced(arrows: list[tuple[str, str, str]]) -> tuple[set[str], list[str]]:
+    """The rooms with no floor, and the arrows that go sideways or up unstated."""
+    floor = {room: i for i, rooms in enumerate(FLOORS) for room in rooms}
+    unplaced, wrong = set(), []
+    for here, there, where in arrows:
+        unplaced.update(r for r in (here, there) if r not in floor)
+        if (here in floor and there in floor and floor[there] <= floor[here]
+                and (here, there) not in UP):
+            wrong.append(f"{where}: {here} (floor {floor[here]}) to {there} "
+                         f"(floor {floor[there]})")
+    return unplaced, wrong
+
+
+def test_every_room_has_a_floor_and_imports_only_below() -> None:
+    arrows = list(_arrows())
+    unplaced, wrong = _misplaced(arrows)
+    assert not unplaced, f"rooms with no floor in FLOORS: {sorted(unplaced)}"
+    assert not wrong, "\n".join(wrong)
+    used = {(h, t) for h, t, _ in arrows}
+    assert set(UP) <= used, f"stated arrows no import needs any more: {set(UP) - used}"
+
+
+def test_the_floor_check_sees_arrows_up_sideways_and_unplaced() -> None:
+    unplaced, wrong = _misplaced([("nodes.cores", "nodes.sim", "a"),
+                                  ("nodes.sim", "nodes.emulated", "b"),
+                                  ("nodes.attic", "nodes.model", "c"),
+                                  ("nodes.sim", "nodes.cores", "d")])
+    assert unplaced == {"nodes.attic"}
+    assert [w.split(":")[0] for w in wrong] == ["a", "b"]
 
 
 @pytest.mark.parametrize("room", LOWER_ROOMS)
