@@ -1,11 +1,18 @@
-"""CLI conventions: --json puts one JSON object on the last line of standard output."""
+"""CLI conventions: --json puts one JSON object on the last line of standard output;
+--help opens with where to start and the commands by group; every error is one line."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _json(*args: str) -> dict:
@@ -63,3 +70,49 @@ def test_sweep_draws_line_figures_over_the_swept_value(tmp_path: Path) -> None:
     (sweep,) = tmp_path.iterdir()
     assert (sweep / "fig-end-to-end.png").stat().st_size > 10_000
     assert json.loads((sweep / "sweep.json").read_text())["values"] == ["4", "8"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True,
+                          text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "80"})
+
+
+def test_specs_lists_every_shipped_spec_with_its_description() -> None:
+    shipped = sorted(p.stem for p in (REPO / "experiments" / "specs").glob("*.yaml"))
+    d = _json("specs", "--json")
+    assert list(d) == shipped and all(d.values()), d
+    lines = _cli("specs").stdout.splitlines()
+    width = max(map(len, shipped))
+    assert lines == [f"{name:<{width}}  {d[name]}" for name in shipped]
+
+
+def test_help_starts_with_where_to_start_and_groups_the_commands() -> None:
+    from experiments.cli import GROUPS, build_parser
+
+    text = _cli("--help").stdout
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    start = text.index("Start here:")
+    assert "pubsublab doctor" in text[start:] and "docs/guide/" in text[start:]
+    heads = [text.index(f"\n{group}:\n") for group, _ in GROUPS]
+    assert start < heads[0] and heads == sorted(heads), text
+    assert [g for g, _ in GROUPS] == ["run", "inspect", "analyse", "reproduce", "benchmark"]
+    listed = {m.NAME for _, modules in GROUPS for m in modules}
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert listed == set(sub.choices), "every command is listed in one group"
+    for _, modules in GROUPS:
+        for m in modules:
+            assert f"\n  {m.NAME} " in text
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("sim", "demo", "--pause-after-min", "abc"),
+     "argument --pause-after-min: invalid float value: 'abc'"),
+    (("reproduce", "octopia", "--runtime", "cloud"),
+     "argument --runtime: invalid choice: 'cloud'"),
+    (("nosuchcommand",), "argument COMMAND: invalid choice: 'nosuchcommand'"),
+])
+def test_a_bad_flag_value_is_a_one_line_error(args: tuple[str, ...], says: str) -> None:
+    res = _cli(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith(f"pubsublab: error: {says}"), res.stderr
+    assert res.stderr.count("\n") == 1 and "usage:" not in res.stderr, res.stderr

@@ -22,11 +22,11 @@ from experiments.runs.brokers import dormant_brokers
 from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
-from nodes.sim import engine as sim_module
 from nodes.emulated.broker import nofile_needed
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.metrics.log_summary import client_receipts
+from nodes.sim import engine as sim_module
 from nodes.workloads.membership import membership_intervals, oracle_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.bench import sim as bench_sim
-from nodes.metrics import summary as summary_module
 from nodes.cores.flood import FloodCore
 from nodes.cores.interface import (
     Action,
@@ -30,6 +29,7 @@ from nodes.cores.interface import (
 )
 from nodes.frames import frame_size
 from nodes.messages import Message, MsgType
+from nodes.metrics import summary as summary_module
 from nodes.metrics.summary import build_summary, delay_stats_ms
 from nodes.model import filter_from_json, matches
 from nodes.sim.engine import SIM_EPOCH_S, simulate, summarize

@@ -1,0 +1,113 @@
+"""``pubsublab bench WHICH``: the benchmarks that print figures (broker's take options)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from experiments.cli.common import SpecError, emit, json_flag
+
+NAME = "bench"
+HELP = "benchmarks that print figures"
+
+BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "meghdoot"]
+# The options of bench broker, by dest; any of them given to another benchmark is refused.
+BROKER_OPTIONS = ("rates", "step_s", "max_delay_s", "sub_counts", "calibration_rate",
+                  "calibration_step_s", "calibration_repeats", "calibration_out")
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``bench`` subcommand to ``sub`` (the subparsers action)."""
+    b = sub.add_parser(NAME, description="matching: index vs linear scan at 500/5,000/50,000 "
+                                         "subscriptions; sim: simulated messages/s at 1,000 "
+                                         "and 10,000 nodes; broker: one broker's zero-loss "
+                                         "rate in Mininet and its per-message cost, the "
+                                         "simulator's calibration (root); chain: simulated "
+                                         "against emulated notification delay through one "
+                                         "CPU-limited broker at rising rates, the processing "
+                                         "model's check (root); controller: the SDN "
+                                         "controller's start-up, flow set-up latency and "
+                                         "port-statistics accuracy in Mininet (root); "
+                                         "analysis: pcap to Parquet packets/s with Spark "
+                                         "beside tshark and scapy; meghdoot: milliseconds "
+                                         "per operation of the meghdoot-peers stream at "
+                                         "1,000 and 3,000 peers (its first 30 %), load "
+                                         "reports by zone beside load reports by peer.")
+    b.add_argument("which", choices=BENCHMARKS)
+    bo = b.add_argument_group(
+        "bench broker", "the zero-loss rate steps, then the per-message cost calibration "
+                        "(experiments.bench.broker); logs go to runs/<stamp>-bench-broker/ "
+                        "(bench chain: runs/<stamp>-bench-chain/)")
+    bo.add_argument("--rates", metavar="HZ,HZ,...", help="rate steps (default 1000,2000,"
+                    "5000,10000,20000,30000,40000); 'none' skips them")
+    bo.add_argument("--step-s", type=float, metavar="S", help="length of a rate step (3)")
+    bo.add_argument("--max-delay-s", type=float, metavar="S",
+                    help="a step fails if any notification takes longer end to end (1)")
+    bo.add_argument("--sub-counts", metavar="K,K,...", help="subscription counts of the "
+                    "calibration (1,4,8; at least two); 'none' skips it")
+    bo.add_argument("--calibration-rate", type=int, metavar="HZ",
+                    help="publication rate of a calibration step (1000)")
+    bo.add_argument("--calibration-step-s", type=float, metavar="S",
+                    help="length of a calibration step (5)")
+    bo.add_argument("--calibration-repeats", type=int, metavar="N",
+                    help="rounds over the subscription counts; the fit takes medians (3)")
+    bo.add_argument("--calibration-out", type=Path, metavar="PATH",
+                    help="where the calibration goes (nodes/sim/calibration.json); 'none': "
+                         "nowhere")
+    json_flag(b)
+    b.set_defaults(func=run)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    """A comma-separated list of integers ('none': empty); SpecError otherwise."""
+    if text.strip().lower() == "none":
+        return []
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"{flag} {text!r}: expected integers, comma-separated "
+                        "(or none)") from None
+
+
+def _run_other(args: argparse.Namespace) -> int:
+    """A benchmark without options: experiments.bench.WHICH's run() and its figures."""
+    import importlib
+
+    module = importlib.import_module(f"experiments.bench.{args.which}")
+    result = module.run()
+    emit(args, result, module.format_result(result) if hasattr(module, "format_result")
+         else json.dumps(result, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and print its figures; bench broker's options only for it."""
+    given = {k: v for k in BROKER_OPTIONS if (v := getattr(args, k)) is not None}
+    if args.which != "broker":
+        if given:
+            raise SpecError(f"--{next(iter(given)).replace('_', '-')}: only for "
+                            "bench broker")
+        return _run_other(args)
+    from experiments.bench import broker
+
+    kw: dict[str, Any] = {}
+    if "rates" in given:
+        kw["rates_hz"] = _ints(given["rates"], "--rates")
+    if "sub_counts" in given:
+        kw["sub_counts"] = _ints(given["sub_counts"], "--sub-counts")
+    for key, name in (("step_s", "step_s"), ("max_delay_s", "max_delay_s"),
+                      ("calibration_rate", "calibration_rate_hz"),
+                      ("calibration_step_s", "calibration_step_s"),
+                      ("calibration_repeats", "repeats")):
+        if key in given:
+            if given[key] <= 0:
+                raise SpecError(f"--{key.replace('_', '-')}: must be positive")
+            kw[name] = given[key]
+    if "calibration_out" in given:
+        out = given["calibration_out"]
+        kw["calibration_out"] = None if str(out).lower() == "none" else out
+    result = broker.run(**kw)
+    emit(args, result, broker.format_result(result))
+    return 0

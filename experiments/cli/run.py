@@ -1,0 +1,79 @@
+"""``pubsublab run SPEC``: a spec in Mininet (root); also the runner ``demo`` builds on."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from experiments.cli.common import SpecError, emit, json_flag, out_dir, plan_of, spec_arguments
+
+NAME = "run"
+HELP = "run an experiment spec in Mininet (root)"
+
+# What both emulated commands leave and how they exit (run's and demo's --help).
+LEAVES = (". Leaves a run folder with manifest.json (resolved spec, seed, git revision, "
+          "probe, link mechanisms, fidelity measurements, faults, status).")
+EXIT_STATUS = ("exit status: 0 ok; 3 lossy: some delivery was missing or came twice and no "
+               "fault the spec declares (a CRASH operation, a link_schedule change, a bulk "
+               "failure round) explains it; 2 an error (one line on standard error); "
+               "130 interrupted")
+
+
+def add_emulated_parser(sub: Any, name: str, helptext: str,
+                        func: Callable[[argparse.Namespace], int], *, with_spec: bool) -> None:
+    """Add an emulated-run subcommand (``run``, ``demo``): the same flags and exit codes."""
+    r = sub.add_parser(name, description=helptext + LEAVES, epilog=EXIT_STATUS)
+    spec_arguments(r, with_spec=with_spec)
+    r.add_argument("--cli", action="store_true",
+                   help="open the Mininet CLI on the live network before teardown")
+    r.add_argument("--allow-large", action="store_true",
+                   help="emulate even an overlay larger than this machine holds "
+                        "(64 brokers per core, 60 MB each within half the memory)")
+    json_flag(r)
+    r.set_defaults(func=func)
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``run`` subcommand to ``sub`` (the subparsers action)."""
+    add_emulated_parser(sub, NAME, HELP, run, with_spec=True)
+
+
+def run_emulated(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
+    """Run the command's spec in Mininet: the result, its text and the exit status.
+    SpecError if it does not fit this machine, PermissionError without root."""
+    import os
+
+    from experiments.plan import emulation_fits
+    from experiments.runs.faults import EXIT_LOSSY, LOSSY
+    from experiments.runs.resources import physical_memory_bytes
+    from experiments.runs.summaries import summary_table
+    from experiments.runs.testbed import run_experiment, workload_phases
+
+    plan = plan_of(args)
+    if not args.allow_large:
+        mem_mb = physical_memory_bytes() / 2**20
+        too_big = emulation_fits(plan, os.cpu_count() or 1, mem_mb)
+        if too_big:
+            raise SpecError(f"topology too large to emulate here: {too_big} (--allow-large "
+                            "to try anyway, or pubsublab sim)")
+    if os.geteuid() != 0:
+        raise PermissionError("emulated runs need root: run with sudo")
+    phases = workload_phases(plan)
+    run_dir, manifest = run_experiment(plan, out_dir(args.out), cli=args.cli, phases=phases)
+    summaries = manifest.get("summaries", {})
+    result = {"run_dir": str(run_dir), "status": manifest["status"],
+              "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing"),
+              "faults": manifest.get("faults"),
+              **({"summaries": summaries} if summaries else {})}
+    text = f"run folder: {run_dir}\nstatus: {manifest['status']}"
+    if summaries:
+        text = f"{summary_table(summaries)}\n{text}"
+    return result, text, EXIT_LOSSY if manifest["status"] == LOSSY else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the spec in Mininet and print its summaries; exit 0, or 3 if lossy."""
+    result, text, code = run_emulated(args)
+    emit(args, result, text)
+    return code
