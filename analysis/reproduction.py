@@ -428,6 +428,26 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             "<th>Ours</th><th>Unit</th><th>Ours / paper</th><th>Direction agrees</th>"
             f"<th>Within 2x</th>{other}<th>Scale and conditions</th><th>Why</th>"
             "<th>Our figure</th></tr>"]
+    body += _row_lines(paper, rows, points, runtime, beside)
+    body.append("</table><h2>Sources of the paper's numbers</h2><ol>")
+    body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
+    body += _run_lines(points, out_dir, beside)
+    if not_run:
+        body += _not_run_lines(paper, not_run, out_dir, runtime=runtime, quick=quick)
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"
+            f"</head><body>{''.join(body)}</body></html>")
+    path = out_dir / REPRODUCTION_PAGE
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _row_lines(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+               points: Mapping[str, Sequence[Point]], runtime: str,
+               beside: Beside | None) -> list[str]:
+    """The rows table's body: one line of HTML per headline row, our figure inline."""
+    e = html.escape
+    body: list[str] = []
     for spec, row in zip(paper["rows"], rows, strict=True):
         differs = not (row["direction_agrees"] and row["within_2x"])
         png = row_figure(paper, spec, points[row["experiment"]],
@@ -452,8 +472,14 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<td class='why'>{e(row['why'])}</td>"
             f"<td><img alt='{e(row['figure'])}: {e(row['metric'])}' "
             f"src='data:image/png;base64,{png}'></td></tr>")
-    body.append("</table><h2>Sources of the paper's numbers</h2><ol>")
-    body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
+    return body
+
+
+def _run_lines(points: Mapping[str, Sequence[Point]], out_dir: Path,
+               beside: Beside | None) -> list[str]:
+    """The runs table, ours and (with ``beside``) the other runtime's, linked."""
+    e = html.escape
+    body: list[str] = []
     body.append("</ol><h2>Runs</h2><table id='runs'><tr><th>Experiment</th><th>x</th>"
                 "<th>Run folder</th><th>Runtime</th><th>Deliveries</th><th>Seed</th><th>Scale</th>"
                 "<th>Git revision</th><th>Wall time</th><th>Peak memory</th>"
@@ -478,29 +504,31 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<td class='num'>{_pct(r.get('selectivity'))}</td>"
             f"<td class='num'>{_pct(r.get('adv_overlap'))}</td></tr>")
     body.append("</table>")
-    if not_run:
-        flags = (" --runtime emulated" if runtime == "emulated" else "") + (
-            " --quick" if quick else "")
-        body.append(
-            "<h2>Points not run</h2><p>This folder has no finished run of these points, "
-            "so the rows above stand on the others (their scale names them). "
-            f"<code>pubsublab reproduce {e(paper['paper'])}{flags} --resume "
-            f"{e(str(out_dir))}</code> runs them (with <code>--pause-after-min MIN</code>, in "
-            "sittings of MIN minutes; a point paused part way goes on where it stopped); the "
-            "estimate is the data file's, from runs on a 2-core machine, for the whole "
-            "point.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
-            "<th>Estimated time</th><th>Done</th></tr>")
-        body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
-                 f"<td class='num'>{duration_text(p['est_s'])}</td><td class='num'>"
-                 f"{'paused at ' + _pct(p['paused']) if 'paused' in p else '-'}</td></tr>"
-                 for p in not_run]
-        body.append("</table>")
-    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"
-            f"</head><body>{''.join(body)}</body></html>")
-    path = out_dir / REPRODUCTION_PAGE
-    path.write_text(page, encoding="utf-8")
-    return path
+    return body
+
+
+def _not_run_lines(paper: Mapping[str, Any], not_run: Sequence[Mapping[str, Any]],
+                   out_dir: Path, *, runtime: str, quick: bool) -> list[str]:
+    """The section of the points this folder has no finished run of, and how to run them."""
+    e = html.escape
+    flags = (" --runtime emulated" if runtime == "emulated" else "") + (
+        " --quick" if quick else "")
+    body: list[str] = []
+    body.append(
+        "<h2>Points not run</h2><p>This folder has no finished run of these points, "
+        "so the rows above stand on the others (their scale names them). "
+        f"<code>pubsublab reproduce {e(paper['paper'])}{flags} --resume "
+        f"{e(str(out_dir))}</code> runs them (with <code>--pause-after-min MIN</code>, in "
+        "sittings of MIN minutes; a point paused part way goes on where it stopped); the "
+        "estimate is the data file's, from runs on a 2-core machine, for the whole "
+        "point.</p><table id='not-run'><tr><th>Experiment</th><th>x</th>"
+        "<th>Estimated time</th><th>Done</th></tr>")
+    body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
+             f"<td class='num'>{duration_text(p['est_s'])}</td><td class='num'>"
+             f"{'paused at ' + _pct(p['paused']) if 'paused' in p else '-'}</td></tr>"
+             for p in not_run]
+    body.append("</table>")
+    return body
 
 
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
