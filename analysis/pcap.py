@@ -340,6 +340,41 @@ def _payload_column(arr: np.ndarray, start: np.ndarray, length: np.ndarray,
                                  [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _link_layer(arr: np.ndarray, data: np.ndarray, cap: np.ndarray, linktype: int
+                ) -> tuple[np.ndarray, ...]:
+    """Per record starting at ``data`` (``cap`` bytes captured), what its link-layer
+    header says: ethertype, where the IP header starts, the interface index and whether
+    it is known, the direction (outgoing) and whether it is known."""
+    n = len(data)
+    ifindex = np.zeros(n, dtype=np.int64)
+    has_if = np.zeros(n, dtype=bool)
+    outgoing = np.zeros(n, dtype=bool)
+    has_dir = np.zeros(n, dtype=bool)
+    if linktype == LINKTYPE_LINUX_SLL2:
+        g = _gather(arr, data, 20)
+        ethertype = _be16(g, 0)
+        ifindex = _be32(g, 4)
+        has_if = has_dir = cap >= 20
+        outgoing = g[:, 10] == SLL_OUTGOING
+        l3 = data + 20
+    elif linktype == LINKTYPE_LINUX_SLL:
+        g = _gather(arr, data, 16)
+        ethertype = _be16(g, 14)
+        has_dir = cap >= 16
+        outgoing = _be16(g, 0) == SLL_OUTGOING
+        l3 = data + 16
+    elif linktype == LINKTYPE_ETHERNET:
+        g = _gather(arr, data, 18)
+        ethertype = _be16(g, 12)
+        vlan = ethertype == ETHERTYPE_VLAN
+        ethertype = np.where(vlan, _be16(g, 16), ethertype)
+        l3 = data + np.where(vlan, 18, 14)
+    else:  # raw IP: the version nibble says which
+        l3 = data
+        ethertype = np.where(_gather(arr, data, 1)[:, 0] >> 4 == 4, ETHERTYPE_IPV4, 0)
+    return ethertype, l3, ifindex, has_if, outgoing, has_dir
+
+
 def decode_records(buf: bytes, offsets: np.ndarray, info: PcapInfo, *,
                    ifnames: dict[int, str] | None = None,
                    payload_ports: frozenset[int] | None = None) -> pa.RecordBatch:
@@ -350,7 +385,6 @@ def decode_records(buf: bytes, offsets: np.ndarray, info: PcapInfo, *,
         raise PcapError(f"link type {info.linktype} is not supported")
     # Padding, so that header windows of short records near the end stay in bounds.
     arr = np.frombuffer(bytes(buf) + bytes(_GATHER_PAD), dtype=np.uint8)
-    n = len(offsets)
     rec = _gather(arr, offsets, RECORD_HEADER_BYTES)
     hdr = np.ascontiguousarray(rec).view(np.dtype([(k, info.byte_order + "u4") for k in
                                                    ("sec", "frac", "cap", "orig")])).ravel()
@@ -358,33 +392,8 @@ def decode_records(buf: bytes, offsets: np.ndarray, info: PcapInfo, *,
     data = offsets + RECORD_HEADER_BYTES
     end = data + cap
     t_wall = hdr["sec"].astype(np.float64) + hdr["frac"].astype(np.float64) * info.ts_unit_s
-    ifindex = np.zeros(n, dtype=np.int64)
-    has_if = np.zeros(n, dtype=bool)
-    outgoing = np.zeros(n, dtype=bool)
-    has_dir = np.zeros(n, dtype=bool)
-    lt = info.linktype
-    if lt == LINKTYPE_LINUX_SLL2:
-        g = _gather(arr, data, 20)
-        ethertype = _be16(g, 0)
-        ifindex = _be32(g, 4)
-        has_if = has_dir = cap >= 20
-        outgoing = g[:, 10] == SLL_OUTGOING
-        l3 = data + 20
-    elif lt == LINKTYPE_LINUX_SLL:
-        g = _gather(arr, data, 16)
-        ethertype = _be16(g, 14)
-        has_dir = cap >= 16
-        outgoing = _be16(g, 0) == SLL_OUTGOING
-        l3 = data + 16
-    elif lt == LINKTYPE_ETHERNET:
-        g = _gather(arr, data, 18)
-        ethertype = _be16(g, 12)
-        vlan = ethertype == ETHERTYPE_VLAN
-        ethertype = np.where(vlan, _be16(g, 16), ethertype)
-        l3 = data + np.where(vlan, 18, 14)
-    else:  # raw IP: the version nibble says which
-        l3 = data
-        ethertype = np.where(_gather(arr, data, 1)[:, 0] >> 4 == 4, ETHERTYPE_IPV4, 0)
+    ethertype, l3, ifindex, has_if, outgoing, has_dir = _link_layer(arr, data, cap,
+                                                                     info.linktype)
     ip = _gather(arr, l3, 20)
     ihl = (ip[:, 0] & 0x0F).astype(np.int64) * 4
     is_ip = (ethertype == ETHERTYPE_IPV4) & (l3 + 20 <= end) & (ip[:, 0] >> 4 == 4) & (ihl >= 20)
