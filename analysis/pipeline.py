@@ -223,21 +223,9 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     log(f"logs: {n_events} records in {timing['logs_s']} s")
     progress.start()
 
-    cross = T.ims_cross_check(spark, T.wire_ims_by_link(spark, frames),
-                              T.log_ims_by_link(spark, events)).persist()
-    by_type = T.ims_by_type(spark, cross)
-    labelled = T.label_brokers(spark, packets, addresses)
-    throughput = T.link_throughput(spark, labelled, port=BROKER_PORT, bin_s=bin_s)
-    queues = T.queue_lengths(spark, events)
-    delays = T.notification_delays(spark, events).persist()
     other: list[dict[str, Any]] = []
-    deliveries = T.deliveries_vs_oracle(spark, delays,
-                                        _expected(spark, run_dir, algorithms, other))
-    for name, df in (("ims_by_link", cross), ("ims_by_type", by_type), ("queue", queues),
-                     ("link_timeseries", T.link_timeseries(spark, throughput, queues,
-                                                           bin_s=bin_s)),
-                     ("delays", delays), ("deliveries", deliveries)):
-        _write(df, metrics / name, "algorithm")
+    cross, by_type, delays, deliveries = _tables(spark, run_dir, algorithms, packets,
+                                                 addresses, frames, events, bin_s, other)
     t = step("tables_s", t)
     log(f"tables: ims, link time series, queues, delays, deliveries in {timing['tables_s']} s")
 
@@ -247,25 +235,18 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     delivery = {r["algorithm"]: r.asDict() for r in
                 T.delivery_summary(spark, deliveries).collect()}
     stats = {r["algorithm"]: r.asDict() for r in T.delay_stats(spark, delays).collect()}
-    packets_by_alg: dict[str, int] = defaultdict(int)
     per_file: dict[str, int] = defaultdict(int)
     for p in parts:
         per_file[p["path"]] += p["packets"]
+    packets_by_alg: dict[str, int] = defaultdict(int)
     for p in inputs["pcaps"]:
         packets_by_alg[p["algorithm"]] += per_file.get(p["path"], 0)
     for df in (frames, events, cross, delays):
         df.unpersist()
 
-    problems = _problem_rows(problems_acc.value) + other
     absent = missing_logs(run_dir, algorithms)
-    problems += [{"source": "run folder", "file": str(log_path(run_dir / alg, name)),
-                  "where": "", "problem": f"no log of {role[:-1]} {name}, which the manifest "
-                                          "lists" + (": its deliveries count as missing"
-                                                     if role == "clients" else "")}
-                 for alg, by_role in absent.items() for role, names in by_role.items()
-                 for name in names]
-    problems += [{"source": "pcap", "file": p["path"], "where": "", "problem": "no packets"}
-                 for p in inputs["pcaps"] if p["path"] in per_file and per_file[p["path"]] == 0]
+    problems = (_problem_rows(problems_acc.value) + other
+                + _absent_inputs(run_dir, absent, inputs["pcaps"], per_file))
     per_alg = {}
     for alg in algorithms:
         per_alg[alg] = _algorithm_result(alg, inputs, type_rows, mismatched, flows,
@@ -299,6 +280,47 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     (metrics / "analysis.json").write_text(json.dumps(result, indent=1, sort_keys=True,
                                                       default=str) + "\n")
     return result
+
+
+def _tables(spark: SparkSession, run_dir: Path, algorithms: list[str], packets: DataFrame,
+            addresses: DataFrame, frames: DataFrame, events: DataFrame, bin_s: float,
+            other: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
+    """Write the derived tables under the run's metrics folder (IMs by link and type,
+    queues, the links' time series, delays, deliveries against the oracle, whose reading
+    problems go into ``other``); returns the IM cross-check (persisted), the IMs by type,
+    the delays (persisted) and the deliveries, which the summary reads on."""
+    metrics = run_dir / METRICS_DIR
+    cross = T.ims_cross_check(spark, T.wire_ims_by_link(spark, frames),
+                              T.log_ims_by_link(spark, events)).persist()
+    by_type = T.ims_by_type(spark, cross)
+    labelled = T.label_brokers(spark, packets, addresses)
+    throughput = T.link_throughput(spark, labelled, port=BROKER_PORT, bin_s=bin_s)
+    queues = T.queue_lengths(spark, events)
+    delays = T.notification_delays(spark, events).persist()
+    deliveries = T.deliveries_vs_oracle(spark, delays,
+                                        _expected(spark, run_dir, algorithms, other))
+    for name, df in (("ims_by_link", cross), ("ims_by_type", by_type), ("queue", queues),
+                     ("link_timeseries", T.link_timeseries(spark, throughput, queues,
+                                                           bin_s=bin_s)),
+                     ("delays", delays), ("deliveries", deliveries)):
+        _write(df, metrics / name, "algorithm")
+    return cross, by_type, delays, deliveries
+
+
+def _absent_inputs(run_dir: Path, absent: dict[str, dict[str, list[str]]],
+                   pcaps: list[dict[str, Any]], per_file: dict[str, int]
+                   ) -> list[dict[str, Any]]:
+    """Problem rows for what the run folder lacks: each log the manifest lists that is
+    not there (by algorithm and role), and each capture that held no packets."""
+    rows = [{"source": "run folder", "file": str(log_path(run_dir / alg, name)),
+             "where": "", "problem": f"no log of {role[:-1]} {name}, which the manifest "
+                                     "lists" + (": its deliveries count as missing"
+                                                if role == "clients" else "")}
+            for alg, by_role in absent.items() for role, names in by_role.items()
+            for name in names]
+    rows += [{"source": "pcap", "file": p["path"], "where": "", "problem": "no packets"}
+             for p in pcaps if p["path"] in per_file and per_file[p["path"]] == 0]
+    return rows
 
 
 def _flows_of(frames: DataFrame, mismatched: list[dict[str, Any]]) -> list[dict[str, Any]]:
