@@ -45,7 +45,7 @@ def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The suite's paused states are signed with a key of its own, in a folder of its
     own (inherited by the commands it starts), never with the user's: the machine keeps
     no key the suite made, and a test of a foreign key swaps the folder for another."""
-    os.environ["PUBSUBLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("pubsublab-state"))
+    os.environ["PUBSUBLAB_KEY_DIR"] = str(tmp_path_factory.mktemp("pubsublab-state"))
 
 
 @pytest.fixture

@@ -301,7 +301,7 @@ def test_read_state_refuses_what_this_key_did_not_sign(tmp_path: Path) -> None:
 
 def test_the_key_is_private_and_made_once(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "state"))
     path = tmp_path / "state.pickle"
     write_state([1], path)
     key = key_path()
@@ -314,7 +314,7 @@ def test_the_key_is_private_and_made_once(tmp_path: Path,
     with pytest.raises(StateRefused, match="open to other users"):
         read_state(path)
     key.chmod(0o600)
-    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "other"))
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "other"))
     with pytest.raises(StateRefused, match="no pause key"):
         read_state(path)
 
@@ -328,13 +328,13 @@ def test_resume_refuses_a_received_state_and_runs_nothing_of_it(
     whole = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
                             "--out", str(tmp_path / "whole")))["meghdoot"]
     # The author: paused on another machine (another key).
-    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "author"))
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "author"))
     out = _last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
                           "--pause-after-min", "0.0001", "--out", str(tmp_path / "runs")))
     run = Path(out["paused"])
     state = run / "meghdoot" / "simulator.pickle"
     genuine = state.read_bytes()
-    monkeypatch.setenv("PUBSUBLAB_STATE_DIR", str(tmp_path / "user"))
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "user"))
     marker = tmp_path / "ran"
     state.write_bytes(genuine[:len(MAGIC) + 32] + pickle.dumps(Planted(marker)) +
                       genuine[len(MAGIC) + 32:])

@@ -74,10 +74,10 @@ class StateRefused(ValueError):
 
 
 def key_path() -> Path:
-    """This user's signing key: ``$PUBSUBLAB_STATE_DIR/pause.key``, else under
+    """This user's signing key: ``$PUBSUBLAB_KEY_DIR/pause.key``, else under
     ``$XDG_STATE_HOME/pubsublab``, else ``~/.local/state/pubsublab`` (the XDG default).
     Under sudo the key is root's, so a state written under sudo resumes under sudo."""
-    base = os.environ.get("PUBSUBLAB_STATE_DIR")
+    base = os.environ.get("PUBSUBLAB_KEY_DIR")
     if not base:
         xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         base = str(Path(xdg) / "pubsublab")
