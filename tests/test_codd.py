@@ -27,7 +27,8 @@ from nodes.cores.codd import VARIANTS, CoddCore, overlay_params
 from nodes.cores.codd_invariants import tree_problems
 from nodes.cores.interface import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.messages import Message, MsgType
-from nodes.sim.engine import LinkModel, SimResult, simulate
+from nodes.sim.engine import SimResult, simulate
+from nodes.sim.links import LinkModel
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -23,7 +23,8 @@ from nodes.cores.meghdoot import MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
-from nodes.sim.engine import LinkModel, SimResult, simulate
+from nodes.sim.engine import SimResult, simulate
+from nodes.sim.links import LinkModel
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries

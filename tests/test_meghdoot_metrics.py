@@ -20,7 +20,8 @@ from nodes.cores.meghdoot import bucket_of
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import LinkModel, simulate
+from nodes.sim.engine import simulate
+from nodes.sim.links import LinkModel
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 

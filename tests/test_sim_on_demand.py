@@ -31,7 +31,8 @@ from nodes.frames import frame_size
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import LinkModel, SimResult, simulate, underlay_latency
+from nodes.sim.engine import SimResult, simulate
+from nodes.sim.links import LinkModel, underlay_latency
 from nodes.workloads.membership import churn_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -31,7 +31,8 @@ from nodes.sim.checkpoint import (
     read_state,
     write_state,
 )
-from nodes.sim.engine import LinkModel, SimResult, resume, simulate
+from nodes.sim.engine import SimResult, resume, simulate
+from nodes.sim.links import LinkModel
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
 # kind of state the simulator holds between two events.

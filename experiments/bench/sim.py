@@ -42,7 +42,8 @@ from experiments.runs.resources import peak_rss_mib
 from nodes.cores.interface import Action, Event, FromClient, Send
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import LinkModel, simulate
+from nodes.sim.engine import simulate
+from nodes.sim.links import LinkModel
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import stock_workload
 

@@ -49,7 +49,8 @@ from nodes.runfolder import (
     write_summary,
 )
 from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
-from nodes.sim.engine import LinkModel, SimResult, resume, simulate, summarize
+from nodes.sim.engine import SimResult, resume, simulate, summarize
+from nodes.sim.links import LinkModel
 from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import iter_expected

@@ -172,8 +172,7 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
   after the dial began (its messages wait on the queue meanwhile) and the acceptor's side
   three after the HELLO came (the dialler's ACK and HELLO crossing; the acceptor's own
   messages for the dialler wait on its queue meanwhile, not on a second dial). Delays are
-  taken as symmetric (the underlay's are). Without this, a pair's first message on a
-  transit-stub underlay arrived a round trip (up to hundreds of ms) sooner than simulated.
+  taken as symmetric (the underlay's are).
 - **Failing.** A peer that cannot be reached (connection refused: its process is dead;
   no answer within ``connect_timeout_s``; or it turned us away because it is dormant):
   a ``link`` record ``dial_failed`` with the reason (and no ``retry_in_s``: nothing is
@@ -231,11 +230,8 @@ Links opened on demand (``peers``; fixed neighbours are untouched by all of this
 The status file also gives ``peers_up`` (on-demand links up) and ``dormant``;
 ``neighbours``, ``up``, ``missing`` and ``all_up`` concern fixed links only. An on-demand
 link's coming or going does not rewrite the status file at once (as a fixed link's does):
-the next statistics window does, at most every :data:`PEERS_STATUS_EVERY_S` (0.5 s).
-Measured: with 64 brokers opening 63 links each in a burst, one status write (a file
-created and renamed in the shared log folder) per link change stalled the brokers' event
-loops for seconds (up to 25 s on the loaded 2-core machines), long enough for dials to
-time out.
+the next statistics window does, at most every :data:`PEERS_STATUS_EVERY_S` (0.5 s)
+(why: docs/guide/runtimes.md, "Why the broker times its status writes and dials").
 """
 
 from __future__ import annotations
@@ -267,7 +263,6 @@ from nodes.cores.interface import (
     LinkDown,
     LinkStats,
     LinkUp,
-    LinkWindow,
     Record,
     RoutingCore,
     Send,
@@ -287,6 +282,7 @@ from nodes.emulated.admission import (
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
 from nodes.emulated.overlay_link import OverlayLink
+from nodes.emulated.overload import ClientGate
 from nodes.emulated.runtime import (
     Backoff,
     HelloCounter,
@@ -306,6 +302,7 @@ from nodes.emulated.runtime import (
     read_frames,
     read_message,
 )
+from nodes.emulated.windows import QueueWindows
 from nodes.frames import FrameError, encode
 from nodes.hosting import MATCHED, bad_action, final_records, reads_link_stats
 from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
@@ -493,8 +490,11 @@ class Broker:
         self._hello = HelloCounter(self.name, "broker", config.secret)
         self._nonces = NonceLog()
         self._accepted = 0  # accepted connections open, whatever their stage
-        self._links = {name: self._make_link(name, nb)
-                       for name, nb in sorted(config.neighbours.items())}
+        self._links: dict[str, OverlayLink] = {}
+        # Overload policy: reading from the clients waits while a queue is past its mark.
+        self._gate = ClientGate(log, self._links)
+        self._links.update((name, self._make_link(name, nb))
+                           for name, nb in sorted(config.neighbours.items()))
         # Links opened on demand (see the module docstring): their names in _links, the
         # dial under way per peer, whether we dialled the connection that is up, and the
         # links a Disconnect will close once idle.
@@ -513,17 +513,12 @@ class Broker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._timer_ids = itertools.count()
-        self._active: set[str] = set()
         self._state = "starting"
         self._status_path = status_path(config.log_dir, self.name)
         self._window_s = config.window_ms / 1000.0
-        self._window_start = 0.0
+        self._windows = QueueWindows(log)
         self._next_tick = 0.0
         self._tick_handle: asyncio.TimerHandle | None = None
-        # Overload policy: links over their high-water mark; set while clients may be read.
-        self._pressed: set[str] = set()
-        self._clients_open = asyncio.Event()
-        self._clients_open.set()
 
     def _make_link(self, name: str, nb: NeighbourConfig) -> OverlayLink:
         return OverlayLink(
@@ -536,26 +531,8 @@ class Broker:
             rate_mbps=nb.rate_mbps,
             max_queue_msgs=self.config.queue_max_msgs,
             high_water_msgs=self.config.queue_high_water_msgs,
-            on_pressure=self._pressure,
+            on_pressure=self._gate.pressure,
         )
-
-    def _pressure(self, link: str, on: bool) -> None:
-        """Link ``link``'s queue passed the high-water mark (``on``) or fell back to half
-        of it: stop or resume reading from the local clients (overload policy)."""
-        if on:
-            self._pressed.add(link)
-        else:
-            self._pressed.discard(link)
-        if bool(self._pressed) == (not self._clients_open.is_set()):
-            return  # no change for the clients
-        state = "on" if self._pressed else "off"
-        queue = self._links[link].queue_len
-        log_now(self._log, Ev.RECORD, kind="backpressure", state=state, link=link,
-                queue_len=queue)
-        if self._pressed:
-            self._clients_open.clear()
-        else:
-            self._clients_open.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
@@ -583,7 +560,7 @@ class Broker:
         if self._dormant:
             log_now(self._log, Ev.RECORD, kind="membership", state="dormant")
         self._write_status("running")
-        self._window_start = self._next_tick = loop.time()
+        self._windows.start = self._next_tick = loop.time()
         self._schedule_tick()
         try:
             await stop.wait()
@@ -904,7 +881,7 @@ class Broker:
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._from_client, client),
-                                   gate=self._clients_open)
+                                   gate=self._gate.open)
         if self._clients.get(name) is client:
             self._client_gone(name, reason)
 
@@ -1034,32 +1011,13 @@ class Broker:
 
     def _tick(self) -> None:
         self._keepalives()
-        window_ms, figures = self._close_window()
+        window_ms, figures = self._windows.close(self._links, asyncio.get_running_loop().time())
         self._log.flush()
         if self._status_stale and time.monotonic() >= self._status_due:
             self._write_status()
         if self._reads_link_stats:
             self._dispatch(LinkStats(window_ms, figures))
         self._schedule_tick()
-
-    def _close_window(self) -> tuple[float, dict[str, LinkWindow]]:
-        """End the current window: log each link's figures; (window_ms, figures)."""
-        now = asyncio.get_running_loop().time()
-        window_ms = round((now - self._window_start) * 1000.0, 3)
-        self._window_start = now
-        figures: dict[str, LinkWindow] = {}
-        active: set[str] = set()
-        for name, link in self._links.items():
-            w, flushed = link.take_window()
-            figures[name] = w
-            if w.count_in or w.count_out or w.queue_len or flushed:
-                active.add(name)
-            if name in active or name in self._active:
-                log_now(self._log, Ev.QUEUE, link=name, count_in=w.count_in,
-                        count_out=w.count_out, queue_len=w.queue_len, flushed=flushed,
-                        window_ms=window_ms)
-        self._active = active
-        return window_ms, figures
 
     # ---- status and shutdown ----------------------------------------------------------
 
@@ -1104,7 +1062,7 @@ class Broker:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
-        self._close_window()
+        self._windows.close(self._links, asyncio.get_running_loop().time())
         self._write_status("stopped")
 
 

@@ -88,13 +88,15 @@ run. Modelling choices:
   A workload's CRASH ops are kills as well (see Membership). The emulated broker's
   keepalive is not modelled: no simulated link goes silent without its end dying, so
   it would never fire, and its frames are not inter-broker messages.
-- **Links on demand** (``on_demand``, a :class:`LinkModel`). The brokers are the overlay
-  graph's nodes; its edges, if any, stay fixed links as above. A core may ``Send`` to
+- **Links on demand** (``on_demand``, a :class:`~nodes.sim.links.LinkModel`). The
+  brokers are the overlay graph's nodes; its edges, if any, stay fixed links as above.
+  A core may ``Send`` to
   any broker: on a Send to a broker it has no link to, the simulator dials it, opening
   one connection for the pair as TCP does, two directed links appended to the per-link
   lists (created lazily: 10,000 brokers cost only the pairs that talk; every per-link
-  list must grow in ``_new_pair``). Link a -> b has delay ``latency_ms(a, b)`` (asked
-  once, when it opens; :func:`underlay_latency` gives shortest paths over an underlay),
+  list must grow in ``_Sim.new_pair``). Link a -> b has delay ``latency_ms(a, b)`` (asked
+  once, when it opens; :func:`~nodes.sim.links.underlay_latency` gives shortest paths
+  over an underlay),
   rate ``link_mbps`` (``None``: unshaped) and no loss (TCP retransmits); every frame
   also passes the sender's NIC (node attribute ``nic_mbps``, else ``LinkModel.nic_mbps``;
   NICs as above). **Timing is a TCP dial's**: the dialler's side is up one round trip
@@ -173,16 +175,14 @@ run. Modelling choices:
 
 from __future__ import annotations
 
-import bisect
 import gc
 import heapq
 import math
-import operator
 import random
 import resource
 import time
 from array import array
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -201,7 +201,6 @@ from nodes.cores.interface import (
     FromClient,
     LinkDown,
     LinkStats,
-    LinkUp,
     LinkWindow,
     Record,
     RoutingCore,
@@ -231,7 +230,12 @@ from nodes.metrics.summary import (
     propagation_delays,
 )
 from nodes.runfolder import log_path
+from nodes.sim.buffers import InputBuffers
 from nodes.sim.checkpoint import Pause, Paused, read_state, write_state
+from nodes.sim.connections import Connections
+from nodes.sim.events import ARRIVE, DEPART, DONE, DOWN, KILL, OP, RATE, TIMER, UP
+from nodes.sim.links import LinkModel, fixed_links, link_number, reserve_nic
+from nodes.sim.membership import Members
 from nodes.sim.processing import Processing
 from nodes.time_left import PROGRESS_EVERY_S
 
@@ -243,18 +247,9 @@ SIM_EPOCH_S = 1_704_067_200.0  # 2024-01-01T00:00:00Z: fixed so logs do not depe
 # open files, 512..4096, so a run of a few thousand nodes does not reopen a file per record.
 MAX_OPEN_LOGS = max(512, min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2))
 
-# Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
-_OP, _ARRIVE, _TIMER, _DEPART, _KILL, _RATE, _DOWN = 0, 1, 2, 3, 4, 5, 6
-# Processing model: a broker finishes handling a message (a: broker, b: the core's actions).
-_DONE = 7
-# Links on demand (the last kinds: the loop tests kind >= _UP): a side comes up (a: link,
-# b: True for the dialler's side), a side is closed by its peer (a: link, b: reason), a
-# dial fails (a: dialling broker, b: name).
-_UP, _CLOSE, _REFUSE = 8, 9, 10
 _MEMBERSHIP = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
-_end = operator.itemgetter(1)  # a NIC reservation's end (start, end)
 
 ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
@@ -390,14 +385,15 @@ def simulate(
     ``kill_at`` maps brokers to the times they die, ``link_changes`` lists rate changes
     ``(t_s, a, b, bw_mbps)`` (see the module docstring for both). With ``on_demand`` a
     core may send to any broker of the overlay, whose edges (fixed links) are then
-    optional: the simulator opens links as the :class:`LinkModel` says (module docstring,
-    "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive membership (module
-    docstring, "Membership"). With ``processing`` brokers take time to handle messages
-    and hold their senders back when their input buffers fill (:mod:`nodes.sim.processing`).
+    optional: the simulator opens links as the :class:`~nodes.sim.links.LinkModel` says
+    (module docstring, "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive
+    membership (module docstring, "Membership"). With ``processing`` brokers take time
+    to handle messages and hold their senders back when their input buffers fill
+    (:mod:`nodes.sim.processing`).
     ``progress``, if given, is called with the share of client operations done, at most
     every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
     each operation weighted by the brokers that are members when it runs (see
-    :meth:`_Sim._membership`).
+    :func:`nodes.sim.membership.plan_membership`).
     With ``pause`` the run may stop early, its state written to a file, and raise
     :class:`~nodes.sim.checkpoint.Paused` (module docstring, "Pausing"; no logs: a paused run
     cannot keep its log files open); :func:`resume` goes on from there.
@@ -476,96 +472,63 @@ def summarize(
     return summary
 
 
-LatencyFn = Callable[[str, str], float]
-RateFn = Callable[[str, str], float | None]
+def _rate_changes(link_changes: Sequence[tuple[float, str, str, float]],
+                  out_links: Sequence[Mapping[str, int]],
+                  bidx: Mapping[str, int]) -> list[tuple[float, list[int], float]]:
+    """``link_changes`` as (t_s, both links' ids, seconds per byte), checked."""
+    rate_changes: list[tuple[float, list[int], float]] = []
+    for t_s, a, b, bw in link_changes:
+        lids = [out_links[bidx[x]].get(y) for x, y in ((a, b), (b, a))
+                if x in bidx and y in bidx]
+        if len(lids) != 2 or None in lids:
+            raise ValueError(f"link_changes: {a}-{b} is not an overlay link")
+        bw = link_number("bw_mbps", bw, 1e-9, math.inf)
+        rate_changes.append((float(t_s), lids, 8.0 / (bw * 1e6)))
+    return rate_changes
 
 
-@dataclass(frozen=True)
-class LinkModel:
-    """How links opened on demand behave (module docstring, "Links on demand").
-
-    ``latency_ms``: the one-way propagation delay of the directed link a -> b, a constant
-    or a function ``(a, b) -> ms`` (:func:`underlay_latency` builds one from an underlay
-    graph; ``math.inf`` means no route). ``nic_mbps``: the NIC rate of every broker
-    without a ``nic_mbps`` node attribute, fixed links included (``None``: no NIC limit).
-    ``link_mbps``: the rate of each link opened on demand, a constant or a function
-    ``(a, b) -> Mbit/s`` (``None``: unshaped, only the NIC limits it).
-    """
-
-    latency_ms: float | LatencyFn = 0.0
-    nic_mbps: float | None = None
-    link_mbps: float | RateFn | None = None
-
-    def __post_init__(self) -> None:
-        if not callable(self.latency_ms):
-            _link_number("latency_ms", self.latency_ms, 0.0, math.inf)
-        if self.nic_mbps is not None:
-            _link_number("nic_mbps", self.nic_mbps, 1e-9, math.inf)
-        if self.link_mbps is not None and not callable(self.link_mbps):
-            _link_number("link_mbps", self.link_mbps, 1e-9, math.inf)
+def _attach_clients(workload: Workload, bidx: Mapping[str, int]) -> list[set[str]]:
+    """Per broker (index), the clients the workload attaches to it, checked against its ops."""
+    clashes = sorted(set(workload.clients) & set(bidx))
+    if clashes:
+        raise ValueError(f"clients named like brokers (one log file each): {clashes}")
+    clients_of: list[set[str]] = [set() for _ in bidx]
+    for client, broker in sorted(workload.clients.items()):
+        if broker not in bidx:
+            raise ValueError(f"client {client} is attached to {broker}, not in the overlay")
+        clients_of[bidx[broker]].add(client)
+    for op in workload.ops:
+        if workload.clients.get(op.client) != op.broker:
+            raise ValueError(f"op at {op.t_s} s: client {op.client} is not attached to "
+                             f"{op.broker} in the workload's client map")
+    return clients_of
 
 
-class UnderlayLatency:
-    """``(a, b) -> ms``: the shortest-path latency over an underlay graph between the
-    underlay nodes that host overlay brokers a and b (see :func:`underlay_latency`)."""
-
-    def __init__(self, underlay: nx.Graph, *, weight: str = "delay_ms", default_ms: float = 0.0,
-                 host_of: Mapping[str, Any] | None = None, max_sources: int = 1024) -> None:
-        if max_sources < 1:
-            raise ValueError(f"max_sources must be >= 1, got {max_sources}")
-        self._g = underlay
-        self._host = dict(host_of or {})
-        self._symmetric = not underlay.is_directed()
-        self._max = max_sources
-        self._cache: OrderedDict[Any, dict[Any, float]] = OrderedDict()
-        self.dijkstra_runs = 0  # single-source searches made (cache misses)
-
-        def edge_ms(_u: Any, _v: Any, data: Mapping[str, Any]) -> float:
-            return float(data.get(weight, default_ms))
-
-        self._weight = edge_ms
-
-    def __call__(self, a: str, b: str) -> float:
-        ha, hb = self._host.get(a, a), self._host.get(b, b)
-        for broker, host in ((a, ha), (b, hb)):
-            if host not in self._g:
-                raise ValueError(f"broker {broker!r}: host {host!r} is not in the underlay")
-        if ha == hb:
-            return 0.0
-        src, dst = ha, hb
-        if self._symmetric and hb in self._cache and ha not in self._cache:
-            src, dst = hb, ha  # undirected: b's search answers a -> b too
-        dist = self._cache.get(src)
-        if dist is None:
-            dist = nx.single_source_dijkstra_path_length(self._g, src, weight=self._weight)
-            self.dijkstra_runs += 1
-            self._cache[src] = dist
-            if len(self._cache) > self._max:
-                self._cache.popitem(last=False)
+def _make_cores(overlay: nx.Graph, core: str | CoreFactory, core_params: ParamsArg | None,
+                derived: Mapping[str, Mapping[str, Any]] | None,
+                ) -> tuple[str, list[RoutingCore]]:
+    """The algorithm's name and one core per broker, in sorted broker order (see
+    :func:`simulate` for ``core``, ``core_params`` and ``derived``)."""
+    if isinstance(core, str):
+        algorithm = core
+        if derived is None:
+            derived = overlay_params(core, overlay)
+        factory: CoreFactory = partial(make_core, core)
+    else:
+        algorithm = getattr(core, "__name__", type(core).__name__)
+        derived = derived or {}
+        factory = core
+    cores: list[RoutingCore] = []
+    for b in sorted(overlay.nodes):
+        if core_params is None:
+            user: Mapping[str, Any] = {}
+        elif callable(core_params):
+            user = core_params(b)
         else:
-            self._cache.move_to_end(src)
-        return float(dist.get(dst, math.inf))
-
-
-def underlay_latency(underlay: nx.Graph, *, weight: str = "delay_ms", default_ms: float = 0.0,
-                     host_of: Mapping[str, Any] | None = None,
-                     max_sources: int = 1024) -> UnderlayLatency:
-    """A :attr:`LinkModel.latency_ms` function: the least total ``weight`` (edge
-    attribute, ms; ``default_ms`` where an edge lacks it) over ``underlay`` from the
-    node hosting a to the node hosting b (``host_of`` maps a broker to its underlay node;
-    a broker it does not list is its own underlay node), ``math.inf`` where there is no
-    path. One Dijkstra search per source, cached for the ``max_sources`` most recently
-    used sources (a 10,000-node underlay costs ~10,000 floats per cached source); on an
-    undirected underlay a cached search from b answers a -> b as well. Each link asks
-    once, when it opens."""
-    return UnderlayLatency(underlay, weight=weight, default_ms=default_ms, host_of=host_of,
-                           max_sources=max_sources)
-
-
-def _link_number(key: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise ValueError(f"link attribute {key}={value!r} outside [{lo}, {hi}]")
-    return float(value)
+            user = core_params
+        params = merge_params(derived.get(b, {}), user)
+        cores.append(factory(b, tuple(sorted(overlay.neighbors(b))), params))
+    return algorithm, cores
 
 
 class _Sim:
@@ -602,24 +565,48 @@ class _Sim:
         if strangers:
             raise ValueError(f"kill_at names brokers not in the overlay: {strangers}")
         self.kill_at = {bidx[b]: float(t) for b, t in kill_at.items()}
-        self.dead: set[int] = set()
         self.window_s = window_s
         self.workload = workload
 
-        # ---- links
-        bw_default, delay_default, loss_default = defaults
-        directed: list[tuple[str, str, float | None, float, float]] = []
-        for a, b, data in overlay.edges(data=True):
-            if a == b:
-                continue
-            bw = data.get("bw_mbps", bw_default)
-            if bw is not None:
-                bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
-            delay = _link_number("delay_ms", data.get("delay_ms", delay_default), 0.0, math.inf)
-            loss = _link_number("loss_pct", data.get("loss_pct", loss_default), 0.0, 100.0)
-            directed.append((a, b, bw, delay, loss))
-            directed.append((b, a, bw, delay, loss))
-        directed.sort()
+        self._init_links(overlay, seed, defaults, on_demand)
+        self.rate_changes = _rate_changes(link_changes, self.out_links, bidx)
+
+        # ---- processing model (nodes.sim.processing)
+        self.processing = processing
+        self.progress: Callable[[float], None] | None = None
+        self.buffers = InputBuffers(self, processing)
+        # The buffers' list itself, never rebound: transmit counts in it on every frame.
+        self.occupied = self.buffers.occupied
+
+        self.clients_of = _attach_clients(workload, bidx)
+        self.members = Members(self, workload.ops)
+        # The members' sets themselves, never rebound: the event loop and the links test them.
+        self.dead, self.dormant = self.members.dead, self.members.dormant
+        self.op_work = self.members.op_work
+
+        self.algorithm, self.cores = _make_cores(overlay, core, core_params, derived)
+
+        self.logs = (
+            _Logs(out_dir, [*brokers, *sorted(workload.clients)]) if out_dir is not None else None
+        )
+        # Windows are for the cores that read them and for the logs' queue records.
+        self.stats_to = frozenset(bi for bi, c in enumerate(self.cores) if reads_link_stats(c))
+        self.windows = self.logs is not None or bool(self.stats_to)
+        # The per-message writer, or None when per-message logs are off.
+        self.log = self.logs.write if log_messages and self.logs is not None else None
+        if self.log is not None:  # as the emulated broker does when it starts dormant
+            for bi in sorted(self.dormant):
+                self.log(brokers[bi], Ev.RECORD, 0.0, kind="membership", state="dormant")
+
+        self._init_tallies()
+
+    def _init_links(self, overlay: nx.Graph, seed: int,
+                    defaults: tuple[float | None, float, float],
+                    on_demand: LinkModel | None) -> None:
+        """The per-link state (the overlay's fixed links, then links opened on demand) and
+        the NICs."""
+        bidx, brokers = self.bidx, self.brokers
+        directed = fixed_links(overlay, defaults)
         self.link_src = [bidx[a] for a, _, _, _, _ in directed]
         self.link_dst = [bidx[b] for _, b, _, _, _ in directed]
         self.link_src_name = [a for a, _, _, _, _ in directed]
@@ -637,7 +624,7 @@ class _Sim:
         self.busy_until = array("d", [0.0]) * n_links
         nic_default = None if on_demand is None else on_demand.nic_mbps
         nics = [overlay.nodes[b].get("nic_mbps", nic_default) for b in brokers]
-        self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (_link_number("nic_mbps", bw, 1e-9,
+        self.nic_s_per_byte = [0.0 if bw is None else 8.0 / (link_number("nic_mbps", bw, 1e-9,
                                                                           math.inf) * 1e6)
                                for bw in nics]
         # Per NIC, the (start, end) intervals it is reserved for, in time order.
@@ -655,9 +642,9 @@ class _Sim:
         self.on_demand = on_demand
         self.n_fixed = n_links  # links from here on were opened on demand
         self.link_rev = array("q", [self.out_links[bidx[b]][a] for a, b, _, _, _ in directed])
-        self.waiting: dict[int, list[Message]] = {}  # sides not up yet -> Sends held
-        self.close_when_up: set[int] = set()  # Disconnected before they came up
-        self.closed: set[int] = set()  # sides closed: no Send takes them again
+        self.conns = Connections(self)
+        # The connections' dict itself, never rebound: act tests it on every Send.
+        self.waiting = self.conns.waiting
         self.cut: set[int] = set()  # links whose queued frames are dropped (peer gone)
         # Frames flushed from a cut link's queue, by (link, id(message)): their arrivals,
         # scheduled when they were enqueued, never happen. Each entry holds the message
@@ -666,91 +653,9 @@ class _Sim:
         # messages are new objects, keys the entries anew (__setstate__).
         self.flushed_frames: dict[tuple[int, int], list[Any]] = {}
         self.flushed: dict[int, int] = {}  # frames dropped from a queue, per link
-        self.refusing: dict[tuple[int, str], tuple[str, list[Message]]] = {}
-        self.links_opened = 0
-        self.dials_failed = 0
-        self.rate_changes: list[tuple[float, list[int], float]] = []
-        for t_s, a, b, bw in link_changes:
-            lids = [self.out_links[bidx[x]].get(y) for x, y in ((a, b), (b, a))
-                    if x in bidx and y in bidx]
-            if len(lids) != 2 or None in lids:
-                raise ValueError(f"link_changes: {a}-{b} is not an overlay link")
-            bw = _link_number("bw_mbps", bw, 1e-9, math.inf)
-            self.rate_changes.append((float(t_s), lids, 8.0 / (bw * 1e6)))
 
-        # ---- processing model (nodes.sim.processing; none of this is used without it)
-        self.processing = processing
-        self.progress: Callable[[float], None] | None = None
-        if processing is not None:
-            strangers = sorted((set(processing.per_broker) | set(processing.cpu_share))
-                               - set(bidx))
-            if strangers:
-                raise ValueError(f"processing names brokers not in the overlay: {strangers}")
-            self.service_s = [processing.seconds(b) for b in brokers]
-            self.buffer_msgs = processing.buffer_msgs
-        # Per broker: messages waiting to be handled, as (link, message, client) with
-        # link None for a client's operation; whether it is handling one; the frames of
-        # its window (in flight to it or in its buffer); its busy time (s). The queues
-        # exist with the model only (a deque costs 600 bytes, two per broker).
-        queues = len(brokers) if processing is not None else 0
-        self.inbuf: list[deque[tuple[int | None, Message, str]]] = [deque() for _ in range(queues)]
-        self.serving = [False] * len(brokers)
-        self.occupied = [0] * len(brokers)
-        self.busy_s = [0.0] * len(brokers)
-        # Frames a full window holds in their senders' output queues, per link, and per
-        # receiving broker the links holding frames for it, served in turn.
-        self.held: dict[int, deque[Message]] = {}
-        self.blocked: list[deque[int]] = [deque() for _ in range(queues)]
-
-        # ---- clients
-        clashes = sorted(set(workload.clients) & set(bidx))
-        if clashes:
-            raise ValueError(f"clients named like brokers (one log file each): {clashes}")
-        self.clients_of: list[set[str]] = [set() for _ in brokers]
-        for client, broker in sorted(workload.clients.items()):
-            if broker not in bidx:
-                raise ValueError(f"client {client} is attached to {broker}, not in the overlay")
-            self.clients_of[bidx[broker]].add(client)
-        for op in workload.ops:
-            if workload.clients.get(op.client) != op.broker:
-                raise ValueError(f"op at {op.t_s} s: client {op.client} is not attached to "
-                                 f"{op.broker} in the workload's client map")
-        self.dormant, self.op_work = self._membership(workload.ops)
-
-        # ---- cores
-        if isinstance(core, str):
-            self.algorithm = core
-            if derived is None:
-                derived = overlay_params(core, overlay)
-            factory: CoreFactory = partial(make_core, core)
-        else:
-            self.algorithm = getattr(core, "__name__", type(core).__name__)
-            derived = derived or {}
-            factory = core
-        self.cores: list[RoutingCore] = []
-        for b in brokers:
-            if core_params is None:
-                user: Mapping[str, Any] = {}
-            elif callable(core_params):
-                user = core_params(b)
-            else:
-                user = core_params
-            params = merge_params(derived.get(b, {}), user)
-            self.cores.append(factory(b, tuple(sorted(overlay.neighbors(b))), params))
-
-        self.logs = (
-            _Logs(out_dir, [*brokers, *sorted(workload.clients)]) if out_dir is not None else None
-        )
-        # Windows are for the cores that read them and for the logs' queue records.
-        self.stats_to = frozenset(bi for bi, c in enumerate(self.cores) if reads_link_stats(c))
-        self.windows = self.logs is not None or bool(self.stats_to)
-        # The per-message writer, or None when per-message logs are off.
-        self.log = self.logs.write if log_messages and self.logs is not None else None
-        if self.log is not None:  # as the emulated broker does when it starts dormant
-            for bi in sorted(self.dormant):
-                self.log(brokers[bi], Ev.RECORD, 0.0, kind="membership", state="dormant")
-
-        # ---- results
+    def _init_tallies(self) -> None:
+        """The heap and what the run counts for its result."""
         self.heap: list[tuple[Any, ...]] = []
         self.seq = 0
         self.deliveries: dict[MsgKey, list[str]] = {}
@@ -799,11 +704,11 @@ class _Sim:
         changes go on the heap, then :meth:`proceed`."""
         ops = self.workload.ops
         heap = self.heap
-        heap.extend((op.t_s, i, _OP, op, None) for i, op in enumerate(ops))
-        heap.extend((t, len(ops) + i, _KILL, bi, None)
+        heap.extend((op.t_s, i, OP, op, None) for i, op in enumerate(ops))
+        heap.extend((t, len(ops) + i, KILL, bi, None)
                     for i, (bi, t) in enumerate(sorted(self.kill_at.items())))
         base = len(heap)
-        heap.extend((t, base + i, _RATE, lids, s_per_byte)
+        heap.extend((t, base + i, RATE, lids, s_per_byte)
                     for i, (t, lids, s_per_byte) in enumerate(self.rate_changes))
         heapq.heapify(heap)
         self.seq = len(heap)
@@ -827,7 +732,10 @@ class _Sim:
         countdown = PAUSE_CHECK_EVERY
         cores = self.cores
         link_dst = self.link_dst
-        act = self._act
+        act = self.act
+        up, link_event = self.conns.up, self.conns.event
+        at_dead_broker = self.members.at_dead_broker
+        take_in, serve, free = self.buffers.take_in, self.buffers.serve, self.buffers.free
         pop = heapq.heappop
         log = self.log
         proc = self.processing is not None
@@ -853,13 +761,13 @@ class _Sim:
                 k = max(k + 1, int(t // window_s))
                 window_t = k * window_s
             t, _, kind, a, b = pop(heap)
-            if kind == _KILL:
+            if kind == KILL:
                 dead.add(a)
-                self._announce_death(a, t)
+                self.members.announce_death(a, t)
                 if proc:
-                    self._processing_death(a, t)
+                    self.buffers.death(a, t)
                 continue
-            if kind == _DOWN:
+            if kind == DOWN:
                 if a not in dead:
                     link = self.brokers[b]
                     if log is not None:
@@ -869,32 +777,32 @@ class _Sim:
                     events += 1
                     end_s = t
                 continue
-            if kind == _RATE:
+            if kind == RATE:
                 for lid in a:
                     self.s_per_byte[lid] = b
                 continue
-            if kind >= _UP:  # links on demand: up, closed by the peer, dial failed
-                if self._up(a, b, t) if kind == _UP else self._link_event(kind, a, b, t):
+            if kind >= UP:  # links on demand: up, closed by the peer, dial failed
+                if up(a, b, t) if kind == UP else link_event(kind, a, b, t):
                     events += 1
                     end_s = t
                 continue
             # With no broker dead and no connection cut, only an arrival at a dormant
             # broker is dropped (a 10,000-peer run has dormant peers until its last join,
-            # and asked _at_dead_broker of every event).
-            if ((dead or gone or (kind == _ARRIVE and link_dst[a] in dormant))
-                    and self._at_dead_broker(kind, a, b, t)):
-                if proc and kind == _ARRIVE:  # dropped: its place in the window frees
-                    self._free(link_dst[a], t)
+            # and asked at_dead_broker of every event).
+            if ((dead or gone or (kind == ARRIVE and link_dst[a] in dormant))
+                    and at_dead_broker(kind, a, b, t)):
+                if proc and kind == ARRIVE:  # dropped: its place in the window frees
+                    free(link_dst[a], t)
                 continue
-            if kind == _ARRIVE:
+            if kind == ARRIVE:
                 if proc:  # into the input buffer; handled when the broker gets to it
-                    self._take_in(link_dst[a], (a, b, ""), t)
+                    take_in(link_dst[a], (a, b, ""), t)
                     continue
-                act(link_dst[a], self._handle_frame(a, b, t), t)
-            elif kind == _DONE:  # the broker has handled a message: its actions go out
+                act(link_dst[a], self.handle_frame(a, b, t), t)
+            elif kind == DONE:  # the broker has handled a message: its actions go out
                 act(a, b, t)
-                self._serve(a, t)
-            elif kind == _OP:
+                serve(a, t)
+            elif kind == OP:
                 self._client_op(a, t)
                 ops_done += 1
                 if self.progress is not None and ops_done % 256 == 0:
@@ -902,9 +810,9 @@ class _Sim:
                     if wall - last_report >= PROGRESS_EVERY_S:
                         last_report = wall
                         self.progress(self.op_work[ops_done - 1] / self.op_work[-1])
-            elif kind == _TIMER:
+            elif kind == TIMER:
                 act(a, cores[a].handle(TimerFired(b), t), t)
-            else:  # _DEPART: a queue hands a frame to the wire; no core sees it
+            else:  # DEPART: a queue hands a frame to the wire; no core sees it
                 self._departed(a, b[0], b[1], t)
                 continue
             events += 1
@@ -921,60 +829,12 @@ class _Sim:
                                f"{exc.strerror or exc}") from None
         raise Paused(path, done, self.heap[0][0])
 
-    def _announce_death(self, bi: int, t: float) -> None:
-        """Broker ``bi`` died at ``t``: each live neighbour loses its link one link delay
-        later (when the dead process's FIN or RST would reach it)."""
-        for nb, lid in sorted(self.out_links[bi].items()):
-            nbi = self.bidx[nb]
-            if nbi not in self.dead:
-                self.seq += 1
-                if lid < self.n_fixed:
-                    heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _DOWN, nbi, bi))
-                else:  # a link opened on demand: the peer's side closes
-                    heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _CLOSE,
-                                               self.link_rev[lid], "peer died"))
-        # Disconnected before they came up: no longer in out_links, but the peer's side
-        # waits for them.
-        for lid in sorted(x for x in self.close_when_up if self.link_src[x] == bi):
-            self.seq += 1
-            heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _CLOSE,
-                                       self.link_rev[lid], "peer died"))
-
-    def _at_dead_broker(self, kind: int, a: Any, b: Any = None, t: float = 0.0) -> bool:
-        """Whether a heap entry concerns a dead broker, and so never happens; or is the
-        arrival of a flushed frame, or one at a dormant broker (dropped, and logged)."""
-        if kind in (_TIMER, _DONE):
-            return a in self.dead
-        if kind == _OP:
-            return self.bidx[a.broker] in self.dead
-        # a is a link: a dead sender's frames are lost, and so is what reaches the dead.
-        if kind == _DEPART:
-            return self.link_src[a] in self.dead
-        if self.link_src[a] in self.dead or self.link_dst[a] in self.dead:
-            return True
-        if kind != _ARRIVE:
-            return False
-        if a in self.cut:
-            key = (a, id(b))
-            entry = self.flushed_frames.get(key)
-            if entry is not None:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self.flushed_frames[key]
-                return True
-        if self.link_dst[a] in self.dormant:
-            if self.log is not None:
-                self.log(self.link_dst_name[a], Ev.DROP, t, link=self.link_src_name[a],
-                         reason="dormant", **message_fields(b))
-            return True
-        return False
-
     def _client_op(self, op: ClientOp, t: float) -> None:
         """A client sends ``op.msg`` to its broker at ``t``."""
         msg: Message = op.msg
         extra: dict[str, Any] = {}
         if msg.type in _MEMBERSHIP:
-            self._member_op(op, t)
+            self.members.member_op(op, t)
             return
         if msg.type is MsgType.PUBLISH:
             self.published += 1
@@ -986,11 +846,11 @@ class _Sim:
             self.log(op.client, Ev.SEND, t, link=op.broker, **extra, **message_fields(msg))
         bi = self.bidx[op.broker]
         if self.processing is not None:
-            self._take_in(bi, (None, msg, op.client), t)
+            self.buffers.take_in(bi, (None, msg, op.client), t)
         else:
-            self._act(bi, self._handle_op(bi, op.client, msg, t), t)
+            self.act(bi, self.handle_op(bi, op.client, msg, t), t)
 
-    def _handle_op(self, bi: int, client: str, msg: Message, t: float) -> list[Action]:
+    def handle_op(self, bi: int, client: str, msg: Message, t: float) -> list[Action]:
         """Broker ``bi``'s core handles ``client``'s message at ``t``."""
         if self.log is not None:
             self.log(self.brokers[bi], Ev.RECV, t, link=client, **message_fields(msg))
@@ -999,7 +859,7 @@ class _Sim:
             self.matching_s.append(took_s)
         return actions
 
-    def _handle_frame(self, lid: int, msg: Message, t: float) -> list[Action]:
+    def handle_frame(self, lid: int, msg: Message, t: float) -> list[Action]:
         """The receiving broker's core handles the frame that came over link ``lid``."""
         dst = self.link_dst[lid]
         src = self.link_src_name[lid]
@@ -1018,64 +878,7 @@ class _Sim:
             self.matching_s.append(took_s)
         return actions
 
-    # ---- processing model (nodes.sim.processing) ----------------------------------------------
-
-    def _take_in(self, bi: int, item: tuple[int | None, Message, str], t: float) -> None:
-        """A message reaches broker ``bi``'s input buffer at ``t``."""
-        self.inbuf[bi].append(item)
-        if not self.serving[bi]:
-            self._serve(bi, t)
-
-    def _serve(self, bi: int, t: float) -> None:
-        """Broker ``bi`` starts on the next message of its buffer, if any: its core
-        handles it now and its actions go out when the service time has passed."""
-        buf = self.inbuf[bi]
-        if not buf:
-            self.serving[bi] = False
-            return
-        lid, msg, client = buf.popleft()
-        if lid is None:
-            actions = self._handle_op(bi, client, msg, t)
-        else:
-            self._free(bi, t)
-            actions = self._handle_frame(lid, msg, t)
-        n = sum(1 for x in actions if type(x) is Send or type(x) is Deliver)
-        base_s, per_match_s = self.service_s[bi]
-        took = base_s + per_match_s * n
-        self.busy_s[bi] += took
-        self.serving[bi] = True
-        self._push(t + took, _DONE, bi, actions)
-
-    def _free(self, bi: int, t: float) -> None:
-        """A frame of broker ``bi``'s window is gone (being handled, or dropped): the
-        space goes to the links holding frames for it, one frame each in turn."""
-        self.occupied[bi] -= 1
-        self._release(bi, t)
-
-    def _release(self, bi: int, t: float) -> None:
-        """Send what the links hold for broker ``bi`` while its window has room (a dead
-        broker's has no bound: what reaches it is dropped)."""
-        blocked = self.blocked[bi]
-        while blocked and (self.occupied[bi] < self.buffer_msgs or bi in self.dead):
-            lid = blocked.popleft()
-            queue = self.held[lid]
-            msg = queue.popleft()
-            if queue:
-                blocked.append(lid)
-            else:
-                del self.held[lid]
-            self._transmit(self.link_src[lid], lid, msg, t)
-
-    def _processing_death(self, bi: int, t: float) -> None:
-        """Broker ``bi`` died at ``t``: its buffer is lost, the frames its own output
-        queues held are gone, and those held for it go (to be dropped on arrival)."""
-        self.inbuf[bi].clear()
-        for lid in [lid for lid in self.held if self.link_src[lid] == bi]:
-            del self.held[lid]
-            self.blocked[self.link_dst[lid]].remove(lid)
-        self._release(bi, t)
-
-    def _act(self, bi: int, actions: list[Action], now: float) -> None:
+    def act(self, bi: int, actions: list[Action], now: float) -> None:
         """Carry out one core's actions at time ``now``."""
         log = self.log
         broker = self.brokers[bi]
@@ -1086,9 +889,9 @@ class _Sim:
                 if lid is None or lid in self.waiting:
                     if self.on_demand is None:
                         raise bad_action(broker, action, neighbour=False)
-                    self._send_on_demand(bi, action.link, action.msg, now)
+                    self.conns.send(bi, action.link, action.msg, now)
                 else:
-                    self._enqueue(bi, lid, action.msg, now)
+                    self.enqueue(bi, lid, action.msg, now)
             elif cls is Deliver:
                 client = action.client
                 if client not in self.clients_of[bi]:
@@ -1110,35 +913,27 @@ class _Sim:
                     log(broker, Ev.RECORD, now, kind=action.kind, **action.fields)
             elif cls is SetTimer:
                 self.seq += 1
-                heapq.heappush(self.heap, (now + action.delay_s, self.seq, _TIMER, bi, action.name))
+                heapq.heappush(self.heap, (now + action.delay_s, self.seq, TIMER, bi, action.name))
             elif cls is Disconnect:
                 if self.on_demand is None:
                     raise ValueError(f"core at {broker} returned {action!r}: links are fixed "
                                      "here (simulate(on_demand=...) opens them on demand)")
-                self._disconnect(bi, action.link, now)
+                self.conns.disconnect(bi, action.link, now)
             else:
                 raise bad_action(broker, action)
 
-    def _enqueue(self, bi: int, lid: int, msg: Message, now: float) -> None:
+    def enqueue(self, bi: int, lid: int, msg: Message, now: float) -> None:
         """Put ``msg`` on link ``lid``'s output queue at ``now`` (module docstring, Links
         and NICs): schedule its departure and its arrival, or, if the receiver's window
         is full (processing model), hold it there."""
         if self.windows:  # figures for the next window (none: nothing reads them)
             self.count_in[lid] += 1
             self.active.add(lid)
-        if self.processing is not None:
-            dst = self.link_dst[lid]
-            held = self.held.get(lid)
-            if held is not None:
-                held.append(msg)
-                return
-            if self.occupied[dst] >= self.buffer_msgs and dst not in self.dead:
-                self.held[lid] = deque((msg,))
-                self.blocked[dst].append(lid)
-                return
-        self._transmit(bi, lid, msg, now)
+        if self.processing is not None and self.buffers.hold(lid, msg):
+            return
+        self.transmit(bi, lid, msg, now)
 
-    def _transmit(self, bi: int, lid: int, msg: Message, now: float) -> None:
+    def transmit(self, bi: int, lid: int, msg: Message, now: float) -> None:
         """Schedule ``msg``'s departure from link ``lid``'s queue and its arrival."""
         ckey = (msg.type, msg.origin, msg.msg_id)
         cached = self.size_cache.get(ckey)
@@ -1154,7 +949,7 @@ class _Sim:
             start = now
         nic = self.nic_s_per_byte[bi]
         if nic:
-            start = self._reserve_nic(bi, start, size * nic, now)
+            start = reserve_nic(self.nic_busy[bi], start, size * nic, now)
             end = start + size * max(nic, self.s_per_byte[lid])
         else:
             end = start + size * self.s_per_byte[lid]
@@ -1170,7 +965,7 @@ class _Sim:
             # Scheduled before the arrival, so `send` precedes `recv` even on a
             # tie; extra sequence numbers keep the other events' order.
             self.seq += 1
-            heapq.heappush(self.heap, (start, self.seq, _DEPART, lid, (msg, lost)))
+            heapq.heappush(self.heap, (start, self.seq, DEPART, lid, (msg, lost)))
         else:
             self._departed(lid, msg, lost, now)
         if lost:
@@ -1179,39 +974,7 @@ class _Sim:
             self.occupied[self.link_dst[lid]] += 1
             self.seq += 1
             arrive = end + self.delay_s[lid]
-            heapq.heappush(self.heap, (arrive, self.seq, _ARRIVE, lid, msg))
-
-    def _reserve_nic(self, bi: int, ready: float, busy_s: float, now: float) -> float:
-        """Reserve broker ``bi``'s NIC for ``busy_s`` in its earliest idle interval from
-        ``ready`` on (see NICs in the module docstring); the reservation's start.
-
-        Reservations that touch are kept as one interval: a burst of frames queued at
-        one instant is then one entry, not a list scanned once per frame."""
-        busy = self.nic_busy[bi]
-        # Reservations are disjoint and in order, so their ends are too: those over by
-        # now can hold nothing up, and the search starts at the first that ends after
-        # ready (found by bisection: a peer reporting its load to a thousand
-        # neighbours holds as many reservations).
-        del busy[:bisect.bisect_right(busy, now, key=_end)]
-        start, pos = ready, len(busy)
-        for i in range(bisect.bisect_right(busy, ready, key=_end), len(busy)):
-            s, e = busy[i]
-            if s >= start + busy_s:
-                pos = i
-                break
-            start = e
-        end = start + busy_s
-        if pos > 0 and busy[pos - 1][1] == start:  # touches the one before: extend it
-            pos -= 1
-            start_run = busy[pos][0]
-            if pos + 1 < len(busy) and busy[pos + 1][0] == end:  # and the one after
-                end = busy.pop(pos + 1)[1]
-            busy[pos] = (start_run, end)
-        elif pos < len(busy) and busy[pos][0] == end:  # touches the one after
-            busy[pos] = (start, busy[pos][1])
-        else:
-            busy.insert(pos, (start, end))
-        return start
+            heapq.heappush(self.heap, (arrive, self.seq, ARRIVE, lid, msg))
 
     def _departed(self, lid: int, msg: Message, lost: bool, t: float) -> None:
         """``msg`` leaves link ``lid``'s queue at ``t``: an IM (counted here, see
@@ -1238,6 +1001,7 @@ class _Sim:
     def _window(self, t_w: float) -> None:
         """Close the statistics window ending at ``t_w``: log it and feed the cores."""
         self.last_window_s = t_w
+        held_by = self.buffers.held
         figures: dict[int, tuple[int, int, int]] = {}
         still_active: set[int] = set()
         for lid in sorted(self.active):
@@ -1248,7 +1012,7 @@ class _Sim:
                 out += 1
             if waiting is not None and not waiting:
                 del self.tx_starts[lid]
-            held = self.held.get(lid)
+            held = held_by.get(lid)
             fig = (self.count_in[lid], out, (len(waiting) if waiting else 0)
                    + (len(held) if held else 0))
             self.count_in[lid] = 0
@@ -1261,9 +1025,9 @@ class _Sim:
         zero = LinkWindow(0, 0, 0)
         # Closed links opened on demand are in no out_links, but their last frames count.
         closed: dict[int, list[int]] = {}
-        if self.closed:
+        if self.conns.closed:
             for lid in figures:
-                if lid in self.closed:
+                if lid in self.conns.closed:
                     closed.setdefault(self.link_src[lid], []).append(lid)
         for bi in sorted({self.link_src[lid] for lid in figures} - self.dead):
             links: dict[str, LinkWindow] = {}
@@ -1291,7 +1055,7 @@ class _Sim:
                     )
             if bi in self.dormant or bi not in self.stats_to:  # dormant, or not a reader
                 continue
-            self._act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
+            self.act(bi, self.cores[bi].handle(LinkStats(window_ms, links), t_w), t_w)
 
     def _result(self, events: int, end_s: float) -> SimResult:
         delays: dict[str, Sequence[float]] = {
@@ -1329,104 +1093,16 @@ class _Sim:
             counters={b: dict(c.counters()) for b, c in zip(self.brokers, self.cores, strict=True)
                       if isinstance(c, HasCounters)},
             matching_s=self.matching_s,
-            busy_s=({b: round(s, 9) for b, s in zip(self.brokers, self.busy_s, strict=True)}
+            busy_s=({b: round(s, 9) for b, s in zip(self.brokers, self.buffers.busy_s, strict=True)}
                     if self.processing is not None else {}),
             span_s=max(0.0, self.last_delivery_s - self.first_pub_s)
             if self.last_delivery_s > self.first_pub_s else 0.0,
-            links_opened=self.links_opened,
-            dials_failed=self.dials_failed,
+            links_opened=self.conns.links_opened,
+            dials_failed=self.conns.dials_failed,
             final=final,
         )
 
-    # ---- membership and links on demand (module docstring) --------------------------------
-
-    def _membership(self, ops: Sequence[ClientOp]) -> tuple[set[int], array[int]]:
-        """Check the workload's membership ops and return the brokers dormant at the
-        start (those with a JOIN op), and the work done once each operation in run order
-        has run, for the progress share; CRASH ops become kills (the earliest counts).
-
-        The work: each operation weighted by the members (brokers joined and not left)
-        there are when it runs, since an event reaches a share of them. On a fixed
-        overlay that is the share of operations. In a 10,000-peer Meghdoot run the
-        events after the last join cost thousands of times the subscriptions the first
-        peer stores before the first; counted alike, a run's line said "91 % done, about
-        20 min left" after 5 minutes of 69."""
-        bidx = self.bidx
-        for op in ops:
-            if op.msg.type is MsgType.CRASH:
-                bi = bidx[op.broker]
-                self.kill_at[bi] = min(self.kill_at.get(bi, math.inf), float(op.t_s))
-        dormant = {bidx[op.broker] for op in ops if op.msg.type is MsgType.JOIN}
-        away = set(dormant)
-        done = 0  # the members summed over the operations so far
-        cumulative = array("q")
-        for i in sorted(range(len(ops)), key=lambda i: (ops[i].t_s, i)):  # run order
-            done += max(1, len(bidx) - len(away))
-            cumulative.append(done)
-            op = ops[i]
-            bi, mtype = bidx[op.broker], op.msg.type
-            dies = self.kill_at.get(bi, math.inf)
-            if mtype is MsgType.JOIN:
-                if op.t_s >= dies:
-                    raise ValueError(f"op at {op.t_s} s: JOIN by client {op.client} on "
-                                     f"{op.broker}, killed at {dies} s (a killed broker does "
-                                     "not come back)")
-                away.discard(bi)
-            elif mtype is MsgType.CRASH or op.t_s > dies:
-                continue  # the ops of a dead broker are not carried out
-            elif bi in away:
-                raise ValueError(f"op at {op.t_s} s: {mtype.name} by client {op.client} on "
-                                 f"{op.broker}, which is dormant (not joined): clients attach "
-                                 "only to nodes that have joined")
-            elif mtype is MsgType.LEAVE:
-                away.add(bi)
-        return dormant, cumulative
-
-    def _member_op(self, op: ClientOp, t: float) -> None:
-        """A JOIN, LEAVE or CRASH op (CRASH is carried out as a kill, see _membership)."""
-        mtype = op.msg.type
-        if mtype is MsgType.CRASH:
-            return
-        bi = self.bidx[op.broker]
-        log = self.log
-        if log is not None:
-            fields = message_fields(op.msg)
-            log(op.client, Ev.SEND, t, link=op.broker, **fields)
-            log(op.broker, Ev.RECV, t, link=op.client, **fields)
-        if mtype is MsgType.JOIN and bi in self.dormant:
-            self.dormant.discard(bi)
-            if log is not None:
-                log(op.broker, Ev.RECORD, t, kind="membership", state="joined")
-        self._act(bi, self.cores[bi].handle(FromClient(op.client, op.msg), t), t)
-        if mtype is MsgType.LEAVE:
-            self.dormant.add(bi)
-            for nb, lid in sorted(self.out_links[bi].items()):
-                if lid >= self.n_fixed:
-                    self._disconnect(bi, nb, t)
-            if log is not None:
-                log(op.broker, Ev.RECORD, t, kind="membership", state="left")
-
-    def _latency_s(self, a: str, b: str) -> float:
-        lat = self.on_demand.latency_ms  # type: ignore[union-attr]
-        if not callable(lat):
-            return lat / 1000.0  # checked by LinkModel
-        ms = lat(a, b)
-        if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0:
-            raise ValueError(f"latency of {a} -> {b}: want ms >= 0 (inf: no route), got {ms!r}")
-        return ms / 1000.0
-
-    def _s_per_byte(self, a: str, b: str) -> float:
-        rate = self.on_demand.link_mbps  # type: ignore[union-attr]
-        if rate is None:
-            return 0.0
-        if not callable(rate):
-            return 8.0 / (rate * 1e6)  # checked by LinkModel
-        mbps = rate(a, b)
-        if mbps is None:
-            return 0.0
-        return 8.0 / (_link_number("link_mbps", mbps, 1e-9, math.inf) * 1e6)
-
-    def _new_pair(self, a: int, b: int, d_ab: float, d_ba: float, s_ab: float,
+    def new_pair(self, a: int, b: int, d_ab: float, d_ba: float, s_ab: float,
                   s_ba: float) -> int:
         """Append links a -> b and b -> a (ids ab and ab + 1) to every per-link list (in
         place: the event loop holds some of them); ab."""
@@ -1445,158 +1121,6 @@ class _Sim:
         self.link_rev.extend((ab + 1, ab))
         return ab
 
-    def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
+    def push(self, t: float, kind: int, a: Any, b: Any) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, a, b))
-
-    def _send_on_demand(self, bi: int, name: str, msg: Message, now: float) -> None:
-        """A Send to ``name`` on no link that is up: it waits for the side coming up, joins
-        a dial that is failing, or dials (module docstring, "Links on demand")."""
-        lid = self.out_links[bi].get(name)
-        if lid is not None:  # a side not up yet (our dial, or the peer's)
-            self.waiting[lid].append(msg)
-            return
-        failing = self.refusing.get((bi, name))
-        if failing is not None:
-            failing[1].append(msg)
-            return
-        me = self.brokers[bi]
-        ti = self.bidx.get(name)
-        if ti is None or ti == bi:  # a core bug, as in the emulated broker
-            raise ValueError(f"core at {me} sent {msg.type.name} to {name!r}: "
-                             f"{'itself' if ti == bi else 'no such broker'}")
-        lat = self.on_demand.latency_ms  # type: ignore[union-attr]
-        if callable(lat):
-            d_ab, d_ba = self._latency_s(me, name), self._latency_s(name, me)
-        else:
-            d_ab = d_ba = lat / 1000.0  # checked by LinkModel
-        if math.isinf(d_ab) or math.isinf(d_ba):
-            self._refuse(bi, name, msg, now, "no route")
-        elif ti in self.dead:
-            self._refuse(bi, name, msg, now + d_ab + d_ba, "refused")
-        elif ti in self.dormant:
-            self._refuse(bi, name, msg, now + d_ab + d_ba, "dormant")
-        else:
-            rate = self.on_demand.link_mbps  # type: ignore[union-attr]
-            if rate is None:
-                s_ab = s_ba = 0.0
-            else:
-                s_ab, s_ba = self._s_per_byte(me, name), self._s_per_byte(name, me)
-            ab = self._new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
-            ba = ab + 1
-            self.out_links[bi][name] = ab
-            self.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
-            self.waiting[ab] = [msg]
-            self.waiting[ba] = []
-            self.seq += 1  # SYN, SYN-ACK: one round trip
-            heapq.heappush(self.heap, (now + d_ab + d_ba, self.seq, _UP, ab, True))
-
-    def _refuse(self, bi: int, name: str, msg: Message, at: float, reason: str) -> None:
-        self.refusing[(bi, name)] = (reason, [msg])
-        self._push(at, _REFUSE, bi, name)
-
-    def _disconnect(self, bi: int, name: str, now: float) -> None:
-        """Broker ``bi`` closes its link to ``name``: what is queued still goes, then the
-        peer's side closes one link delay after the last frame left."""
-        lid = self.out_links[bi].get(name)
-        if name not in self.bidx or (lid is not None and lid < self.n_fixed):
-            raise ValueError(f"core at {self.brokers[bi]} disconnected {name!r}: "
-                             f"{'a fixed link' if lid is not None else 'no such broker'}")
-        if lid is None:
-            return  # no link open: nothing to close
-        del self.out_links[bi][name]  # a later Send dials again
-        if lid in self.waiting:
-            self.close_when_up.add(lid)
-            return
-        self._close_own(lid, now)
-
-    def _close_own(self, lid: int, now: float) -> None:
-        self.closed.add(lid)
-        if self.log is not None:
-            self.log(self.link_src_name[lid], Ev.LINK, now, link=self.link_dst_name[lid],
-                     role="broker", state="down", reason="disconnect")
-        last_bit = max(now, self.busy_until[lid])
-        self._push(last_bit + self.delay_s[lid], _CLOSE, self.link_rev[lid], "closed by peer")
-
-    def _link_event(self, kind: int, a: Any, b: Any, t: float) -> bool:
-        """Carry out an _UP, _CLOSE or _REFUSE entry; whether a core handled an event."""
-        if kind == _UP:
-            return self._up(a, b, t)
-        if kind == _CLOSE:
-            return self._close_side(a, b, t)
-        reason, msgs = self.refusing.pop((a, b))
-        return self._dial_failed(a, b, msgs, reason, t)
-
-    def _dial_failed(self, bi: int, peer: str, msgs: list[Message], reason: str,
-                     t: float) -> bool:
-        if bi in self.dead:
-            return False
-        self.dials_failed += 1
-        if self.log is not None:
-            broker = self.brokers[bi]
-            self.log(broker, Ev.LINK, t, link=peer, role="broker", state="dial_failed",
-                     reason=reason)
-            for msg in msgs:
-                self.log(broker, Ev.DROP, t, link=peer, reason="dial_failed",
-                         **message_fields(msg))
-        if bi in self.dormant:  # a dormant core hears of no link
-            return False
-        self._act(bi, self.cores[bi].handle(LinkDown(peer), t), t)
-        return True
-
-    def _up(self, lid: int, dialler: bool, t: float) -> bool:
-        """Side ``lid`` of a connection comes up: the dialler's one round trip after its
-        first Send, the acceptor's when the dialler's handshake (its ACK and HELLO frame)
-        arrives one link delay later."""
-        msgs = self.waiting.pop(lid, None)
-        src = self.link_src[lid]
-        if msgs is None or src in self.dead:
-            return False  # closed before it came up
-        peer = self.link_dst_name[lid]
-        self.links_opened += 1
-        if self.log is not None:
-            self.log(self.brokers[src], Ev.LINK, t, link=peer, role="broker", state="up",
-                     peer=peer, reason="dialled" if dialler else "accepted")
-        if dialler:  # before our first frame, whose arrival can tie with it
-            self.seq += 1
-            heapq.heappush(self.heap, (t + self.delay_s[lid], self.seq, _UP,
-                                       self.link_rev[lid], False))
-        for msg in msgs:
-            self._enqueue(src, lid, msg, t)
-        if lid in self.close_when_up or src in self.dormant:
-            # The core closed it already (it never sees it up), or it is dormant and
-            # keeps no connection: what it sent goes, then it closes.
-            self.close_when_up.discard(lid)
-            if self.out_links[src].get(peer) == lid:
-                del self.out_links[src][peer]
-            self._close_own(lid, t)
-            return False
-        actions = self.cores[src].handle(LinkUp(peer), t)
-        if actions:
-            self._act(src, actions, t)
-        return True
-
-    def _close_side(self, lid: int, reason: str, t: float) -> bool:
-        """The peer closed (or died): side ``lid`` closes and what it still has queued is
-        flushed (frames already sent still arrive). A side that never came up fails as a
-        dial would, if its core sent on it."""
-        if lid in self.closed:
-            return False
-        self.closed.add(lid)
-        src, peer = self.link_src[lid], self.link_dst_name[lid]
-        if self.out_links[src].get(peer) == lid:
-            del self.out_links[src][peer]
-        self.close_when_up.discard(lid)
-        msgs = self.waiting.pop(lid, None)
-        if msgs is not None:
-            return bool(msgs) and self._dial_failed(src, peer, msgs, reason, t)
-        self.cut.add(lid)
-        if src in self.dead:
-            return False
-        if self.log is not None:
-            self.log(self.brokers[src], Ev.LINK, t, link=peer, role="broker", state="down",
-                     reason=reason)
-        if src in self.dormant:
-            return False
-        self._act(src, self.cores[src].handle(LinkDown(peer), t), t)
-        return True
