@@ -177,7 +177,8 @@ class Pump:
         graph = nx.Graph()
         graph.add_nodes_from(names)
         derived = overlay_params(graph)
-        self.nodes = {n: CoddCore(n, (), {**resolved, **derived[n]}) for n in names}
+        self.nodes = {n: CoddCore(n, (), {**resolved, **VARIANTS["codd"][0], **derived[n]})
+                      for n in names}
         self.root = self.nodes[min(names)]
         self.trace: list[tuple[str, str, str]] = []
         self.delivered: list[tuple[str, int]] = []

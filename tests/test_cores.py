@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -12,7 +13,16 @@ import pytest
 
 from nodes.cores import CORES, make_core, overlay_params, spanning_tree_neighbours
 from nodes.cores.flood import FloodCore
-from nodes.cores.interface import Arrived, Deliver, FromClient, LinkStats, LinkWindow, Record, Send
+from nodes.cores.interface import (
+    Arrived,
+    Deliver,
+    FromClient,
+    LinkStats,
+    LinkWindow,
+    Record,
+    RoutingCore,
+    Send,
+)
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
 from nodes.workloads.stock import stock_workload
@@ -92,6 +102,42 @@ def test_make_core_names_the_allowed_cores() -> None:
     with pytest.raises(ValueError, match="allowed"):
         overlay_params("nope", nx.Graph())
     assert "flood" in CORES
+
+
+def test_make_core_checks_the_declared_params() -> None:
+    """The broker process and the simulator both build cores here: a misspelt param is
+    refused by name, a bad value by its rule."""
+    derived = {"cluster": 0, "primary": ["b1"], "secondary": {}}  # one SCOT cluster
+    with pytest.raises(ValueError, match=r"no param\(s\) thetta; allowed: theta, ce_min"):
+        make_core("idr", "b0", ("b1",), {**derived, "thetta": 99})
+    with pytest.raises(ValueError, match=r"routing.params.idr.theta: bad value 'x'"):
+        make_core("idr", "b0", ("b1",), {**derived, "theta": "x"})
+    assert make_core("idr", "b0", ("b1",), {**derived, "theta": 99}).lst.theta == 99
+
+
+@pytest.mark.parametrize("name", sorted(CORES))
+def test_make_core_completes_the_declared_defaults(name: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A core built with no params receives every declared param at its default, and the
+    derived ones as given."""
+    got: dict[str, object] = {}
+
+    def record(broker: str, neighbours: object, params: dict[str, object]) -> RoutingCore:
+        got.update(params)
+        return FloodCore(broker, (), {})
+
+    info = CORES[name]
+    monkeypatch.setitem(CORES, name, dataclasses.replace(info, factory=record))
+    derived = dict.fromkeys(info.derived_keys, "derived")
+    make_core(name, "b0", (), derived)
+    assert got == {**{p.name: p.default for p in info.params}, **derived}
+
+
+@pytest.mark.parametrize("name", ["codd", "flood", "meghdoot", "siena"])
+def test_derived_keys_name_what_the_overlay_gives(name: str) -> None:
+    g = nx.path_graph(["b0", "b1", "b2"])
+    for params in overlay_params(name, g).values():
+        assert set(params) <= set(CORES[name].derived_keys)
 
 
 def _is_spanning_tree(g: nx.Graph, tree: dict[str, tuple[str, ...]]) -> bool:

@@ -22,7 +22,8 @@ from scot_cases import pairs, random_scot, small_workload
 from experiments.plan import compile_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
-from nodes.cores import make_core, overlay_params
+from nodes.cores import make_core, overlay_params, resolve_params
+from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.idr import IdrCore
 from nodes.cores.interface import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.messages import Message, MsgType
@@ -51,7 +52,7 @@ class ForcedIdr(IdrCore):
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any],
                  forced: Mapping[str, LinkWindow], copies: list[Copy],
                  decisions: list[Decision] | None = None) -> None:
-        super().__init__(broker, neighbours, params)
+        super().__init__(broker, neighbours, {**resolve_params("idr", LST_PARAMS, {}), **params})
         self.lst.update(forced)
         self._copies = copies
         self._decisions = decisions if decisions is not None else []

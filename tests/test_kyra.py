@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kyra_cases import POINTS, cases, euclidean_latency, run
 from scot_cases import pairs
 
-from nodes.cores import CORES, resolve_params
+from nodes.cores import CORES, make_core, resolve_params
 from nodes.cores.interface import FromClient, Record
 from nodes.cores.kyra import KyraCore, derive_layout
 from nodes.cores.zones import balanced_cuts, zone_filter, zone_index
@@ -131,8 +131,9 @@ def test_all_three_deliver_the_oracle_set_exactly_once(case: tuple) -> None:
 
 
 def test_a_publication_without_the_zone_attribute_is_reported() -> None:
-    core = KyraCore("a", ["b"], {"clique": ["a", "b"], "clique_cuts": [5], "global_cuts": [],
-                                 "routing_trees": {"0": []}, "zone_attr": "x"})
+    core = make_core("kyra", "a", ["b"], {"clique": ["a", "b"], "clique_cuts": [5],
+                                          "global_cuts": [], "routing_trees": {"0": []},
+                                          "zone_attr": "x"})
     out = core.handle(FromClient("p", Message(MsgType.PUBLISH, 1, "p", 0,
                                               {"attrs": {"y": 1}})), 0.0)
     assert [a.kind for a in out if isinstance(a, Record)] == ["unhandled"]

@@ -20,7 +20,8 @@ import pytest
 from experiments.plan import bulk_plan, compile_plan, workload_params
 from experiments.runs.bulk.simulated import depth_sweep, run_bulk_simulation, simulate_round
 from experiments.spec import SpecError, load_spec, parse_spec
-from nodes.cores.dissemination import ranges
+from nodes.cores import make_core, resolve_params
+from nodes.cores.dissemination import agent_params, ranges
 from nodes.cores.interface import (
     Action,
     Arrived,
@@ -179,7 +180,9 @@ def _have(origin: str, have: list[list[int]]) -> Message:
 
 def _publisher(core_cls: type, subscribers: dict[str, str], **params: object):
     """The publisher's agent (pc1) with its subscribers joined and their HAVEs in."""
-    core = core_cls("pc1", sorted(subscribers), {"ip": SOURCE, **params})
+    declared = agent_params(core_cls.default_window_slices)
+    core = core_cls("pc1", sorted(subscribers),
+                    {"ip": SOURCE, **resolve_params(core_cls.__name__, declared, params)})
     core.handle(FromClient("pub", _msg(MsgType.ADVERTISE, "pub", TOPIC)), 0.0)
     for name, ip in subscribers.items():
         core.handle(Arrived(name, _join(name, ip, subs=["t"])), 0.0)
@@ -188,7 +191,7 @@ def _publisher(core_cls: type, subscribers: dict[str, str], **params: object):
 
 
 def test_agent_announces_itself_and_detects_silence() -> None:
-    core = LbddCore("pc2", ["pc1", "pc3"], {"ip": PAPER_IPS[1]})
+    core = make_core("lbdd", "pc2", ["pc1", "pc3"], {"ip": PAPER_IPS[1]})
     out = core.handle(FromClient("sub", _msg(MsgType.SUBSCRIBE, "sub", TOPIC)), 0.0)
     joins = [a for a in out if isinstance(a, Send)]
     assert [a.link for a in joins] == ["pc1", "pc3"]
@@ -240,7 +243,7 @@ def test_parent_resumes_a_child_from_what_it_holds() -> None:
 
 def test_a_relay_acknowledges_upstream_only_once_it_forwarded() -> None:
     # 10.3.17.98 (bucket 30) relays from the publisher to 10.3.17.184 (bucket 31).
-    core = LbddCore("pc5", ["pc1", "pc8"], {"ip": "10.3.17.98", "window_slices": 1})
+    core = make_core("lbdd", "pc5", ["pc1", "pc8"], {"ip": "10.3.17.98", "window_slices": 1})
     core.handle(FromClient("sub", _msg(MsgType.SUBSCRIBE, "sub", TOPIC)), 0.0)
     core.handle(Arrived("pc1", _join("pc1", SOURCE, pubs=["t"])), 0.0)
     core.handle(Arrived("pc8", _join("pc8", "10.3.17.184", subs=["t"])), 0.0)

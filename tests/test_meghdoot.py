@@ -17,14 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodes.cores import can
+from nodes.cores import can, make_core, resolve_params
 from nodes.cores.interface import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
-from nodes.cores.meghdoot import MeghdootCore, Runs
+from nodes.cores.meghdoot import PARAMS, MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
-from nodes.sim.engine import SimResult, simulate
-from nodes.sim.links import LinkModel
+from nodes.sim.engine import LinkModel, SimResult, simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -44,7 +43,9 @@ class CheckedPeer(MeghdootCore):
 
     def __init__(self, everyone: list[CheckedPeer], broker: str, params: Mapping[str, Any]
                  ) -> None:
-        super().__init__(broker, (), params)
+        declared = {k: v for k, v in params.items() if k != "seed_peer"}
+        super().__init__(broker, (), {**resolve_params("meghdoot", PARAMS, declared),
+                                      "seed_peer": params["seed_peer"]})
         self.everyone = everyone
         everyone.append(self)
 
@@ -116,7 +117,7 @@ def run(w: Workload, params: Mapping[str, Any], peers: list | None = None, *,
     def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
         if checked:
             return CheckedPeer(everyone, broker, {"seed_peer": seed, **params})
-        everyone.append(MeghdootCore(broker, (), {"seed_peer": seed, **params}))
+        everyone.append(make_core("meghdoot", broker, (), {"seed_peer": seed, **params}))
         return everyone[-1]
 
     result = simulate(_graph(w), w, factory, seed=1, on_demand=links, log_messages=False,
@@ -324,7 +325,7 @@ def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
                     **params: Any) -> MeghdootCore:
     """A peer that received ``spread`` propagation messages, stores ``subs``
     subscriptions and last heard its neighbours' (propagation messages, subscriptions)."""
-    core = MeghdootCore("p0", (), {"seed_peer": "p0", **params})
+    core = make_core("meghdoot", "p0", (), {"seed_peer": "p0", **params})
     core.spread.now = spread
     core.subs = {("c", i): None for i in range(subs)}  # only their number counts
     core._set_nbrs({p: can.whole(core.space.dims) for p in nbrs})
@@ -392,7 +393,7 @@ def test_the_neighbours_hearing_one_load_report_keep_one_record_of_it() -> None:
     record of it (10,000 peers hold millions), and a later report is read anew."""
     readers = []
     for name in ("p1", "p2", "p3"):
-        core = MeghdootCore(name, (), {"seed_peer": name})
+        core = make_core("meghdoot", name, (), {"seed_peer": name})
         core._set_nbrs({"p0": can.whole(core.space.dims)})
         readers.append(core)
     whole = can.zone_to_json(can.whole(readers[0].space.dims))
@@ -415,7 +416,7 @@ def _two_zones(**params: Any) -> tuple[list[MeghdootCore], list[MeghdootCore]]:
     zones = {"p1": lower, "p2": lower, "p3": lower, "q1": upper, "q2": upper}
     cores = {}
     for name, zone in zones.items():
-        core = MeghdootCore(name, (), {"seed_peer": "p1", **params})
+        core = make_core("meghdoot", name, (), {"seed_peer": "p1", **params})
         core.zone = zone
         core.group = {q for q, z in zones.items() if z == zone}
         core._set_nbrs({q: z for q, z in zones.items() if z != zone})
@@ -467,7 +468,7 @@ def _peers_with_tables(tables: Mapping[str, tuple[can.Zone, Mapping[str, can.Zon
     """Peers holding the given zones and neighbour tables (peers of one zone: a group)."""
     cores = {}
     for name, (zone, nbrs) in tables.items():
-        core = MeghdootCore(name, (), {"seed_peer": "a1", **params})
+        core = make_core("meghdoot", name, (), {"seed_peer": "a1", **params})
         core.zone = zone
         core.group = {q for q, (z, _) in tables.items() if z == zone}
         core._set_nbrs(nbrs)
@@ -569,7 +570,7 @@ def test_two_neighbours_splitting_at_once_tell_each_others_newcomer(mates: bool,
     cores = _peers_with_tables({"a": (left, dict(group)),
                                 **{g: (right, {"a": left}) for g in group}}, params)
     for name in ("n1", "n2"):
-        cores[name] = MeghdootCore(name, (), {"seed_peer": "a1", **params})
+        cores[name] = make_core("meghdoot", name, (), {"seed_peer": "a1", **params})
     queue = [*_sends_of("a", cores["a"]._split("n1", (1, 0.5), 0, 1.0)),
              *_sends_of("c", cores["c"]._split("n2", (1, 0.5), 0, 1.0))]
     _deliver_all(cores, queue)
@@ -587,7 +588,7 @@ def test_a_split_reaches_the_neighbours_only_a_co_replica_knew() -> None:
     left, right = can.split(can.whole(can.space_named("stock").dims), 0, 0.5)
     cores = _peers_with_tables({"a": (left, {}), "b": (left, {"y": right}),
                                 "y": (right, {"a": left, "b": left})}, {})
-    cores["n"] = MeghdootCore("n", (), {"seed_peer": "a1"})
+    cores["n"] = make_core("meghdoot", "n", (), {"seed_peer": "a1"})
     _deliver_all(cores, _sends_of("a", cores["a"]._split("n", (1, 0.5), 0, 1.0)))
     check_can(list(cores.values()))
 
@@ -618,7 +619,7 @@ def test_an_event_meeting_both_halves_of_a_split_reaches_the_half_every_view_lea
               "d": (lo_half, {"b": b_zone, "c": c_zone})}
     params = {"space": space.to_json(), "handoff_s": handoff_s}
     cores = _peers_with_tables(tables, params)
-    cores["u"] = MeghdootCore("u", (), {"seed_peer": "a1", **params})
+    cores["u"] = make_core("meghdoot", "u", (), {"seed_peer": "a1", **params})
     sub = Message(MsgType.SUBSCRIBE, 1, "s1", 1, {
         "filter": filter_to_json([Predicate("a0", "range", 0.1, 0.9)]),
         "point": [0.1, 0.9], "peer": "d", "client": "s1"})
@@ -790,7 +791,7 @@ def build_can(n: int, dims_attrs: int, seed: int) -> list[MeghdootCore]:
     cores: list[MeghdootCore] = []
 
     def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
-        c = MeghdootCore(broker, (), {"seed_peer": peer_name(0), "space": space.to_json(),
+        c = make_core("meghdoot", broker, (), {"seed_peer": peer_name(0), "space": space.to_json(),
                                       "join": "can", "load_period_s": 0.0})
         cores.append(c)
         return c
@@ -1036,7 +1037,7 @@ def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:
 def test_a_load_report_naming_the_receiver_leaves_its_own_entry_as_it_was() -> None:
     """The receiver knows its own load best: a neighbour's loadedPeerList naming it
     neither changes its entry nor adds one; the others' loads are taken as floats."""
-    core = MeghdootCore("p0", (), {"seed_peer": "p0"})
+    core = make_core("meghdoot", "p0", (), {"seed_peer": "p0"})
     core.loaded = {"p0": 7, "p1": 1.0}
     core._merge_loaded([["p2", 5], ["p0", 99.0], ["p1", 3]])
     assert core.loaded == {"p0": 7, "p1": 3.0, "p2": 5.0}

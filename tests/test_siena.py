@@ -361,7 +361,7 @@ def test_covering_sends_strictly_fewer_and_releases_held_subscriptions_in_time()
 
 
 def test_held_subscription_goes_out_before_the_unsubscription_of_its_cover() -> None:
-    core = SienaCore("b", ["m"], {"tree_neighbours": ["m"], "covering": True})
+    core = make_core("siena", "b", ["m"], {"tree_neighbours": ["m"], "covering": True})
     sub = Message(MsgType.SUBSCRIBE, 1, "c", 0, {"filter": []})
     narrow = Message(MsgType.SUBSCRIBE, 2, "c", 0, {"filter": [["x", "=", 4]]})
     narrower = Message(MsgType.SUBSCRIBE, 3, "c", 0, {"filter": [["x", "range", 4, 4]]})
@@ -431,7 +431,7 @@ def test_registry_derives_the_tree_and_declares_covering() -> None:
 
 def test_filters_travel_unchanged() -> None:
     """A forwarded subscription carries the client's filter as it came (JSON)."""
-    core = SienaCore("b", ["m", "n"], {"tree_neighbours": ["m", "n"]})
+    core = make_core("siena", "b", ["m", "n"], {"tree_neighbours": ["m", "n"]})
     f = [["x", "range", 1, 2], ["s", "=", "a"]]
     out = core.handle(FromClient("c", Message(MsgType.SUBSCRIBE, 7, "c", 0, {"filter": f})), 0.0)
     assert [a.link for a in out if isinstance(a, Send)] == ["m", "n"]
@@ -440,7 +440,7 @@ def test_filters_travel_unchanged() -> None:
 
 
 def test_never_back_on_the_link_a_publication_came_from() -> None:
-    core = SienaCore("b", ["m", "n"], {"tree_neighbours": ["m", "n"]})
+    core = make_core("siena", "b", ["m", "n"], {"tree_neighbours": ["m", "n"]})
     core.handle(Arrived("m", Message(MsgType.SUBSCRIBE, 1, "c", 1, {"filter": []})), 0.0)
     pub = Message(MsgType.PUBLISH, 1, "p", 0, {"attrs": {"x": 1}})
     assert [a for a in core.handle(Arrived("n", pub), 0.0) if isinstance(a, Send)] == [

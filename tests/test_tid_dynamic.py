@@ -28,7 +28,7 @@ import networkx as nx
 import pytest
 from scot_cases import check_oracle_run, pairs, random_scot, small_workload
 
-from nodes.cores import make_core
+from nodes.cores import make_core, resolve_params
 from nodes.cores.interface import (
     Action,
     Arrived,
@@ -41,7 +41,7 @@ from nodes.cores.interface import (
     RoutingCore,
     Send,
 )
-from nodes.cores.tid import TidDynamicCore
+from nodes.cores.tid import DYNAMIC_PARAMS, TidDynamicCore
 from nodes.messages import Message, MsgType
 from nodes.sim.engine import SimResult, simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload
@@ -69,7 +69,7 @@ class ForcedTid(TidDynamicCore):
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any],
                  overloaded: Iterable[str], copies: list[Copy],
                  reroutes: list[dict[str, Any]]) -> None:
-        super().__init__(broker, neighbours, params)
+        super().__init__(broker, neighbours, resolve_params("tid-dynamic", DYNAMIC_PARAMS, params))
         self.lst.update({nb: OVER for nb in overloaded})
         self._copies = copies
         self._reroutes = reroutes
@@ -198,7 +198,7 @@ def test_square_binds_s_to_two_trees_with_different_last_hops() -> None:
     check_exactly_once(result, w)
     assert copies_of_one(copies) == [("a", "b", P1, (), 0), ("b", "d", P1, (), 0)]
     assert reroutes == []
-    core = TidDynamicCore("a", ["b", "c"], {})
+    core = make_core("tid-dynamic", "a", ["b", "c"], {})
     replay = simulate(square(), w, lambda b, nbs, p: core if b == "a"
                       else make_core("tid-dynamic", b, nbs, p), seed=0, until_s=1.0)
     assert replay.published == 0
@@ -242,7 +242,7 @@ def _core(bindings: Mapping[tuple[str, int], Sequence[tuple[str, Tid]]],
           overloaded: Sequence[str] = (), **params: Any) -> TidDynamicCore:
     """A broker x below u, with p's advertisements 1..3 from u and the subscriptions
     bound as ``bindings``: sub id -> (neighbour it came from, TID)."""
-    core = TidDynamicCore("x", ["u", "n1", "n2", "n3"], params)
+    core = make_core("tid-dynamic", "x", ["u", "n1", "n2", "n3"], params)
     for n in (1, 2, 3):
         core.handle(Arrived("u", Message(MsgType.ADVERTISE, n, "p", 1, {"filter": ADV})), 0.0)
     for (client, n), binds in bindings.items():
@@ -326,14 +326,14 @@ def test_rerouting_again_within_the_budget_never_straight_back() -> None:
 
 
 def test_lst_records_and_params() -> None:
-    core = TidDynamicCore("x", ["n1", "n2"], {"theta": 5, "ce_min": 1.5})
+    core = make_core("tid-dynamic", "x", ["n1", "n2"], {"theta": 5, "ce_min": 1.5})
     assert (core.lst.theta, core.lst.ce_min, core.max_reroutes) == (5, 1.5, 2)
     got = core.handle(LinkStats(50.0, {"n1": OVER, "n2": FREE}), 0.05)
     assert got == [Record("lst", {"overloaded": ["n1"]})]
     assert core.handle(LinkStats(50.0, {"n1": OVER}), 0.1) == []  # unchanged: no record
     assert core.handle(LinkStats(50.0, {"n1": FREE}), 0.15) == [Record("lst", {"overloaded": []})]
     with pytest.raises(ValueError, match="max_reroutes"):
-        TidDynamicCore("x", [], {"max_reroutes": -1})
+        make_core("tid-dynamic", "x", [], {"max_reroutes": -1})
 
 
 # ---- random forced overloads -------------------------------------------------------------

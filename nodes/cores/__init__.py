@@ -10,7 +10,9 @@ run itself (Kyra's cliques, zones and trees, the multicast groups) have ``derive
 pure function of the servers' latencies (ms, all pairs), every filter the workload
 subscribes per broker, its publications (a calibration sample) and the declared params,
 which the run plan calls once the workload is built. Derived and declared params never
-share a key (a spec cannot set a derived one), so merging them is a plain union. The
+share a key (a spec cannot set a derived one), so merging them is a plain union; each
+entry names the keys its derivations give (``derived_keys``), so :func:`make_core` tells
+them from a misspelt declared one. The
 overlay is an ``nx.Graph`` over broker names carrying the topology contract's attributes
 (:mod:`topologies.graph`): nodes ``cluster``, ``region``, ``role``; edges ``type``
 (``aLink`` | ``iLink`` | ``overlay``). Derived params must be JSON-able: the emulated
@@ -57,7 +59,7 @@ from nodes.cores import (
     tid,
 )
 from nodes.cores.congestion import LST_PARAMS
-from nodes.cores.dissemination import agent_ips, agent_params
+from nodes.cores.dissemination import AGENT_DERIVED_KEYS, agent_ips, agent_params
 from nodes.cores.interface import RoutingCore
 from nodes.cores.overlay import spanning_tree_neighbours
 from nodes.cores.params import Param, resolve_params
@@ -85,30 +87,38 @@ class CoreInfo:
     workload: WorkloadKind = "stock"
     derive: OverlayParams | None = None
     derive_run: RunParams | None = None
+    derived_keys: tuple[str, ...] = ()
 
 
 CORES: dict[str, CoreInfo] = {
-    **{name: CoreInfo(codd.variant(name), params, "codd", codd.overlay_params)
+    **{name: CoreInfo(codd.variant(name), params, "codd", codd.overlay_params,
+                     derived_keys=codd.DERIVED_KEYS)
        for name, (_, params) in codd.VARIANTS.items()},
-    "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params),
+    "flood": CoreInfo(flood.FloodCore, derive=flood.overlay_params,
+                      derived_keys=flood.DERIVED_KEYS),
     "gossip": CoreInfo(gossip.GossipCore, gossip.PARAMS),
     "meghdoot": CoreInfo(meghdoot.MeghdootCore, meghdoot.PARAMS, "meghdoot",
-                         meghdoot.overlay_params),
-    "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params),
-    "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params),
-    "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params),
+                         meghdoot.overlay_params, derived_keys=meghdoot.DERIVED_KEYS),
+    "snr": CoreInfo(octopia.OctopiaCore, derive=octopia.overlay_params,
+                    derived_keys=octopia.DERIVED_KEYS),
+    "idr": CoreInfo(idr.IdrCore, LST_PARAMS, derive=octopia.overlay_params,
+                    derived_keys=octopia.DERIVED_KEYS),
+    "siena": CoreInfo(siena.SienaCore, siena.PARAMS, derive=siena.overlay_params,
+                      derived_keys=siena.DERIVED_KEYS),
     "multicast": CoreInfo(multicast.MulticastCore, multicast.PARAMS,
-                          derive_run=multicast.run_params),
-    "kyra": CoreInfo(kyra.KyraCore, kyra.PARAMS, derive_run=kyra.run_params),
+                          derive_run=multicast.run_params,
+                          derived_keys=multicast.DERIVED_KEYS),
+    "kyra": CoreInfo(kyra.KyraCore, kyra.PARAMS, derive_run=kyra.run_params,
+                     derived_keys=kyra.DERIVED_KEYS),
     "tid-static": CoreInfo(tid.TidCore),
     "tid-dynamic": CoreInfo(tid.TidDynamicCore, tid.DYNAMIC_PARAMS),
     "lbdd": CoreInfo(lbdd.LbddCore, agent_params(lbdd.LbddCore.default_window_slices),
-                     "bulk", agent_ips),
+                     "bulk", agent_ips, derived_keys=AGENT_DERIVED_KEYS),
     "p2p": CoreInfo(p2p.P2PCore, agent_params(p2p.P2PCore.default_window_slices),
-                    "bulk", agent_ips),
+                    "bulk", agent_ips, derived_keys=AGENT_DERIVED_KEYS),
     "p2p-parallel": CoreInfo(p2p.P2PParallelCore,
                              agent_params(p2p.P2PParallelCore.default_window_slices),
-                             "bulk", agent_ips),
+                             "bulk", agent_ips, derived_keys=AGENT_DERIVED_KEYS),
 }
 
 __all__ = [
@@ -134,8 +144,17 @@ def core_info(name: str) -> CoreInfo:
 def make_core(
     name: str, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]
 ) -> RoutingCore:
-    """Build core ``name`` for ``broker``; ValueError names the allowed cores."""
-    return core_info(name).factory(broker, neighbours, params)
+    """Build core ``name`` for ``broker`` from ``params``: what the host derived (the
+    entry's ``derived_keys``, passed as given) and the declared params, checked and
+    completed with their defaults (:func:`~nodes.cores.params.resolve_params`), so the
+    core gets every declared key. ValueError names the allowed cores, an unknown key with
+    the keys allowed, or a bad value with its rule.
+    """
+    info = core_info(name)
+    derived = {k: v for k, v in params.items() if k in info.derived_keys}
+    declared = {k: v for k, v in params.items() if k not in info.derived_keys}
+    return info.factory(broker, neighbours,
+                        {**resolve_params(name, info.params, declared), **derived})
 
 
 def overlay_params(name: str, overlay: nx.Graph) -> dict[str, dict[str, Any]]:

@@ -147,11 +147,16 @@ REORGANIZATION_PARAMS = (
 )
 PARAMS = TREE_PARAMS + REORGANIZATION_PARAMS
 # The registry's variants (nodes.cores.CORES): what each fixes, and the params it takes.
+# A variant without reorganization still runs the root's rounds (recorded, unused), at the
+# declared defaults of the params it does not take.
+_CODD_R = {"tree": "codd", "reorganize": True, "forward": "filter"}
+_NO_REORGANIZATION = {**_CODD_R, "reorganize": False,
+                      **{p.name: p.default for p in REORGANIZATION_PARAMS}}
 VARIANTS: dict[str, tuple[dict[str, Any], tuple[Param, ...]]] = {
-    "codd": ({}, PARAMS),  # CoDD-R
-    "codd-nr": ({"reorganize": False}, TREE_PARAMS),  # the paper's ablation
-    "codd-siena": ({"tree": "siena", "reorganize": False}, TREE_PARAMS),
-    "codd-flood": ({"forward": "all", "reorganize": False}, TREE_PARAMS),  # the reference
+    "codd": (_CODD_R, PARAMS),  # CoDD-R
+    "codd-nr": (_NO_REORGANIZATION, TREE_PARAMS),  # the paper's ablation
+    "codd-siena": ({**_NO_REORGANIZATION, "tree": "siena"}, TREE_PARAMS),
+    "codd-flood": ({**_NO_REORGANIZATION, "forward": "all"}, TREE_PARAMS),  # the reference
 }
 
 
@@ -163,6 +168,10 @@ def variant(name: str) -> Callable[[str, Sequence[str], Mapping[str, Any]], Codd
         return CoddCore(broker, neighbours, {**params, **fixed})
 
     return make
+
+
+# The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("root", "nodes")
 
 
 def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
@@ -217,8 +226,8 @@ class CoddCore(Repair):
         self.window_docs: int = params["window_docs"]
         self.series_docs: int = params["series_docs"]
         # failures (module docstring)
-        self.heartbeat_s: float = params.get("heartbeat_s", 0.0)
-        self.failure_periods: int = params.get("failure_periods", 3)
+        self.heartbeat_s: float = params["heartbeat_s"]
+        self.failure_periods: int = params["failure_periods"]
         self._detect_s = (self.failure_periods + 1) * self.heartbeat_s
         self._ticking = False
         self._now_s = 0.0  # the time of the event being handled
@@ -229,14 +238,14 @@ class CoddCore(Repair):
         self._lost: set[str] = set()  # children reported silent to the root
         self._orphaned_from: str | None = None  # the parent found dead
         self._served_upto: int | None = None  # cut off: the root served us up to here
-        self.tree: str = params.get("tree", "codd")
-        self.reorganize = bool(params.get("reorganize", True)) and self.tree == "codd"
-        self.forward_all = params.get("forward", "filter") == "all"
+        self.tree: str = params["tree"]
+        self.reorganize = bool(params["reorganize"]) and self.tree == "codd"
+        self.forward_all = params["forward"] == "all"
         # Without reorganization these only set the root's rounds (recorded, unused).
-        self.timeout_docs: int = params.get("timeout_docs", 200)
-        self.threshold = params.get("threshold_pct", 10.0) / 100
-        self.cutoff: int = params.get("cutoff", 0)
-        self.delta = params.get("delta_pct", 0.0) / 100
+        self.timeout_docs: int = params["timeout_docs"]
+        self.threshold = params["threshold_pct"] / 100
+        self.cutoff: int = params["cutoff"]
+        self.delta = params["delta_pct"] / 100
         self._seq = 0  # msg_id of this node's TREE messages
         # membership and query
         self.client: str | None = None

@@ -74,9 +74,9 @@ class LinkStatusTable:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LinkStatusTable:
-        """The table a core's params ``theta`` and ``ce_min`` ask for (defaults above)."""
-        return cls(theta=int(params.get("theta", DEFAULT_THETA)),
-                   ce_min=float(params.get("ce_min", DEFAULT_CE_MIN)))
+        """The table a core's params ``theta`` and ``ce_min`` ask for (resolved: both present)."""
+        return cls(theta=int(params["theta"]),
+                   ce_min=float(params["ce_min"]))
 
     def observe(self, links: Mapping[str, LinkWindow]) -> list[Record]:
         """:meth:`update` with the window just ended; an ``lst`` record listing the

@@ -128,8 +128,8 @@ def _from_ranges(spans: Iterable[Sequence[int]]) -> set[int]:
     return {i for lo, hi in spans for i in range(int(lo), int(hi))}
 
 
-def _number(params: Mapping[str, Any], key: str, default: float, lo: float) -> float:
-    value = params.get(key, default)
+def _number(params: Mapping[str, Any], key: str, lo: float) -> float:
+    value = params[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or value < lo:
         raise ValueError(f"param {key}={value!r}: need a number >= {lo}")
     return float(value)
@@ -169,12 +169,11 @@ class DisseminationAgent:
             raise ValueError(f"{type(self).__name__} at {broker}: params need 'ip' "
                              "(the agent's address; see nodes.cores.overlay_params)")
         self.ip = ip
-        self.heartbeat_s = _number(params, "heartbeat_s", 0.5, 1e-3)
-        timeout_s = params.get("timeout_s")
-        self.timeout_s = (4 * self.heartbeat_s if timeout_s is None
-                          else _number(params, "timeout_s", timeout_s, self.heartbeat_s))
-        self.window_slices = int(_number(params, "window_slices", self.default_window_slices, 1))
-        self.path_update_s = _number(params, "path_update_s", 0.0, 0.0)
+        self.heartbeat_s = _number(params, "heartbeat_s", 1e-3)
+        self.timeout_s = (4 * self.heartbeat_s if params["timeout_s"] is None
+                          else _number(params, "timeout_s", self.heartbeat_s))
+        self.window_slices = int(_number(params, "window_slices", 1))
+        self.path_update_s = _number(params, "path_update_s", 0.0)
         self._pubs: set[str] = set()
         self._subs: dict[str, set[str]] = {}  # topic -> local subscriber clients
         self._members: dict[str, _Member] = {}
@@ -425,6 +424,10 @@ class DisseminationAgent:
             if not ready:
                 return
             self._send(tr, min(ready, key=lambda c: (tr.pending[c][0], c)), out)
+
+
+# The keys :func:`agent_ips` gives each broker (the registry's ``derived_keys``).
+AGENT_DERIVED_KEYS = ("ip",)
 
 
 def agent_ips(overlay: nx.Graph) -> dict[str, dict[str, Any]]:

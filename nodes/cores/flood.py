@@ -97,6 +97,10 @@ class FloodCore:
         return [unhandled(msg)]
 
 
+# The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("tree_neighbours",)
+
+
 def overlay_params(overlay: nx.Graph) -> dict[str, dict[str, Any]]:
     """Per-broker params the host derives from the overlay: each broker's tree neighbours
     (only the edges matter; node and edge attributes are not read)."""

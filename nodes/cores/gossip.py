@@ -65,8 +65,8 @@ class GossipCore:
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
-        self.heartbeat_s = float(params.get("heartbeat_s", 0.0))
-        self.timeout_s = float(params.get("timeout_s", 2.0))
+        self.heartbeat_s = float(params["heartbeat_s"])
+        self.timeout_s = float(params["timeout_s"])
         # The runtime keeps a node that will JOIN dormant (no events) until its JOIN, so a
         # core starts as a member that knows only itself: a seed, or a node about to join.
         self.joined = True

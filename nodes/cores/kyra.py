@@ -193,7 +193,7 @@ class KyraCore:
         self._zones = [zone_filter(self.attr, self.clique_cuts, i)
                        for i in range(len(self.clique))]
         self.zone = self._zones[self.clique.index(broker)]
-        covering = bool(params.get("covering", False))
+        covering = bool(params["covering"])
         self.trees = {int(t): SienaCore(broker, nbs, {"tree_neighbours": nbs,
                                                       "covering": covering})
                       for t, nbs in sorted(params["routing_trees"].items(),
@@ -400,6 +400,10 @@ class KyraCore:
                                                     pub.hops + 1,
                                                     {**publication, "clients": sorted(clients)})))
         return out
+
+
+# The keys :func:`run_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("clique", "clique_cuts", "global_cuts", "routing_trees")
 
 
 def run_params(latency_ms: Mapping[str, Mapping[str, float]],

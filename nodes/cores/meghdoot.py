@@ -235,6 +235,10 @@ PARAMS = (
 _LOAD_TIMER = "load"
 
 
+# The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("seed_peer",)
+
+
 def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
     """Every peer learns the seed peer: the first broker by name."""
     seed = min(graph.nodes)
@@ -374,32 +378,32 @@ class MeghdootCore(Repair):
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
-        self.space = can.space_named(str(params.get("space", "stock")))
-        self.join_mode = params.get("join", "meghdoot")
-        self.dup_rule = params.get("dup_rule", "paper")
-        self.replicate_rule = params.get("replicate_rule", "standout")
-        self.kappa = float(params.get("kappa", 2.0))
-        self.load_period_s = float(params.get("load_period_s", 1.0))
-        self.load_reports = params.get("load_reports", "zone")
-        self.k = int(params.get("loaded_list", 10))
-        self.max_climb = int(params.get("max_climb", 16))
-        self.loop_hops = int(params.get("loop_hops", 64))
-        self.max_hops = int(params.get("max_hops", 4096))
-        self.seen_s = float(params.get("seen_s", 60.0))
-        self.notify_s = float(params.get("notify_s", 5.0))
-        self.handoff_s = float(params.get("handoff_s", 1.0))
+        self.space = can.space_named(str(params["space"]))
+        self.join_mode = params["join"]
+        self.dup_rule = params["dup_rule"]
+        self.replicate_rule = params["replicate_rule"]
+        self.kappa = float(params["kappa"])
+        self.load_period_s = float(params["load_period_s"])
+        self.load_reports = params["load_reports"]
+        self.k = int(params["loaded_list"])
+        self.max_climb = int(params["max_climb"])
+        self.loop_hops = int(params["loop_hops"])
+        self.max_hops = int(params["max_hops"])
+        self.seen_s = float(params["seen_s"])
+        self.notify_s = float(params["notify_s"])
+        self.handoff_s = float(params["handoff_s"])
         # (until_s, half, its peers) of this zone's recent splits, oldest first: on the
         # old owner's side the half it gave away, on the newcomer's the half kept.
         self._handoffs: deque[tuple[float, Zone, tuple[str, ...]]] = deque()
-        self.relay_s = float(params.get("relay_s", 1.0))
+        self.relay_s = float(params["relay_s"])
         # (until_s, newcomer) of this zone's recent splits and replications, oldest first.
         self._relays: deque[tuple[float, str]] = deque()
         # Peers dropped from the table because the zone they were last told to hold no
         # longer abuts this one: a report sent before that news, arriving after it,
         # names their older (larger) zone and must not bring them back (_introduce).
         self._moved: dict[str, Zone] = {}
-        self.failure_periods = int(params.get("failure_periods", 3))
-        self.mirroring = bool(params.get("mirrors", False))
+        self.failure_periods = int(params["failure_periods"])
+        self.mirroring = bool(params["mirrors"])
         # Peer -> this peer's load period in which it was last heard from (a count of its
         # ticks): silence is counted in the detector's own periods, so a detector that
         # was itself stalled (an overloaded machine) does not, on waking, find everyone
@@ -413,7 +417,7 @@ class MeghdootCore(Repair):
         self._bootstrap: str | None = None  # the peer a JOIN asked, while joining
         self._waiting: list[tuple[str, Message]] = []  # client ops before the grant
         self._early: list[tuple[str, Message]] = []  # peers' messages before the grant
-        self.bucket_s = float(params.get("bucket_s", 0.1))
+        self.bucket_s = float(params["bucket_s"])
         seed = params.get("seed_peer", broker)
         self.zone: Zone | None = can.whole(self.space.dims) if broker == seed else None
         self.group: set[str] = {broker}  # the peers holding this zone, this one included

@@ -315,6 +315,10 @@ class MulticastCore:
         return actions
 
 
+# The keys :func:`run_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("cell_axes", "cell_cuts", "group_of", "trees", "entry")
+
+
 def run_params(latency_ms: Mapping[str, Mapping[str, float]],
                subscriptions: Mapping[str, Sequence[Filter]],
                calibration: Sequence[Mapping[str, Value]],

@@ -361,6 +361,10 @@ class OctopiaCore:
 # ---- overlay-derived params ---------------------------------------------------------
 
 
+# The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("cluster", "primary", "secondary")
+
+
 def overlay_params(overlay: nx.Graph) -> dict[str, dict[str, Any]]:
     """Per broker B(x, c): ``cluster`` c, ``primary`` (aLink neighbours, sorted) and
     ``secondary`` ({iLink neighbour: its cluster}), read from the SCOT overlay's node

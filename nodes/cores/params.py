@@ -40,7 +40,11 @@ class Param:
     maximum: float | None = None
 
     def check(self, value: Any, where: str) -> Any:
-        """``value`` as this param's kind, or ValueError naming ``where`` and the rule."""
+        """``value`` as this param's kind, or ValueError naming ``where`` and the rule;
+        ``None`` stands for a derived default (``default`` ``None``), so resolved params
+        resolve again to themselves."""
+        if value is None and self.default is None:
+            return None
         types = _KINDS[self.kind]
         ok = isinstance(value, types) and not (self.kind != "bool" and isinstance(value, bool))
         if ok and self.kind in ("int", "float"):

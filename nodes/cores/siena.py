@@ -115,7 +115,7 @@ class SienaCore:
         if stray:
             raise ValueError(f"siena core at {broker}: tree neighbours {stray} are not neighbours")
         self.tree_neighbours = tree
-        self.covering = bool(params.get("covering", False))
+        self.covering = bool(params["covering"])
         self._subs: dict[SubId, _Sub] = {}  # insertion order: arrival order
         self._per_source: Counter[str | None] = Counter()
         self._index = SubscriptionIndex()  # every entry, local or not, by sub id
@@ -272,6 +272,10 @@ class SienaCore:
         self._counts["events_matched"] += 1
         self._counts["match_ops"] += tested
         return fan_out(msg, clients, onward, tested)
+
+
+# The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
+DERIVED_KEYS = ("tree_neighbours",)
 
 
 def overlay_params(overlay: nx.Graph) -> dict[str, dict[str, Any]]:

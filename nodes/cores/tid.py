@@ -416,7 +416,7 @@ class TidDynamicCore(TidCore):
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         super().__init__(broker, neighbours, params)
         self.lst = LinkStatusTable.from_params(params)
-        self.max_reroutes = int(params.get("max_reroutes", DEFAULT_MAX_REROUTES))
+        self.max_reroutes = int(params["max_reroutes"])
         if self.max_reroutes < 0:
             raise ValueError(f"max_reroutes must be >= 0, got {self.max_reroutes}")
 
