@@ -49,14 +49,17 @@ runs in seconds)::
                            # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
                            # see nodes.workloads.burst
 
-``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point), with its own
-keys (:data:`BULK_DEFAULTS`, read in :mod:`experiments.runs.bulk`). ``kind: codd`` is
-CoDD's document stream to consumers that join (and leave) while it runs
-(:data:`CODD_DEFAULTS`, :mod:`nodes.workloads.codd`); like ``kind: meghdoot`` it needs
+Each kind's keys, defaults, checks and builder are its entry of
+:data:`nodes.workloads.kinds.WORKLOADS`; the plan asks that entry and never branches on a
+kind's name. ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point),
+compiled here into a :class:`~nodes.workloads.bulk.BulkPlan` (:func:`bulk_plan`, run by
+:mod:`experiments.runs.bulk`): its checks read the spec's other sections, which the
+workloads cannot see. ``kind: codd`` is CoDD's document stream to consumers that join (and
+leave) while it runs (:mod:`nodes.workloads.codd`); like ``kind: meghdoot`` it needs
 ``routing.links: on-demand``. ``kind: kyra-example`` is the Kyra paper's worked example
-(:data:`KYRA_EXAMPLE_DEFAULTS`, :mod:`nodes.workloads.kyra_example`) over brokers ``a`` ..
-``h``; cores that derive their routing from the run (``kyra``, ``multicast``) get it from
-:func:`run_derived` once the workload is built.
+(:mod:`nodes.workloads.kyra_example`) over brokers ``a`` .. ``h``; cores that derive their
+routing from the run (``kyra``, ``multicast``) get it from :func:`run_derived` once the
+workload is built.
 
 Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
 fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
@@ -91,57 +94,15 @@ from nodes.cores import CORES, core_info, resolve_params
 from nodes.emulated.runtime import BROKER_PORT
 from nodes.sim.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
 from nodes.workloads.bulk import GIB, BulkPlan
-from nodes.workloads.burst import add_burst
-from nodes.workloads.codd import codd_workload
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
-from nodes.workloads.kyra_example import FIG1_SUBSCRIPTIONS, kyra_example_workload
-from nodes.workloads.meghdoot import meghdoot_workload
+from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind
 from nodes.workloads.ops import Workload
-from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
 from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
 SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no duration_s)
-REPAIRS = 5  # CoDD with heartbeats: its phase has room for this many more repairs
 
-WORKLOAD_DEFAULTS: dict[str, Any] = {
-    "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
-    "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
-    "selectivity_of": SELECTIVITY_READINGS[0],
-    "phase_gap_s": 1.0, "advertise_spread_s": 0.0, "subscribe_spread_s": None,
-    "publish_spread_share": 1.0, "burst": None, "calibration_seed": None,
-}
-BULK_DEFAULTS: dict[str, Any] = {
-    "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
-    "publisher": None, "subscriber_counts": None, "failure": None, "rate_bin_s": 1.0,
-    "sweep_nodes": None, "trials": 20, "stream_mbps": None,
-}
-# Meghdoot's stream (nodes.workloads.meghdoot): the paper's 14,029 subscriptions, its
-# 115,000 events scaled by 0.1, its 10 % join probability scaled to the stream's length
-# (the paper's events are ours over the spec's scale), 100 symbols over 1,154 days.
-MEGHDOOT_DEFAULTS: dict[str, Any] = {
-    "kind": "meghdoot", "n_subscriptions": 14029, "n_events": 11500, "events": "uniform",
-    "join_probability": "paper", "order": "interleaved", "step_s": 0.1, "n_symbols": 100,
-    "n_days": 1154,
-}
-# CoDD's stream (nodes.workloads.codd): the paper's defaults (Fig. 8, §5.1): 10,000
-# documents, selectivity 0.2, k = 20 interest classes, a shuffle of c = 4 every 200.
-CODD_DEFAULTS: dict[str, Any] = {
-    "kind": "codd", "n_documents": 10000, "interest": "classes", "selectivity": 0.2,
-    "k": 20, "c": 4, "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
-    "crash_fraction": 0.0,
-}
-# The Kyra paper's worked example (nodes.workloads.kyra_example): Fig. 1's subscriptions,
-# then these events (0-9) published at this server (a figure letter).
-KYRA_EXAMPLE_DEFAULTS: dict[str, Any] = {"kind": "kyra-example", "publisher": "A",
-                                         "events": [9]}
-WORKLOAD_KINDS = {"stock": WORKLOAD_DEFAULTS, "bulk": BULK_DEFAULTS,
-                  "meghdoot": MEGHDOOT_DEFAULTS, "codd": CODD_DEFAULTS,
-                  "kyra-example": KYRA_EXAMPLE_DEFAULTS}
-BURST_DEFAULTS: dict[str, Any] = {
-    "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
-}
 
 
 @dataclass(frozen=True)
@@ -211,6 +172,17 @@ class RunPlan:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def kind(self) -> WorkloadKind | None:
+        """The workload's kind (:data:`nodes.workloads.kinds.WORKLOADS`); None without one."""
+        return WORKLOADS[self.workload_kind] if self.workload_kind is not None else None
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the workload is bulk data in rounds (:mod:`experiments.runs.bulk`), not
+        client operations through the cores."""
+        return self.kind is not None and self.kind.build is None
+
     def algorithm(self, name: str) -> AlgorithmPlan:
         return next(a for a in self.algorithms if a.name == name)
 
@@ -230,11 +202,12 @@ class RunPlan:
 
     def repair_s(self) -> float:
         """Room after the last operation for CoDD's failure repairs (0 without its
-        heartbeats): :data:`REPAIRS` of them one after another, each given up after at
+        heartbeats): the kind's ``repairs`` of them one after another, each given up after at
         most two detection times, ``(failure_periods + 1) * heartbeat_s``."""
-        if self.workload_kind != "codd":
+        repairs = self.kind.repairs if self.kind is not None else 0
+        if not repairs:
             return 0.0
-        return max((REPAIRS * 2 * (a.params.get("failure_periods", 0) + 1)
+        return max((repairs * 2 * (a.params.get("failure_periods", 0) + 1)
                     * a.params.get("heartbeat_s", 0.0) for a in self.algorithms), default=0.0)
 
     def describe(self) -> dict[str, Any]:
@@ -511,84 +484,25 @@ def _algorithms(spec: Spec, overlay: nx.Graph, kind: str | None) -> tuple[Algori
     return tuple(plans)
 
 
-def burst_settings(raw: Any) -> dict[str, Any] | None:
-    """The validated ``workload.burst`` section with defaults filled in, or None for no
-    burst; a one-line :class:`SpecError` names the first bad field."""
-    where = "workload.burst"
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{where}: bad value {raw!r}; allowed: a mapping or null")
-    unknown = sorted(set(raw) - set(BURST_DEFAULTS))
-    if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; "
-                        f"allowed: {', '.join(sorted(BURST_DEFAULTS))}")
-    s = {**BURST_DEFAULTS, **raw}
-
-    def number(key: str, *, positive: bool, integer: bool) -> None:
-        v = s[key]
-        ok = isinstance(v, int) if integer else isinstance(v, int | float)
-        if (isinstance(v, bool) or not ok or not math.isfinite(v)
-                or not (v > 0 if positive else v >= 0)):
-            kind = "an integer" if integer else "a number"
-            raise SpecError(f"{where}.{key}: bad value {v!r}; allowed: {kind} "
-                            f"{'> 0' if positive else '>= 0'}")
-
-    number("rate_hz", positive=True, integer=False)
-    number("count", positive=True, integer=True)
-    number("start_s", positive=False, integer=False)
-    number("n_subscribers", positive=True, integer=True)
-    if s["broker"] is not None and not isinstance(s["broker"], str):
-        raise SpecError(f"{where}.broker: bad value {s['broker']!r}; allowed: a broker name "
-                        "or null")
-    s["rate_hz"], s["start_s"] = float(s["rate_hz"]), float(s["start_s"])
-    return s
-
-
 def workload_params(spec: Spec) -> dict[str, Any]:
-    """The resolved workload section (defaults filled in), or a SpecError."""
-    kind = spec.workload.get("kind", "stock")
-    if kind not in WORKLOAD_KINDS:
-        raise SpecError(f"workload.kind: bad value {kind!r}; allowed: "
-                        f"{', '.join(WORKLOAD_KINDS)}")
-    defaults = WORKLOAD_KINDS[kind]
-    unknown = sorted(set(spec.workload) - set(defaults))
+    """The resolved workload section (its kind's defaults filled in, its checked fields
+    normalised), or a SpecError."""
+    name = spec.workload.get("kind", "stock")
+    if name not in WORKLOADS:
+        raise SpecError(f"workload.kind: bad value {name!r}; allowed: "
+                        f"{', '.join(WORKLOADS)}")
+    kind = WORKLOADS[name]
+    unknown = sorted(set(spec.workload) - set(kind.defaults))
     if unknown:
         raise SpecError(f"workload: unknown field(s) {', '.join(unknown)}; allowed: "
-                        f"{', '.join(sorted(defaults))}")
-    resolved = {**defaults, **spec.workload}
-    if kind == "stock":
-        resolved["burst"] = burst_settings(resolved["burst"])
-    elif kind == "bulk":
-        resolved["stream_mbps"] = stream_cap_mbps(resolved["stream_mbps"])
+                        f"{', '.join(sorted(kind.defaults))}")
+    resolved = {**kind.defaults, **spec.workload}
+    for key, checked in kind.fields.items():
+        try:
+            resolved[key] = checked(resolved[key])
+        except ValueError as exc:  # names its field
+            raise SpecError(str(exc)) from None
     return resolved
-
-
-def build_meghdoot_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
-    """Meghdoot's stream over the graph's brokers as peers, or a SpecError."""
-    try:
-        return meghdoot_workload(
-            brokers(graph), p["n_subscriptions"], p["n_events"], seed=spec.seed,
-            events=p["events"], join_probability=p["join_probability"],
-            events_scale=spec.scale, order=p["order"],
-            step_s=p["step_s"], n_symbols=p["n_symbols"], n_days=p["n_days"])
-    except (ValueError, TypeError) as exc:
-        raise SpecError(f"workload: {exc}") from None
-
-
-def build_kyra_example_workload(graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
-    """The Kyra paper's example over brokers ``a`` .. ``h`` (Fig. 1's servers), or a
-    SpecError naming the field."""
-    letters = sorted(FIG1_SUBSCRIPTIONS)
-    if sorted(brokers(graph)) != [s.lower() for s in letters]:
-        raise SpecError("topology: a kyra-example workload needs the brokers "
-                        f"{', '.join(s.lower() for s in letters)} (topology kyra-example, or "
-                        "an overlay over them)")
-    try:
-        return kyra_example_workload(p["publisher"], p["events"],
-                                     {s: s.lower() for s in letters})
-    except ValueError as exc:  # "field: bad value ...; allowed: ..."
-        raise SpecError(f"workload.{exc}") from None
 
 
 def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
@@ -634,77 +548,6 @@ def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
     return tuple(out)
 
 
-def build_codd_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
-    """CoDD's stream over the graph's brokers (the first by name is the root), or a
-    SpecError naming the field."""
-    names = brokers(graph)
-    if len(names) < 2:
-        raise SpecError(f"topology: a codd workload needs at least 2 brokers (the root and "
-                        f"a consumer); {spec.topology.name!r} has {len(names)}")
-    try:
-        return codd_workload(
-            names, p["n_documents"], seed=spec.seed, interest=p["interest"],
-            selectivity=p["selectivity"], k=p["k"], c=p["c"], cf=p["cf"],
-            buckets_per_node=p["buckets_per_node"], step_s=p["step_s"],
-            leave_fraction=p["leave_fraction"], crash_fraction=p["crash_fraction"])
-    except ValueError as exc:  # "field: bad value ...; allowed: ..."
-        raise SpecError(f"workload.{exc}") from None
-
-
-def stream_cap_mbps(value: Any) -> float | None:
-    """``workload.stream_mbps`` checked: a per-connection rate cap in Mbit/s (a positive
-    number) or None (no cap); a SpecError otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value < math.inf):
-        raise SpecError(f"workload.stream_mbps: bad value {value!r}; allowed: a positive "
-                        "number of Mbit/s (the per-connection rate cap) or null")
-    return float(value)
-
-
-def build_workload(spec: Spec, graph: nx.Graph, p: Mapping[str, Any]) -> Workload:
-    """The spec's stock workload over the graph's brokers, seeded with the spec's seed."""
-    try:
-        w = stock_workload(
-            brokers(graph), n_publishers=p["n_publishers"], n_subscribers=p["n_subscribers"],
-            pubs_per_publisher=p["pubs_per_publisher"], publish_rate_hz=p["publish_rate_hz"],
-            seed=spec.seed, mode=p["mode"], selectivity=p["selectivity"],
-            selectivity_of=p["selectivity_of"],
-            phase_gap_s=p["phase_gap_s"], advertise_spread_s=p["advertise_spread_s"],
-            subscribe_spread_s=p["subscribe_spread_s"],
-            publish_spread_share=p["publish_spread_share"])
-        seed = p["calibration_seed"]
-        if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise ValueError(f"calibration_seed: bad value {seed!r}; allowed: an "
-                                 "integer or null")
-            sample = stock_workload(
-                brokers(graph), n_publishers=p["n_publishers"], n_subscribers=0,
-                pubs_per_publisher=p["pubs_per_publisher"],
-                publish_rate_hz=p["publish_rate_hz"], seed=seed, mode=p["mode"],
-                selectivity=p["selectivity"], selectivity_of=p["selectivity_of"])
-            w = replace(w, meta={**w.meta, "calibration": publication_attrs(sample)})
-    except (ValueError, TypeError) as exc:
-        raise SpecError(f"workload: {exc}") from None
-    if p["burst"] is None:
-        return w
-    try:
-        return add_burst(w, graph, p["burst"], seed=spec.seed)
-    except ValueError as exc:  # names its field
-        raise SpecError(str(exc)) from None
-
-
-def _check_buckets(algorithms: Sequence[AlgorithmPlan], step_s: float) -> None:
-    """Meghdoot's load share counts messages per workload step (its ``bucket_s``)."""
-    for alg in algorithms:
-        bucket_s = alg.params.get("bucket_s")
-        if bucket_s is not None and bucket_s != step_s:
-            raise SpecError(f"routing.params.{alg.name}.bucket_s: bad value {bucket_s!r}; "
-                            f"allowed: {step_s!r} (workload.step_s: a peer's load is "
-                            "counted per workload step)")
-
-
 def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPlan:
     """The spec's bulk workload over brokers ``names`` (in topology order), or a SpecError."""
     publisher = p["publisher"] or names[0]
@@ -741,15 +584,13 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
     _check_broker_names(spec, graph)
     links = links_mode(spec, graph)
     overlay, edges = overlay_edges(graph, netem)
-    kind = (spec.workload.get("kind", "stock") if spec.workload else None)
     wparams = workload_params(spec) if spec.workload else {}
-    # The Kyra example's filters and publications are what the stock-notification cores
-    # serve.
-    algorithms = _algorithms(spec, overlay, "stock" if kind == "kyra-example" else kind)
+    kind = WORKLOADS[wparams["kind"]] if wparams else None
+    algorithms = _algorithms(spec, overlay, kind.serves if kind is not None else None)
     notes = list(graph.graph.get("notes", []))
     workload, bulk = None, None
     capture = spec.capture
-    if kind == "bulk":
+    if kind is not None and kind.build is None:  # bulk data in rounds
         for key, bad in (("duration_s", spec.duration_s is not None),
                          ("link_schedule", bool(spec.link_schedule)),
                          ("capture.enabled", spec.capture.enabled is True)):
@@ -768,42 +609,24 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                             "lbdd only; allowed: [lbdd]")
         capture = CaptureSpec(**{**vars(capture), "enabled": False})
     else:
-        if kind == "meghdoot":
-            if links != "on-demand":
-                raise SpecError("routing.links: a meghdoot workload builds its overlay while "
-                                "it runs; allowed: on-demand")
-            workload = build_meghdoot_workload(spec, graph, wparams)
-            _check_buckets(algorithms, wparams["step_s"])
-        if kind == "codd":
-            if links != "on-demand":
-                raise SpecError("routing.links: a codd workload builds its trees while it "
-                                "runs; allowed: on-demand")
-            for churn in ("leave_fraction", "crash_fraction"):
-                if wparams[churn] and "codd-siena" in spec.routing.algorithms:
-                    raise SpecError(f"workload.{churn}: the Siena emulation places servers "
-                                    "and clients as they arrive and has no leave or repair; "
-                                    "allowed: 0 with codd-siena")
-            workload = build_codd_workload(spec, graph, wparams)  # checks the values
-            deaf = [a.name for a in algorithms if not a.params.get("heartbeat_s")]
-            if wparams["crash_fraction"] and deaf:
-                raise SpecError(f"workload.crash_fraction: {', '.join(deaf)} would never find "
-                                "a crashed node; allowed: 0, or routing.params.heartbeat_s "
-                                "> 0 (failure detection)")
-        if kind == "kyra-example":
-            workload = build_kyra_example_workload(graph, wparams)
-        if kind == "stock":
-            workload = build_workload(spec, graph, wparams)
-            last = max((op.t_s for op in workload.ops), default=0.0)
-            if spec.duration_s is not None and last > spec.duration_s:
-                raise SpecError(f"duration_s: bad value {spec.duration_s!r}; allowed: at "
-                                f"least {last:g} (the workload's last operation, in s)")
+        if kind is not None:
+            run = RunContext(graph=graph, topology=spec.topology.name, seed=spec.seed,
+                             scale=spec.scale, links=links,
+                             algorithms={a.name: a.params for a in algorithms},
+                             duration_s=spec.duration_s)
+            try:
+                kind.check(wparams, run)
+                workload = kind.build(wparams, run)
+            except ValueError as exc:  # one line naming the field
+                raise SpecError(str(exc)) from None
         algorithms = run_derived(algorithms, overlay, workload, graph.graph.get("latency_ms"))
         capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
-        if capture.enabled and kind == "stock":
+        if capture.enabled and kind is not None and kind.capture_checked:
             plan_capture(capture, brokers(graph), BROKER_PORT)  # SpecError if too small
     return RunPlan(
         spec=spec, graph=nx.freeze(graph), overlay=nx.freeze(overlay), edges=edges,
-        algorithms=algorithms, window_ms=spec.routing.window_ms, workload_kind=kind,
+        algorithms=algorithms, window_ms=spec.routing.window_ms,
+        workload_kind=kind.name if kind is not None else None,
         workload_params=wparams, workload=workload, bulk=bulk,
         link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
         duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",

@@ -37,30 +37,8 @@ def format_plan(plan: RunPlan) -> str:
                    if a["derived_keys"] else "")
         lines.append(f"algorithm {name}: {params}{derived}")
     w = d["workload"]
-    if w["kind"] is None:
-        lines.append("workload: none (network and fidelity check only)")
-    elif w["kind"] == "stock":
-        lines.append(f"workload stock: {w['clients']} clients, {w['ops']} operations, "
-                     f"phase {d['phase_s']:g} s; measured selectivity "
-                     f"{w['meta'].get('selectivity', 0):.4f}")
-    elif w["kind"] == "meghdoot":
-        m = w["meta"]
-        lines.append(f"workload meghdoot: {m['n_subscriptions']} subscriptions and "
-                     f"{m['n_events']} {m['events']} events ({m['order']}), {m['n_peers']} of "
-                     f"{m['n_peers_bound']} peers joined, {w['ops']} operations, phase "
-                     f"{d['phase_s']:g} s")
-    elif w["kind"] == "codd":
-        m = w["meta"]
-        interest = (f"interest classes k {m['k']}, c {m['c']} every {m['cf']}, selectivity "
-                    f"{m['selectivity_asked']:g} asked" if m["interest"] == "classes"
-                    else "Meghdoot-template stock queries")
-        lines.append(f"workload codd: {m['n_documents']} documents from root {m['root']} to "
-                     f"{len(m['nodes']) - 1} consumers ({len(m['leaves_s'])} leave, "
-                     f"{len(m.get('crashes_s', {}))} crash), "
-                     f"{interest}, {m['selectivity']:.4f} measured; {w['ops']} operations, "
-                     f"phase {d['phase_s']:g} s")
-    else:
-        lines.append(f"workload bulk: {w.get('bulk') or 'depth sweep'}")
+    lines.append("workload: none (network and fidelity check only)" if plan.kind is None
+                 else plan.kind.line(w, d["phase_s"]))
     for c in d["link_schedule"]:
         lines.append(f"at {c['at_s']:g} s: {c['a']}-{c['b']} to {c['bw_mbps']:g} Mbit/s")
     if plan.broker.cpu:

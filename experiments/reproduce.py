@@ -341,7 +341,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                       else max(0.0, t0 + pause_after_s - time.monotonic()))
             # The first point of a sitting runs even past the time (to its first pause):
             # every sitting gets on. A later one starts only if it has the time to.
-            can_pause = not (emulated or logs or plan.workload_kind == "bulk")
+            can_pause = not (emulated or logs or plan.rounds)
             if (run and done is None and left_s is not None and ran
                     and left_s < (START_LEFT_S if can_pause else est)):
                 raise _sitting_over(folder, again, progress, time.monotonic() - t0,

@@ -14,14 +14,15 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from analysis.burst import burst_metrics, default_block_size, draw_burst
-from experiments.plan import burst_settings, compile_plan, workload_params
+from analysis.burst import draw_burst
+from experiments.plan import compile_plan, workload_params
 from experiments.runs.simulated import run_simulation
 from experiments.spec import Spec, SpecError, parse_spec
 from nodes.messages import MsgType
+from nodes.metrics.burst import burst_metrics, default_block_size
 from nodes.model import filter_from_json
 from nodes.sim.engine import SIM_EPOCH_S
-from nodes.workloads.burst import HRP, HRP_SYMBOL, add_burst, clusters_of
+from nodes.workloads.burst import HRP, HRP_SYMBOL, add_burst, burst_settings, clusters_of
 from nodes.workloads.ops import Workload, workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries
 

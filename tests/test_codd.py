@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.codd import codd_metrics
 from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
 from nodes.cores import CORES, resolve_params
@@ -27,6 +26,7 @@ from nodes.cores.codd import VARIANTS, CoddCore, overlay_params
 from nodes.cores.codd_invariants import tree_problems
 from nodes.cores.interface import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.messages import Message, MsgType
+from nodes.metrics.codd import codd_metrics
 from nodes.sim.engine import SimResult, simulate
 from nodes.sim.links import LinkModel
 from nodes.workloads.codd import codd_workload

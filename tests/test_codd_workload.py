@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from experiments.plan import CODD_DEFAULTS, compile_plan
+from experiments.plan import compile_plan
 from experiments.spec import SpecError, parse_spec
 from nodes.messages import MsgType
 from nodes.model import filter_from_json, matches
 from nodes.workloads.codd import LEAVE_GRACE_S, codd_workload
+from nodes.workloads.kinds import WORKLOADS
 from nodes.workloads.meghdoot import MEGHDOOT_SCHEMA
 from nodes.workloads.membership import membership_intervals
 from nodes.workloads.ops import Workload, workload_from_jsonl, workload_to_jsonl
@@ -267,7 +268,7 @@ def _spec(**workload: Any) -> dict[str, Any]:
 
 def test_plan_builds_the_papers_defaults_over_the_brokers() -> None:
     plan = compile_plan(parse_spec(_spec()), netem=False)
-    assert {k: v for k, v in CODD_DEFAULTS.items() if k != "kind"} == {
+    assert {k: v for k, v in WORKLOADS["codd"].defaults.items() if k != "kind"} == {
         "n_documents": 10000, "interest": "classes", "selectivity": 0.2, "k": 20, "c": 4,
         "cf": 200, "buckets_per_node": 1, "step_s": 0.1, "leave_fraction": 0.0,
         "crash_fraction": 0.0}

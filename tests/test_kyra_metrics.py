@@ -1,4 +1,4 @@
-"""Kyra's metrics (analysis.kyra) on hand-made logs over a small underlay, against
+"""Kyra's metrics (nodes.metrics.kyra) on hand-made logs over a small underlay, against
 figures counted by hand, and on a simulated transit-stub run against its own logs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from analysis.kyra import load_stats, routing_load
+from nodes.metrics.kyra import load_stats, routing_load
 
 # Routers 0-1-2-3 on a line (delays 1, 2, 4 ms) and 1-4 (8 ms); servers on 0, 3, 4, 2.
 UNDERLAY = nx.Graph()

@@ -1,4 +1,4 @@
-"""Meghdoot's metrics (analysis.meghdoot): hand-made peer records with known answers for
+"""Meghdoot's metrics (nodes.metrics.meghdoot): hand-made peer records with known answers for
 each metric, then one small simulated run whose records must be consistent."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import networkx as nx
 import pytest
 
 import nodes.cores
-from analysis.meghdoot import CONTACT_BUCKETS_PCT, draw_meghdoot, meghdoot_metrics
+from analysis.meghdoot import draw_meghdoot
 from nodes.cores.can import zone_digest
 from nodes.cores.meghdoot import bucket_of
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
+from nodes.metrics.meghdoot import CONTACT_BUCKETS_PCT, meghdoot_metrics
 from nodes.model import Schema
-from nodes.sim.engine import simulate
-from nodes.sim.links import LinkModel
+from nodes.sim.engine import LinkModel, simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.plan import WORKLOAD_DEFAULTS, compile_plan
+from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
 from nodes.messages import MsgType
 from nodes.model import filter_from_json, matches
+from nodes.workloads.kinds import WORKLOADS
 from nodes.workloads.stock import stock_workload
 
 # The subscriber-scalability point of octopia-subscribers: the paper's 100 publishers.
@@ -42,7 +43,7 @@ def test_every_publication_matches_its_publishers_advertisement(reading: str) ->
 
 
 def test_the_reading_is_a_workload_parameter_defaulting_to_advertisements() -> None:
-    assert WORKLOAD_DEFAULTS["selectivity_of"] == "advertisements"
+    assert WORKLOADS["stock"].defaults["selectivity_of"] == "advertisements"
     plan = compile_plan(load_spec("octopia-subscribers",
                                   ["workload.selectivity_of=publications"]))
     assert plan.workload is not None and plan.workload.meta["selectivity_of"] == "publications"

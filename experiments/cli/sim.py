@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
         emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
         return 0
     plan = plan_of(args)
-    if plan.workload is None and plan.workload_kind != "bulk":
+    if plan.workload is None and not plan.rounds:
         raise SpecError(f"spec {plan.name!r} has no workload section: nothing to simulate")
-    if pause_s is not None and plan.workload_kind == "bulk":
+    if pause_s is not None and plan.rounds:
         raise SpecError(f"--pause-after-min: spec {plan.name!r} runs a bulk workload, which "
                         "cannot pause")
     # A spec given as a file is named by its absolute path: a resume may start elsewhere.

@@ -35,9 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from analysis.burst import draw_burst
-from analysis.codd import draw_codd
-from analysis.meghdoot import draw_meghdoot
+from analysis.block_figures import draw_blocks
 from experiments.emulation.capture import Capture, CapturePlan, manifest_entry, plan_capture
 from experiments.emulation.network import Emulation
 from experiments.emulation.throttle import ScheduledRates, live_run, restore_manual
@@ -274,8 +272,6 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
                         f"{s['duplicates']}, IMs {s['ims_total']}")
             finally:
                 manifest["manual_throttles"] = list(iter_jsonl(run_dir / THROTTLES))
-        draw_burst({a: sm.get("burst") for a, sm in summaries.items()}, run_dir)
-        draw_meghdoot({a: sm.get("meghdoot") for a, sm in summaries.items()}, run_dir)
-        draw_codd({a: sm.get("codd") for a, sm in summaries.items()}, run_dir)
+        draw_blocks(summaries, run_dir)
 
     return phase

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.burst import draw_burst
-from analysis.codd import codd_metrics, draw_codd
-from analysis.meghdoot import draw_meghdoot, meghdoot_metrics
+from analysis.block_figures import draw_blocks
+from analysis.meghdoot import draw_meghdoot
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
@@ -32,7 +31,7 @@ from experiments.runs.manifest import (
     spec_as_written,
 )
 from experiments.runs.resources import RunCost, cost_text, parts_cost
-from experiments.runs.summaries import log_extras, summed_counters
+from experiments.runs.summaries import log_extras, record_extras
 from experiments.spec import SpecError, load_spec
 from nodes.metrics.log_summary import summarize_logs
 from nodes.metrics.summary import delay_stats_ms
@@ -49,8 +48,7 @@ from nodes.runfolder import (
     write_summary,
 )
 from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
-from nodes.sim.engine import SimResult, resume, simulate, summarize
-from nodes.sim.links import LinkModel
+from nodes.sim.engine import LinkModel, SimResult, resume, simulate, summarize
 from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import iter_expected
@@ -73,7 +71,7 @@ def run_simulation(plan: RunPlan, out_base: Path, *, log_messages: bool = True,
     :class:`RunPaused`: the folder holds the simulator's state and ``paused.json``, and
     :func:`resume_simulation` goes on. ``source`` is the spec argument and overrides the
     plan was compiled from, which make it again then."""
-    if plan.workload_kind == "bulk":
+    if plan.rounds:
         return run_bulk_simulation(plan, out_base, label=label)
     workload = plan.workload
     if workload is None:
@@ -137,7 +135,7 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
                  if (run_dir / a.name / SUMMARY).exists()}
     # Meghdoot's peers report their loads on a timer for ever, as CoDD's nodes send
     # heartbeats: the phase bounds the run.
-    timers = plan.workload_kind == "meghdoot" or plan.repair_s() > 0
+    timers = plan.kind.timers_bound_run or plan.repair_s() > 0
     # The algorithms are counted alike: the first one's pace sets the estimate.
     progress = TimeLeft(f"simulating {plan.name}", [(a.name, 1.0) for a in plan.algorithms],
                         log, seconds=False)
@@ -187,15 +185,8 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
             summary.update(log_extras(out, plan))
         else:
             summary = summarize(result, expected, scale=plan.spec.scale)
-            counters = final_records(result, "counters")
-            if counters:  # as log_extras reads them from the logs
-                summary["counters"] = summed_counters(counters)
-        if plan.workload_kind == "meghdoot" and not log_messages:  # else from the logs
-            summary["meghdoot"] = meghdoot_metrics(final_records(result, "can_peer"), workload)
-        if plan.workload_kind == "codd" and not log_messages:
-            summary["codd"] = codd_metrics(final_records(result, "codd_node"),
-                                           next(iter(final_records(result, "codd_root")),
-                                                None))
+            # The records log_extras reads from the logs, read from the result instead.
+            summary.update(record_extras(final_records(result), plan))
         write_summary(out, summary)
         state.unlink(missing_ok=True)  # from here on a resume skips the algorithm
         summaries[alg.name] = summary
@@ -209,9 +200,7 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
     (run_dir / PAUSED).unlink(missing_ok=True)
     log(cost_text(manifest["resources"]))
     draw([(None, summaries)], run_dir)
-    draw_burst({a: s.get("burst") for a, s in summaries.items()}, run_dir)
-    draw_meghdoot({a: s.get("meghdoot") for a, s in summaries.items()}, run_dir)
-    draw_codd({a: s.get("codd") for a, s in summaries.items()}, run_dir)
+    draw_blocks(summaries, run_dir)
     return summaries
 
 
@@ -353,11 +342,12 @@ def _check_pause_record(manifest: Any, spec: Any, overrides: Any, algorithm: Any
         raise TypeError(f"done is {done!r}, wanted a share from 0 to 1")
 
 
-def final_records(result: SimResult, kind: str) -> list[dict[str, Any]]:
-    """The end-of-run records of ``kind`` (Meghdoot's ``can_peer``, CoDD's ``codd_node``
-    and ``codd_root``), each naming its ``node``."""
-    return [{"node": b, **fields} for b, records in result.final.items()
-            for k, fields in records if k == kind]
+def final_records(result: SimResult) -> list[dict[str, Any]]:
+    """The brokers' end-of-run records (the cores' ``counters``, Meghdoot's ``can_peer``,
+    CoDD's ``codd_node`` and ``codd_root`` ...), each naming its ``node`` and ``kind`` as
+    its log record does."""
+    return [{"node": b, **fields, "kind": k} for b, records in result.final.items()
+            for k, fields in records]
 
 
 def on_demand_links(plan: RunPlan) -> LinkModel | None:

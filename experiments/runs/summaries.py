@@ -7,12 +7,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from analysis.burst import burst_metrics
-from analysis.codd import codd_metrics
-from analysis.kyra import routing_load_from_logs
-from analysis.meghdoot import meghdoot_metrics
 from experiments.plan import RunPlan
 from nodes.logs import COMMON_FIELDS, Ev, iter_jsonl
+from nodes.metrics.blocks import BLOCKS, summary_block
+from nodes.metrics.burst import burst_metrics
+from nodes.metrics.kyra import routing_load_from_logs
 from nodes.metrics.log_summary import link_notifications
 
 
@@ -28,37 +27,41 @@ def summed_counters(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
-def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
-    """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
-    cores' counters summed over the brokers (:func:`summed_counters`, when the core
-    counts), the notifications on the links the plan's ``link_schedule`` changes, and the
-    burst's metrics (:func:`analysis.burst.burst_metrics`) when the workload has one, and
-    Meghdoot's metrics from its peers' ``can_peer`` records
-    (:func:`analysis.meghdoot.meghdoot_metrics`), CoDD's from its nodes' ``codd_node``
-    and ``codd_root`` records (:func:`analysis.codd.codd_metrics`), and on a modelled
-    underlay (``transit-stub``) or the Kyra paper's example the figures of that paper
-    (:func:`analysis.kyra.routing_load`)."""
+def record_extras(records: Iterable[Mapping[str, Any]], plan: RunPlan) -> dict[str, Any]:
+    """Summary figures from the brokers' end-of-run records (each with its ``kind``), read
+    from the logs or from the simulator's result alike: the cores' counters summed over
+    the brokers (:func:`summed_counters`, when the core counts) and the workload kind's
+    summary block (:func:`nodes.metrics.blocks.summary_block`: Meghdoot's from its peers'
+    ``can_peer`` records, CoDD's from its nodes' ``codd_node`` and ``codd_root``)."""
     extras: dict[str, Any] = {}
-    records = [r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
-               for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
-               if r.get("kind") in ("counters", "can_peer", "codd_node", "codd_root")]
+    block = plan.kind.block if plan.kind is not None else None
+    wanted = ("counters", *(BLOCKS[block].records if block is not None else ()))
+    records = [r for r in records if r.get("kind") in wanted]  # the logs hold many more
     counters = [r for r in records if r["kind"] == "counters"]
     if counters:
         extras["counters"] = summed_counters(counters)
+    if block is not None and plan.workload is not None:
+        extras[block] = summary_block(block, records, plan.workload)
+    return extras
+
+
+def log_extras(out_dir: Path, plan: RunPlan) -> dict[str, Any]:
+    """Summary figures either runtime reads from one algorithm's logs in ``out_dir``: the
+    figures of the brokers' end-of-run records (:func:`record_extras`), the notifications
+    on the links the plan's ``link_schedule`` changes, the burst's metrics
+    (:func:`nodes.metrics.burst.burst_metrics`) when the workload has one, and the Kyra paper's
+    routing load (:func:`nodes.metrics.kyra.routing_load`) when the workload kind's
+    ``routing_load`` asks for it (the Kyra example; a stock workload on a modelled
+    underlay, ``transit-stub``)."""
+    extras = record_extras((r for b in plan.overlay.nodes if (out_dir / f"{b}.jsonl").exists()
+                            for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)), plan)
     if plan.link_schedule:
         extras["scheduled_link_notifications"] = link_notifications(
             out_dir, [(c.a, c.b) for c in plan.link_schedule])
     if plan.workload is not None and "burst" in plan.workload.meta:
         extras["burst"] = burst_metrics(out_dir, plan.workload, plan.overlay)
-    if plan.workload is not None and plan.workload_kind == "meghdoot":
-        extras["meghdoot"] = meghdoot_metrics([r for r in records if r["kind"] == "can_peer"],
-                                              plan.workload)
-    if plan.workload_kind == "codd":
-        extras["codd"] = codd_metrics([r for r in records if r["kind"] == "codd_node"],
-                                      next((r for r in records if r["kind"] == "codd_root"),
-                                           None))
-    if (("latency_ms" in plan.graph.graph and plan.workload_kind == "stock")
-            or plan.workload_kind == "kyra-example"):
+    load = plan.kind.routing_load if plan.kind is not None else "never"
+    if load == "always" or (load == "underlay" and "latency_ms" in plan.graph.graph):
         extras["routing_load"] = routing_load_from_logs(out_dir, plan.graph, plan.overlay.nodes)
     return extras
 

@@ -44,7 +44,7 @@ def workload_phases(plan: RunPlan) -> tuple[Phase, ...]:
     """The phase that drives ``plan``'s workload on the live network: the bulk rounds or
     the brokers' client operations; none for a plan without a workload (a network check).
     A bulk plan the testbed cannot run is a SpecError."""
-    if plan.workload_kind == "bulk":
+    if plan.rounds:
         from experiments.runs.bulk.emulated import bulk_phase
 
         try:

@@ -42,7 +42,8 @@ with nothing waiting.
 Codes: a refused connection is a ``link`` record ``state: refused`` with ``peer``
 (ip:port), ``link`` (the name its HELLO claimed, when it got that far) and ``reason``;
 a connection cut off for what it did is a ``link`` record ``state: down`` with the
-reason (and, for a broken rule, an ``error`` record with the details).
+reason (and, for a broken rule, an ``error`` record with the details). The reasons'
+names are part of the log schema (:mod:`nodes.logs`): the summary counts by them.
 """
 
 from __future__ import annotations
@@ -50,19 +51,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-# Refusals, before a connection is admitted.
-CONNECTION_CAP = "connection_cap"  # max_connections reached
-UNAUTHENTICATED = "unauthenticated"  # no proof of the run's secret, or a wrong one
-REPLAYED = "replayed"  # a proof with a nonce this broker has accepted before
-WRONG_ADDRESS = "wrong_address"  # a neighbour's or peer's name from another address
-NAME_TAKEN = "name_taken"  # a client name that is connected already (the first stays)
-REFUSALS = (CONNECTION_CAP, UNAUTHENTICATED, REPLAYED, WRONG_ADDRESS, NAME_TAKEN)
-# Disconnections of an admitted client.
-SLOW_CONSUMER = "slow_consumer"
-FORGED_ORIGIN = "forged_origin"  # a message whose origin is not the client's own name
-FILTER_CAP = "filter_cap"
-DISCONNECTIONS = (SLOW_CONSUMER, FORGED_ORIGIN, FILTER_CAP)
 
 HELLO_FRAME_BYTES = 4096
 CLIENT_QUEUE_BYTES = 4 * 1024 * 1024

@@ -269,16 +269,7 @@ from nodes.cores.interface import (
     SetTimer,
     TimerFired,
 )
-from nodes.emulated.admission import (
-    CONNECTION_CAP,
-    LIMIT_KEYS,
-    NAME_TAKEN,
-    REPLAYED,
-    SLOW_CONSUMER,
-    UNAUTHENTICATED,
-    WRONG_ADDRESS,
-    Limits,
-)
+from nodes.emulated.admission import LIMIT_KEYS, Limits
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
 from nodes.emulated.overlay_link import OverlayLink
@@ -305,7 +296,18 @@ from nodes.emulated.runtime import (
 from nodes.emulated.windows import QueueWindows
 from nodes.frames import FrameError, encode
 from nodes.hosting import MATCHED, bad_action, final_records, reads_link_stats
-from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
+from nodes.logs import (
+    CONNECTION_CAP,
+    DEFAULT_LOG_MAX_BYTES,
+    NAME_TAKEN,
+    REPLAYED,
+    SLOW_CONSUMER,
+    UNAUTHENTICATED,
+    WRONG_ADDRESS,
+    Ev,
+    JsonlLog,
+    message_fields,
+)
 from nodes.messages import Message, MsgType
 from nodes.runfolder import log_path, read_json, status_path, write_json
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nodes.emulated.admission import FILTER_CAP, FORGED_ORIGIN, Limits
+from nodes.emulated.admission import Limits
 from nodes.emulated.runtime import Violation
+from nodes.logs import FILTER_CAP, FORGED_ORIGIN
 from nodes.messages import Message, MsgType
 
 FILTER_TYPES = (MsgType.SUBSCRIBE, MsgType.ADVERTISE)  # each puts a filter in the tables

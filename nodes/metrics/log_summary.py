@@ -14,8 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nodes.emulated.admission import DISCONNECTIONS, REFUSALS
-from nodes.logs import Ev, iter_jsonl
+from nodes.logs import DISCONNECTIONS, REFUSALS, Ev, iter_jsonl
 from nodes.metrics.summary import (
     CARRIES,
     MATCHED_TYPES,

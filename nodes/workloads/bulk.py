@@ -4,6 +4,7 @@ for the simulator (:func:`bulk_workload`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,18 @@ class BulkPlan:
     def client_of(broker: str) -> str:
         """The subscriber client on ``broker``."""
         return f"sub-{broker}"
+
+
+def stream_cap_mbps(value: Any) -> float | None:
+    """``workload.stream_mbps`` checked: a per-connection rate cap in Mbit/s (a positive
+    number) or None (no cap); a ValueError with the one-line message otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value < math.inf):
+        raise ValueError(f"workload.stream_mbps: bad value {value!r}; allowed: a positive "
+                         "number of Mbit/s (the per-connection rate cap) or null")
+    return float(value)
 
 
 def bulk_workload(plan: BulkPlan, subscribers: Sequence[str]) -> Workload:

@@ -50,6 +50,7 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -68,10 +69,44 @@ HRP_SUBSCRIBER_PREFIX = "hrps"
 # Six letters: no universe symbol (3..5 letters) equals it, and it sorts after "zzzzz".
 HRP_SYMBOL = "zzzzzz"
 _WHERE = "workload.burst"
+BURST_DEFAULTS: dict[str, Any] = {
+    "rate_hz": 1000.0, "count": 3000, "start_s": 2.0, "n_subscribers": 10, "broker": None,
+}
 
 
 def _bad(field: str, value: Any, allowed: str) -> ValueError:
     return ValueError(f"{_WHERE}.{field}: bad value {value!r}; allowed: {allowed}")
+
+
+def burst_settings(raw: Any) -> dict[str, Any] | None:
+    """The validated ``workload.burst`` section with defaults filled in, or None for no
+    burst; a ValueError whose one-line message names the first bad field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{_WHERE}: bad value {raw!r}; allowed: a mapping or null")
+    unknown = sorted(set(raw) - set(BURST_DEFAULTS))
+    if unknown:
+        raise ValueError(f"{_WHERE}: unknown field(s) {', '.join(map(str, unknown))}; "
+                         f"allowed: {', '.join(sorted(BURST_DEFAULTS))}")
+    s = {**BURST_DEFAULTS, **raw}
+
+    def number(key: str, *, positive: bool, integer: bool) -> None:
+        v = s[key]
+        ok = isinstance(v, int) if integer else isinstance(v, int | float)
+        if (isinstance(v, bool) or not ok or not math.isfinite(v)
+                or not (v > 0 if positive else v >= 0)):
+            kind = "an integer" if integer else "a number"
+            raise _bad(key, v, f"{kind} {'> 0' if positive else '>= 0'}")
+
+    number("rate_hz", positive=True, integer=False)
+    number("count", positive=True, integer=True)
+    number("start_s", positive=False, integer=False)
+    number("n_subscribers", positive=True, integer=True)
+    if s["broker"] is not None and not isinstance(s["broker"], str):
+        raise _bad("broker", s["broker"], "a broker name or null")
+    s["rate_hz"], s["start_s"] = float(s["rate_hz"]), float(s["start_s"])
+    return s
 
 
 def clusters_of(graph: nx.Graph) -> dict[Any, list[str]]:
@@ -92,7 +127,7 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
               seed: int) -> Workload:
     """``workload`` plus the HRP and its subscribers (see the module docstring).
 
-    ``settings``: a validated burst section (:func:`experiments.plan.burst_settings`);
+    ``settings``: a validated burst section (:func:`burst_settings`);
     ``graph`` is the topology or overlay
     graph the workload runs on. Raises ValueError naming the field when the
     overlay cannot hold the placement (an unknown ``broker``, fewer ``n_subscribers``

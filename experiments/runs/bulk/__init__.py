@@ -1,7 +1,8 @@
 """Bulk data distribution runs: LBDD against point-to-point, simulated and in Mininet, and
 LBDD's simulated depth sweep (Li et al. 2014, Section 4).
 
-A spec with ``workload.kind: bulk`` (keys and defaults: :data:`experiments.plan.BULK_DEFAULTS`)::
+A spec with ``workload.kind: bulk`` (keys and defaults: ``WORKLOADS["bulk"]`` of
+:mod:`nodes.workloads.kinds`)::
 
     data_gb: 8              # the paper's data; a run sends data_gb GiB x scale, at least
                             # one slice (scale 1/128: 64 MiB)

@@ -1,0 +1,115 @@
+"""CoDD's summary block (readings §2.5 item 14, §2.7) from the nodes' final records; its
+plots with the paper's axes are :mod:`analysis.codd`'s.
+
+Inputs: the ``codd_node`` records (one per consumer, :meth:`nodes.cores.codd.CoddCore.
+final_records`) and the root's ``codd_root`` record. Definitions (ours where the paper
+uses several denominators, readings 2.5 item 14):
+
+- a node's **overhead** is its spurious documents over the documents it received (a
+  node that received none has none); ``overhead.mean`` is the paper's "average overhead
+  in system" (the mean over the nodes that received a document, Fig. 14);
+  ``overhead.cumulative`` is all spurious over all received (Fig. 13, "(cumulative)");
+  ``overhead.interior_mean`` the mean over nodes with children at the end (Figs. 11, 12,
+  17 measure "non-leaf nodes"); ``overhead.ranked`` the per-node overheads, highest first
+  (Figs. 11, 12, 24, x = node rank);
+- a node's **weighted depth** is its documents' mean hop count from the root: its depth
+  over time, weighted by the documents it received at each depth (item 15);
+  ``depth.mean`` (Fig. 10) and ``depth.ranked`` (Fig. 9, deepest first);
+- ``over_time``: per bucket of ``series_docs`` documents, all spurious over all received
+  (Fig. 17's "fraction of useless documents" against documents), and the same share over
+  the first and the last fifth of the buckets and the last over the first (Fig. 17's
+  "decays appreciably toward the end"; ours over every node, the paper's over interior
+  nodes with positive overhead);
+- ``reorganization``: requests, the root's rounds and decisions (granted, refused, stale;
+  "given up": a change that waited on a node that had died), re-joins after failures,
+  moves per round with requests (Fig. 21's "moves per reorganization", a round being
+  one), the share of a round's requests granted (Fig. 22), and per granted request the
+  requester's spurious share after over before (Fig. 18's ratio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nodes.metrics.summary import value_stats
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _fifths(buckets: Mapping[int, Sequence[int]]) -> dict[str, float | None]:
+    """All spurious over all received in the first and the last fifth of the buckets
+    (by document order), and the last over the first."""
+    keys = sorted(buckets)
+    fifth = max(1, len(keys) // 5)
+
+    def share(part: Sequence[int]) -> float | None:
+        received = sum(buckets[k][0] for k in part)
+        return sum(buckets[k][1] for k in part) / received if received else None
+
+    first, last = share(keys[:fifth]), share(keys[-fifth:])
+    return {"first_fifth": first, "last_fifth": last,
+            "last_over_first": last / first if first and last is not None else None}
+
+
+def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | None
+                 ) -> dict[str, Any]:
+    """The figures of the module docstring."""
+    got = [n for n in nodes if n["received"]]
+    overhead = [n["spurious"] / n["received"] for n in got]
+    interior = [n["spurious"] / n["received"] for n in got if n["children"]]
+    depth = [n["hops_sum"] / n["received"] for n in got]
+    received = sum(n["received"] for n in got)
+    buckets: dict[int, list[int]] = {}
+    for n in nodes:
+        for k, recv, spur in n["series"]:
+            b = buckets.setdefault(k, [0, 0])
+            b[0] += recv
+            b[1] += spur
+    series_docs = nodes[0]["series_docs"] if nodes else None
+    ratios = [after / before for n in nodes for before, after in n["ratios"] if before]
+    rounds = (root or {}).get("rounds", [])
+    decisions = (root or {}).get("decisions", [])
+    outcomes = {o: sum(d["outcome"] == o for d in decisions)
+                for o in ("granted", "refused", "stale", "given up")}
+    granted_by_round: dict[int, int] = {}
+    for d in decisions:
+        if d["outcome"] == "granted":
+            granted_by_round[d["round"]] = granted_by_round.get(d["round"], 0) + 1
+    asked = [r for r in rounds if r[1]]
+    return {
+        "nodes": len(nodes), "nodes_received": len(got),
+        "overhead": {"mean": _mean(overhead),
+                     "cumulative": sum(n["spurious"] for n in got) / received if received
+                     else None,
+                     "interior_mean": _mean(interior), "interior_nodes": len(interior),
+                     "stats": value_stats(overhead),
+                     "ranked": sorted(overhead, reverse=True)},
+        "depth": {"mean": _mean(depth), "max": max(depth, default=None),
+                  "ranked": sorted(depth, reverse=True)},
+        "over_time": {"series_docs": series_docs,
+                      "buckets": [[k, b[1] / b[0] if b[0] else None]
+                                  for k, b in sorted(buckets.items())],
+                      **_fifths(buckets)},
+        "documents": {"received": received, "spurious": sum(n["spurious"] for n in got),
+                      "delivered": sum(n["delivered"] for n in nodes),
+                      "duplicates": sum(n["duplicates"] for n in nodes),
+                      "catchup": sum(n["catchup"] for n in nodes),
+                      "published": (root or {}).get("published")},
+        "reorganization": {
+            "requests": sum(n["requests"] for n in nodes),
+            "rounds": len(rounds), "rounds_with_requests": len(asked),
+            "admitted": sum(r[2] for r in rounds), **outcomes,
+            "moves": sum(n["moves"] for n in nodes),
+            "moves_per_round": _mean([granted_by_round.get(r[0], 0) for r in asked]),
+            "granted_share_per_round": _mean([granted_by_round.get(r[0], 0) / r[1]
+                                              for r in asked]),
+            "queried_per_search": _mean([d["queried"] for d in decisions
+                                         if d["outcome"] in ("granted", "refused")]),
+            "rejoins": sum(n.get("rejoins", 0) for n in nodes),
+            "ratio": value_stats(ratios), "ratios": ratios,
+            "ratio_below_1_pct": (100 * sum(r < 1 for r in ratios) / len(ratios)
+                                  if ratios else None)},
+    }
