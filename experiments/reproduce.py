@@ -290,33 +290,15 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     message says how to go on. A paused point's state is read only if this user's key
     signed it, or with ``trust`` (:mod:`nodes.sim.checkpoint`)."""
     t0 = time.monotonic()
-    if not run and resume is None:
-        raise SpecError("--no-run reads the finished points of a reproduction folder: "
-                        "give it with --resume FOLDER")
-    if not run and pause_after_s is not None:
-        raise SpecError("--pause-after-min: --no-run runs nothing to pause")
-    if runtime not in RUNTIMES:
-        raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
+    _check_flags(runtime, resume, run, pause_after_s)
     paper = load_paper(paper_name)
     other = (load_beside(beside, paper_name, runtime, quick,
                          [(r["figure"], r["metric"]) for r in paper["rows"]])
              if beside is not None else None)
-    experiments: dict[str, Any] = paper["experiments"]
-    in_mininet = {name: _emulated(runtime, exp) for name, exp in experiments.items()}
-    modes = {name: _mode(exp, quick, in_mininet[name]) for name, exp in experiments.items()}
-    # The rows state the conditions of the scale the points ran at.
-    paper = {**paper, "experiments": {
-        name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
-        for name, exp in experiments.items()}}
-    # Every point compiled before the first runs: a bad override fails at once.
-    todo = {name: [(x, overrides, compile_plan(spec)) for x, overrides, spec in points]
-            for name, points in paper_specs(experiments, modes).items()}
+    paper, in_mininet, todo, est_s = _plan_points(paper, runtime, quick)
     if run and runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
-    # Which experiment, how far, and the time left: the data file's per-point estimates,
-    # stretched by how long the points done so far took against theirs.
-    est_s = {name: _estimates(modes[name], len(pts), in_mininet[name])
-             for name, pts in todo.items()}
+    experiments: dict[str, Any] = paper["experiments"]
     steps = [(f"{name} run {i} of {len(pts)}{_at(x)}", est)
              for name, pts in todo.items()
              for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
@@ -337,8 +319,7 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             logs = bool(exp.get("logs"))
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
-            left_s = (None if pause_after_s is None
-                      else max(0.0, t0 + pause_after_s - time.monotonic()))
+            left_s = _left_s(t0, pause_after_s)
             # The first point of a sitting runs even past the time (to its first pause):
             # every sitting gets on. A later one starts only if it has the time to.
             can_pause = not (emulated or logs or plan.rounds)
@@ -354,38 +335,104 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                 progress.skip()
                 continue
             if not run:
-                part_way = None if emulated else paused_run(out, plan)
-                not_run.append({"experiment": name, "x": x, "est_s": est,
-                                **({"paused": part_way[1]} if part_way else {})})
+                not_run.append(_not_run_entry(name, x, est, None if emulated
+                                              else paused_run(out, plan)))
                 continue
             ran = True
-            label = plan.name if x is None else re.sub(
-                r"[^A-Za-z0-9._-]", "_", f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
             if emulated:
                 run_dir = _run_emulated(plan, out)
             else:
                 try:
-                    run_dir = _simulate_point(plan, out, label, (exp["spec"], overrides),
+                    run_dir = _simulate_point(plan, out, _point_label(plan, exp, x),
+                                              (exp["spec"], overrides),
                                               logs, left_s, progress, trust)
                 except RunPaused as paused:
                     raise _sitting_over(folder, again, progress, time.monotonic() - t0,
                                         f"{name}{_at(x)}: {paused.how_far}") from None
             points[name].append(load_point(run_dir, x))
             progress.finish()
+    result = _write_result(paper, paper_name, runtime, quick, folder, points, other,
+                           not_run if not run else None)
+    log(f"reproduce {paper_name}: {len(result['rows'])} rows in "
+        f"{duration_text(progress.elapsed_s())}; page {result['page']}")
+    return folder, result
+
+
+def _left_s(t0: float, pause_after_s: float | None) -> float | None:
+    """Seconds of the sitting left (monotonic ``t0`` its start), None without a bound."""
+    return None if pause_after_s is None else max(0.0, t0 + pause_after_s - time.monotonic())
+
+
+def _point_label(plan: RunPlan, exp: Mapping[str, Any], x: float | None) -> str:
+    """A point's run folder label: the spec's name, and at a swept x the key's last part
+    and the value, in file-name characters."""
+    if x is None:
+        return plan.name
+    return re.sub(r"[^A-Za-z0-9._-]", "_",
+                  f"{plan.name}-{exp['x']['key'].rsplit('.', 1)[-1]}-{x:g}")
+
+
+def _not_run_entry(name: str, x: float | None, est_s: float,
+                   part_way: tuple[Path, float] | None) -> dict[str, Any]:
+    """A point --no-run lists: its experiment, x, estimated seconds and, paused part way,
+    the share done."""
+    return {"experiment": name, "x": x, "est_s": est_s,
+            **({"paused": part_way[1]} if part_way else {})}
+
+
+def _plan_points(paper: dict[str, Any], runtime: str, quick: bool
+                 ) -> tuple[dict[str, Any], dict[str, bool],
+                            dict[str, list[tuple[float | None, list[str], RunPlan]]],
+                            dict[str, list[float]]]:
+    """The paper with each experiment's conditions at the scale its points run at (the
+    rows state them), whether each experiment runs in Mininet, its points' plans (x,
+    overrides, plan) and their estimated seconds."""
+    experiments: dict[str, Any] = paper["experiments"]
+    in_mininet = {name: _emulated(runtime, exp) for name, exp in experiments.items()}
+    modes = {name: _mode(exp, quick, in_mininet[name]) for name, exp in experiments.items()}
+    paper = {**paper, "experiments": {
+        name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
+        for name, exp in experiments.items()}}
+    # Every point compiled before the first runs: a bad override fails at once.
+    todo = {name: [(x, overrides, compile_plan(spec)) for x, overrides, spec in points]
+            for name, points in paper_specs(experiments, modes).items()}
+    # Which experiment, how far, and the time left: the data file's per-point estimates,
+    # stretched by how long the points done so far took against theirs.
+    est_s = {name: _estimates(modes[name], len(pts), in_mininet[name])
+             for name, pts in todo.items()}
+    return paper, in_mininet, todo, est_s
+
+
+def _check_flags(runtime: str, resume: Path | None, run: bool,
+                 pause_after_s: float | None) -> None:
+    """SpecError for flags that do not go together, before anything is read or made."""
+    if not run and resume is None:
+        raise SpecError("--no-run reads the finished points of a reproduction folder: "
+                        "give it with --resume FOLDER")
+    if not run and pause_after_s is not None:
+        raise SpecError("--pause-after-min: --no-run runs nothing to pause")
+    if runtime not in RUNTIMES:
+        raise SpecError(f"--runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
+
+
+def _write_result(paper: dict[str, Any], paper_name: str, runtime: str, quick: bool,
+                  folder: Path, points: dict[str, list[Point]], other: Beside | None,
+                  not_run: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The rows, the reproduction index and the page of the points read or run; with
+    ``not_run`` (--no-run), the points missing go onto both. Returns the index with the
+    page's path."""
     shown = _shown(runtime)
-    rows = headline_rows(paper, points, shown, not_run)
+    rows = headline_rows(paper, points, shown, not_run or [])
     if other is not None:
         rows = with_beside(rows, other.rows, other.runtime)
     result = {"paper": paper_name, "runtime": runtime, "quick": quick, "rows": rows,
               "runs": run_records(points, folder),
-              **({"not_run": not_run} if not run else {}),
+              **({"not_run": not_run} if not_run is not None else {}),
               **({"beside": str(other.folder)} if other is not None else {})}
     write_json(folder / REPRODUCTION_INDEX, result)
     page = write_page(paper, rows, points, folder, runtime=shown, quick=quick,
-                      beside=other, not_run=not_run)
+                      beside=other, not_run=not_run or [])
     if not_run:
         log(f"reproduce {paper_name}: {len(not_run)} points not run (--no-run): "
             + ", ".join(map(_not_run_text, not_run)))
-    log(f"reproduce {paper_name}: {len(rows)} rows in {duration_text(progress.elapsed_s())};"
-        f" page {page}")
-    return folder, {**result, "page": str(page)}
+    return {**result, "page": str(page)}

@@ -266,17 +266,59 @@ def _link_params(d: Any, where: str) -> LinkParams:
 
 
 def parse_spec(data: Any) -> Spec:
-    """Validate plain data (as loaded from YAML) into a :class:`Spec`."""
+    """Validate plain data (as loaded from YAML) into a :class:`Spec`; each section is
+    checked in the order below, so the first bad field is the one named."""
     d = _take(data, "spec", _TOP)
     if "name" not in d or "topology" not in d:
         raise SpecError("spec: 'name' and 'topology' are required")
     name = check_name(d["name"], "name")
-    topo = _take(d["topology"], "topology", {"name", "params"})
+    topology = _topology(d["topology"])
+    controller, switch = _switching(d)
+    fidelity = _fidelity(d.get("fidelity") or {})
+    capture = _capture(d.get("capture") or {})
+    routing = _routing(d.get("routing") or {})
+    overrides = _link_overrides(d.get("link_overrides") or [])
+    schedule = _link_schedule(d.get("link_schedule") or [])
+    broker = _broker(d.get("broker") or {})
+    workload = d.get("workload") or {}
+    if not isinstance(workload, Mapping):
+        raise _fail("workload", workload, "a mapping")
+    description = d.get("description", "")
+    if not isinstance(description, str):
+        raise _fail("description", description, "a string")
+    return Spec(
+        name=name,
+        description=description,
+        topology=topology,
+        links=_link_params(d.get("links"), "links"),
+        switch=switch,
+        controller=controller,
+        duration_s=(None if d.get("duration_s") is None
+                    else float(_number(d["duration_s"], "duration_s", lo=0.001, hi=86400))),
+        seed=int(_number(d.get("seed", 1), "seed", lo=0, hi=2**32 - 1, integer=True)),
+        scale=_number(d.get("scale", 1.0), "scale", lo=1e-6, hi=1.0),
+        fidelity=fidelity,
+        capture=capture,
+        workload=dict(workload),
+        routing=routing,
+        link_overrides=overrides,
+        link_schedule=schedule,
+        broker=broker,
+    )
+
+
+def _topology(data: Any) -> TopologySpec:
+    topo = _take(data, "topology", {"name", "params"})
     if not isinstance(topo.get("name"), str):
         raise _fail("topology.name", topo.get("name"), "a topology name (pubsublab topo list)")
     tparams = topo.get("params") or {}
     if not isinstance(tparams, Mapping):
         raise _fail("topology.params", tparams, "a mapping")
+    return TopologySpec(topo["name"], dict(tparams))
+
+
+def _switching(d: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The spec's ``controller`` and ``switch`` kind, checked together."""
     controller = d.get("controller")
     if controller not in CONTROLLERS:
         raise _fail("controller", controller, "os-ken or absent")
@@ -286,17 +328,24 @@ def parse_spec(data: Any) -> Spec:
         raise _fail("switch", switch, ", ".join(SWITCH_KINDS))
     if controller and switch != "ovs":
         raise _fail("switch", switch, "ovs (or absent) when a controller is given")
-    fid = _take(d.get("fidelity") or {}, "fidelity", {"links", "iperf_s", "min_idle_pct"})
-    fidelity = FidelitySpec(
+    return controller, switch
+
+
+def _fidelity(data: Any) -> FidelitySpec:
+    fid = _take(data, "fidelity", {"links", "iperf_s", "min_idle_pct"})
+    return FidelitySpec(
         links=int(_number(fid.get("links", 3), "fidelity.links", lo=0, hi=50, integer=True)),
         iperf_s=_number(fid.get("iperf_s", 2.0), "fidelity.iperf_s", lo=0.5, hi=60),
         min_idle_pct=_number(fid.get("min_idle_pct", 35.0), "fidelity.min_idle_pct",
                              lo=0, hi=100),
     )
-    cap = _take(d.get("capture") or {}, "capture", {"enabled", "snaplen", "max_mb", "file_mb"})
+
+
+def _capture(data: Any) -> CaptureSpec:
+    cap = _take(data, "capture", {"enabled", "snaplen", "max_mb", "file_mb"})
     if not isinstance(cap.get("enabled"), bool | None):
         raise _fail("capture.enabled", cap["enabled"], "true, false or null (automatic)")
-    capture = CaptureSpec(
+    return CaptureSpec(
         enabled=cap.get("enabled"),
         snaplen=int(_number(cap.get("snaplen", 262144), "capture.snaplen", lo=96, hi=262144,
                             integer=True)),
@@ -304,8 +353,10 @@ def parse_spec(data: Any) -> Spec:
         file_mb=int(_number(cap.get("file_mb", 10), "capture.file_mb", lo=1, hi=10000,
                             integer=True)),
     )
-    rout = _take(d.get("routing") or {}, "routing",
-                 {"algorithms", "params", "window_ms", "links"})
+
+
+def _routing(data: Any) -> RoutingSpec:
+    rout = _take(data, "routing", {"algorithms", "params", "window_ms", "links"})
     if rout.get("links", "fixed") not in ("fixed", "on-demand"):
         raise _fail("routing.links", rout["links"], "fixed or on-demand")
     algos = rout.get("algorithms", ["flood"])
@@ -321,14 +372,18 @@ def parse_spec(data: Any) -> Spec:
     params = rout.get("params") or {}
     if not isinstance(params, Mapping):
         raise _fail("routing.params", params, "a mapping")
-    routing = RoutingSpec(
+    return RoutingSpec(
         algorithms=names, params=dict(params),
         window_ms=float(_number(rout.get("window_ms", 50.0), "routing.window_ms",
                                 lo=1.0, hi=60_000.0)),
         links=rout.get("links", "fixed"),
     )
-    overrides = []
-    for i, o in enumerate(d.get("link_overrides") or []):
+
+
+def _link_overrides(data: Any) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    """Each override's link (a, b) and its checked fields; one override per link."""
+    overrides: list[tuple[str, str, dict[str, Any]]] = []
+    for i, o in enumerate(data):
         where = f"link_overrides[{i}]"
         o = _take(o, where, {"a", "b", "bw_mbps", "delay_ms", "loss_pct", "max_queue_pkts"})
         a, b = o.pop("a", None), o.pop("b", None)
@@ -339,8 +394,13 @@ def parse_spec(data: Any) -> Spec:
             raise SpecError(f"{where}: a second override of link {a}-{b}; allowed: one "
                             "override per link")
         overrides.append((a, b, dict(o)))
+    return tuple(overrides)
+
+
+def _link_schedule(data: Any) -> tuple[LinkChange, ...]:
+    """The scheduled rate changes, in time order."""
     schedule = []
-    for i, c in enumerate(d.get("link_schedule") or []):
+    for i, c in enumerate(data):
         where = f"link_schedule[{i}]"
         c = _take(c, where, {"at_s", "a", "b", "bw_mbps"})
         missing = sorted({"at_s", "a", "b", "bw_mbps"} - set(c))
@@ -353,7 +413,11 @@ def parse_spec(data: Any) -> Spec:
             a=c["a"], b=c["b"],
             bw_mbps=float(_number(c["bw_mbps"], f"{where}.bw_mbps", lo=MIN_LINK_MBPS,
                                   hi=MAX_LINK_MBPS))))
-    brk = _take(d.get("broker") or {}, "broker", {"write_buffer_bytes", "cpu", "service"})
+    return tuple(sorted(schedule, key=lambda c: c.at_s))
+
+
+def _broker(data: Any) -> BrokerSpec:
+    brk = _take(data, "broker", {"write_buffer_bytes", "cpu", "service"})
     wbb = brk.get("write_buffer_bytes")
     if wbb is not None:
         wbb = int(_number(wbb, "broker.write_buffer_bytes", lo=1024, hi=2**30, integer=True))
@@ -363,33 +427,8 @@ def parse_spec(data: Any) -> Spec:
                                        "e.g. {b0: 0.2}")
     cpu = {check_name(b, "broker.cpu"): float(_number(v, f"broker.cpu.{b}", lo=0.001, hi=1.0))
            for b, v in cpu.items()}
-    service = _service(brk.get("service"))
-    workload = d.get("workload") or {}
-    if not isinstance(workload, Mapping):
-        raise _fail("workload", workload, "a mapping")
-    description = d.get("description", "")
-    if not isinstance(description, str):
-        raise _fail("description", description, "a string")
-    return Spec(
-        name=name,
-        description=description,
-        topology=TopologySpec(topo["name"], dict(tparams)),
-        links=_link_params(d.get("links"), "links"),
-        switch=switch,
-        controller=controller,
-        duration_s=(None if d.get("duration_s") is None
-                    else float(_number(d["duration_s"], "duration_s", lo=0.001, hi=86400))),
-        seed=int(_number(d.get("seed", 1), "seed", lo=0, hi=2**32 - 1, integer=True)),
-        scale=_number(d.get("scale", 1.0), "scale", lo=1e-6, hi=1.0),
-        fidelity=fidelity,
-        capture=capture,
-        workload=dict(workload),
-        routing=routing,
-        link_overrides=tuple(overrides),
-        link_schedule=tuple(sorted(schedule, key=lambda c: c.at_s)),
-        broker=BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items())),
-                          service=service),
-    )
+    return BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items())),
+                      service=_service(brk.get("service")))
 
 
 _SERVICE_US = {"base_us", "per_match_us"}
