@@ -435,22 +435,9 @@ def stock_workload(
     ``publish_spread_share`` (in (0, 1]) is the share of a publish period the publishers'
     start times spread over.
     """
-    if not brokers:
-        raise ValueError("need at least one broker")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if selectivity_of not in SELECTIVITY_READINGS:
-        raise ValueError(f"selectivity_of must be one of {SELECTIVITY_READINGS}, "
-                         f"got {selectivity_of!r}")
-    if n_publishers < 1 or pubs_per_publisher < 1 or n_subscribers < 0:
-        raise ValueError("need n_publishers >= 1, pubs_per_publisher >= 1, n_subscribers >= 0")
-    if publish_rate_hz <= 0 or phase_gap_s <= 0 or not 0 < selectivity <= 1 or max_preds < 1:
-        raise ValueError(
-            "need publish_rate_hz > 0, phase_gap_s > 0, 0 < selectivity <= 1, max_preds >= 1"
-        )
-    # 0 would make every publisher tie; above 1 publisher i's slot overlaps i+1's next one.
-    if not 0 < publish_spread_share <= 1:
-        raise ValueError(f"need 0 < publish_spread_share <= 1, got {publish_spread_share}")
+    _check_args(brokers, n_publishers, n_subscribers, pubs_per_publisher, publish_rate_hz,
+                mode, selectivity, selectivity_of, phase_gap_s, max_preds,
+                publish_spread_share)
     if subscribe_spread_s is None:
         subscribe_spread_s = 0.5 * phase_gap_s
     for name, spread in (("advertise_spread_s", advertise_spread_s),
@@ -465,40 +452,14 @@ def stock_workload(
     tight = mode == "octopia" and selectivity_of == "advertisements"
     n_days = math.ceil(pubs_per_publisher / min(len(b) for b in blocks))
     dates = trading_days(n_days)
-    series: dict[str, list[dict[str, Value]]] = {}
-    pub_ops: list[ClientOp] = []
-    adv_ops: list[ClientOp] = []
     placement = random.Random(f"{seed}/placement")
     clients: dict[str, str] = {}
-    publications: list[dict[str, Value]] = []
-    t_pub0_s = start_s + 2 * phase_gap_s
-    for i, block in enumerate(blocks):
-        name = f"p{i}"
-        broker = clients[name] = placement.choice(brokers)
-        last_day = (pubs_per_publisher - 1) // len(block)
-        offset_s = publish_spread_share * i / (n_publishers * publish_rate_hz)
-        quotes = []
-        for j in range(pubs_per_publisher):
-            stock = block[j % len(block)]
-            if stock.symbol not in series:
-                series[stock.symbol] = quote_series(stock, dates, seed)
-            attrs = series[stock.symbol][j // len(block)]
-            quotes.append(attrs)
-            t_s = t_pub0_s + offset_s + j / publish_rate_hz
-            msg = Message(
-                MsgType.PUBLISH, j + 2, name, payload={"attrs": dict(attrs), "t_pub": t_s}
-            )
-            pub_ops.append(ClientOp(t_s, name, broker, msg))
-        publications += quotes
-        adv = stock_advertisement(block, dates[0], dates[last_day], quotes if tight else ())
-        adv_ops.append(
-            ClientOp(
-                start_s + advertise_spread_s * i / n_publishers,
-                name,
-                broker,
-                Message(MsgType.ADVERTISE, 1, name, payload={"filter": filter_to_json(adv)}),
-            )
-        )
+    pub_ops, adv_ops, publications = _publishers(
+        blocks, dates, brokers, placement, clients, seed=seed,
+        pubs_per_publisher=pubs_per_publisher, publish_rate_hz=publish_rate_hz,
+        t_pub0_s=start_s + 2 * phase_gap_s, start_s=start_s,
+        advertise_spread_s=advertise_spread_s, publish_spread_share=publish_spread_share,
+        tight=tight)
 
     subs_rng = random.Random(f"{seed}/subscriptions/{mode}")
     if tight:
@@ -538,6 +499,73 @@ def stock_workload(
         **mode_meta,
     )
     return Workload(STOCK_SCHEMA, clients, ops, meta)
+
+
+def _check_args(brokers: Sequence[str], n_publishers: int, n_subscribers: int,
+                pubs_per_publisher: int, publish_rate_hz: float, mode: str,
+                selectivity: float, selectivity_of: str, phase_gap_s: float, max_preds: int,
+                publish_spread_share: float) -> None:
+    """ValueError naming the first of :func:`stock_workload`'s arguments out of range."""
+    if not brokers:
+        raise ValueError("need at least one broker")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if selectivity_of not in SELECTIVITY_READINGS:
+        raise ValueError(f"selectivity_of must be one of {SELECTIVITY_READINGS}, "
+                         f"got {selectivity_of!r}")
+    if n_publishers < 1 or pubs_per_publisher < 1 or n_subscribers < 0:
+        raise ValueError("need n_publishers >= 1, pubs_per_publisher >= 1, n_subscribers >= 0")
+    if publish_rate_hz <= 0 or phase_gap_s <= 0 or not 0 < selectivity <= 1 or max_preds < 1:
+        raise ValueError(
+            "need publish_rate_hz > 0, phase_gap_s > 0, 0 < selectivity <= 1, max_preds >= 1"
+        )
+    # 0 would make every publisher tie; above 1 publisher i's slot overlaps i+1's next one.
+    if not 0 < publish_spread_share <= 1:
+        raise ValueError(f"need 0 < publish_spread_share <= 1, got {publish_spread_share}")
+
+
+def _publishers(blocks: list[list[Stock]], dates: Sequence[str],
+                brokers: Sequence[str], placement: random.Random, clients: dict[str, str],
+                *, seed: int, pubs_per_publisher: int, publish_rate_hz: float,
+                t_pub0_s: float, start_s: float, advertise_spread_s: float,
+                publish_spread_share: float, tight: bool
+                ) -> tuple[list[ClientOp], list[ClientOp], list[dict[str, Value]]]:
+    """Publisher ``p{i}`` per block, placed on a broker drawn from ``placement`` (into
+    ``clients``): its PUBLISH ops from ``t_pub0_s`` at ``publish_rate_hz``, its
+    ADVERTISE op (tight to its quotes when ``tight``), and every quote published."""
+    n_publishers = len(blocks)
+    series: dict[str, list[dict[str, Value]]] = {}
+    pub_ops: list[ClientOp] = []
+    adv_ops: list[ClientOp] = []
+    publications: list[dict[str, Value]] = []
+    for i, block in enumerate(blocks):
+        name = f"p{i}"
+        broker = clients[name] = placement.choice(brokers)
+        last_day = (pubs_per_publisher - 1) // len(block)
+        offset_s = publish_spread_share * i / (n_publishers * publish_rate_hz)
+        quotes = []
+        for j in range(pubs_per_publisher):
+            stock = block[j % len(block)]
+            if stock.symbol not in series:
+                series[stock.symbol] = quote_series(stock, dates, seed)
+            attrs = series[stock.symbol][j // len(block)]
+            quotes.append(attrs)
+            t_s = t_pub0_s + offset_s + j / publish_rate_hz
+            msg = Message(
+                MsgType.PUBLISH, j + 2, name, payload={"attrs": dict(attrs), "t_pub": t_s}
+            )
+            pub_ops.append(ClientOp(t_s, name, broker, msg))
+        publications += quotes
+        adv = stock_advertisement(block, dates[0], dates[last_day], quotes if tight else ())
+        adv_ops.append(
+            ClientOp(
+                start_s + advertise_spread_s * i / n_publishers,
+                name,
+                broker,
+                Message(MsgType.ADVERTISE, 1, name, payload={"filter": filter_to_json(adv)}),
+            )
+        )
+    return pub_ops, adv_ops, publications
 
 
 def _subscriptions(
