@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodes.matching import SubscriptionIndex
@@ -143,27 +143,8 @@ def codd_workload(
     crashes = _leaves(rng, {x: a for x, a in first_doc.items() if x not in leaves}, d, step_s,
                       crash_fraction)
 
-    timed: list[tuple[float, int, ClientOp]] = []
-    clients = {PRODUCER: root}
-    for x in consumers:
-        q, j = f"q-{x}", f"j-{x}"
-        clients[q] = clients[j] = x
-        payload = ({"addressed": True} if interest == "classes"
-                   else {"filter": filter_to_json(queries[x][1])})
-        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
-            MsgType.JOIN, 1, j, payload={"seeds": [root],
-                                         "from_s": subscribes[x] + settle_s}))))
-        timed.append((subscribes[x], _ARRIVE, ClientOp(subscribes[x], q, x, Message(
-            MsgType.SUBSCRIBE, 1, q, payload=payload))))
-        if x in crashes:
-            timed.append((crashes[x], _LEAVE, ClientOp(crashes[x], j, x, Message(
-                MsgType.CRASH, 2, j, payload={}))))
-        if x in leaves:
-            t = leaves[x]
-            timed.append((t, _LEAVE, ClientOp(t, q, x, Message(
-                MsgType.UNSUBSCRIBE, 2, q, payload={"sub_id": 1, "at_s": t}))))
-            timed.append((t + LEAVE_GRACE_S, _LEAVE, ClientOp(t + LEAVE_GRACE_S, j, x, Message(
-                MsgType.LEAVE, 2, j, payload={}))))
+    timed, clients = _consumer_ops(root, consumers, queries if interest != "classes" else None,
+                                   arrivals, subscribes, settle_s, leaves, crashes)
 
     bit = {x: 1 << n for n, x in enumerate(names)}
     j_buckets = max(1, round(selectivity * k))
@@ -199,11 +180,7 @@ def codd_workload(
             MsgType.PUBLISH, i + 1, PRODUCER, payload=payload))))
 
     timed.sort(key=lambda e: (e[0], e[1]))  # stable: a JOIN stays before its SUBSCRIBE
-    membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
-    for x in consumers:
-        left = leaves.get(x)
-        end = crashes.get(x, None if left is None else left + LEAVE_GRACE_S)
-        membership[x] = [[arrivals[x], end]]
+    membership = _membership(root, arrivals, leaves, crashes)
     meta: dict[str, Any] = {
         "system": "codd", "seed": seed, "interest": interest,
         "selectivity_asked": selectivity, "selectivity": reached / (d * m),
@@ -227,6 +204,51 @@ def codd_workload(
         meta["templates"] = dict(sorted(templates.items()))
     schema = Schema({}) if interest == "classes" else MEGHDOOT_SCHEMA
     return Workload(schema, clients, tuple(op for _, _, op in timed), meta)
+
+
+def _consumer_ops(root: str, consumers: Sequence[str],
+                  queries: Mapping[str, tuple[str, Filter]] | None,
+                  arrivals: Mapping[str, float], subscribes: Mapping[str, float],
+                  settle_s: float, leaves: Mapping[str, float], crashes: Mapping[str, float]
+                  ) -> tuple[list[tuple[float, int, ClientOp]], dict[str, str]]:
+    """Each consumer's ops, (time s, order at that time, op), and the clients by host:
+    its JOIN client ``j-x`` joins at its arrival, its query client ``q-x`` subscribes
+    (addressed, or its query of ``queries``), then it crashes, or unsubscribes and leaves
+    ``LEAVE_GRACE_S`` later; the producer sits at the root."""
+    timed: list[tuple[float, int, ClientOp]] = []
+    clients = {PRODUCER: root}
+    for x in consumers:
+        q, j = f"q-{x}", f"j-{x}"
+        clients[q] = clients[j] = x
+        payload = ({"addressed": True} if queries is None
+                   else {"filter": filter_to_json(queries[x][1])})
+        timed.append((arrivals[x], _ARRIVE, ClientOp(arrivals[x], j, x, Message(
+            MsgType.JOIN, 1, j, payload={"seeds": [root],
+                                         "from_s": subscribes[x] + settle_s}))))
+        timed.append((subscribes[x], _ARRIVE, ClientOp(subscribes[x], q, x, Message(
+            MsgType.SUBSCRIBE, 1, q, payload=payload))))
+        if x in crashes:
+            timed.append((crashes[x], _LEAVE, ClientOp(crashes[x], j, x, Message(
+                MsgType.CRASH, 2, j, payload={}))))
+        if x in leaves:
+            t = leaves[x]
+            timed.append((t, _LEAVE, ClientOp(t, q, x, Message(
+                MsgType.UNSUBSCRIBE, 2, q, payload={"sub_id": 1, "at_s": t}))))
+            timed.append((t + LEAVE_GRACE_S, _LEAVE, ClientOp(t + LEAVE_GRACE_S, j, x, Message(
+                MsgType.LEAVE, 2, j, payload={}))))
+    return timed, clients
+
+
+def _membership(root: str, arrivals: Mapping[str, float], leaves: Mapping[str, float],
+                crashes: Mapping[str, float]) -> dict[str, list[list[float | None]]]:
+    """Each node's membership interval [from s, to s or None]: the root throughout, a
+    consumer from its arrival to its crash or the end of its leave's grace."""
+    membership: dict[str, list[list[float | None]]] = {root: [[0.0, None]]}
+    for x, arrival_s in arrivals.items():
+        left = leaves.get(x)
+        end = crashes.get(x, None if left is None else left + LEAVE_GRACE_S)
+        membership[x] = [[arrival_s, end]]
+    return membership
 
 
 def _document_s(i: int, step_s: float) -> float:
