@@ -389,18 +389,7 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
         with tempfile.TemporaryDirectory() as tmp:
             paper = [(p.stem, base64.b64encode(p.read_bytes()).decode())
                      for p in draw([(None, summaries)], Path(tmp))]
-    spec = manifest.get("spec", {})
-    git = manifest.get("git") or {}
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>pubsublab report "
-             f"{html.escape(run_dir.name)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Run {html.escape(run_dir.name)}</h1>",
-             f"<p class='meta'>{html.escape(spec.get('name', ''))}: "
-             f"{html.escape(spec.get('description', ''))}<br>status "
-             f"<b>{html.escape(str(manifest.get('status', '?')))}</b>, started "
-             f"{html.escape(str(manifest.get('started', '?')))}, git "
-             f"<code>{html.escape(str(git.get('commit') or '?')[:12])}</code>"
-             f"{' (dirty)' if git.get('dirty') else ''}, seed {manifest.get('seed', '?')}, "
-             f"scale {manifest.get('scale', '?')}</p>"]
+    parts = [_header(run_dir.name, manifest)]
     # A run that throttles a link under SNR and IDR (the demo) opens with that answer.
     idr = idr_verdict(summaries)
     if idr is not None:
@@ -453,3 +442,20 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
     path = run_dir / REPORT
     path.write_text("".join(parts), encoding="utf-8")
     return path
+
+
+def _header(name: str, manifest: dict[str, Any]) -> str:
+    """The page's head and its first lines: the run, its spec, status, start, commit, seed
+    and scale (``?`` where the manifest has none)."""
+    spec = manifest.get("spec", {})
+    git = manifest.get("git") or {}
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>pubsublab report "
+            f"{html.escape(name)}</title><style>{_CSS}</style></head><body>"
+            f"<h1>Run {html.escape(name)}</h1>"
+            f"<p class='meta'>{html.escape(spec.get('name', ''))}: "
+            f"{html.escape(spec.get('description', ''))}<br>status "
+            f"<b>{html.escape(str(manifest.get('status', '?')))}</b>, started "
+            f"{html.escape(str(manifest.get('started', '?')))}, git "
+            f"<code>{html.escape(str(git.get('commit') or '?')[:12])}</code>"
+            f"{' (dirty)' if git.get('dirty') else ''}, seed {manifest.get('seed', '?')}, "
+            f"scale {manifest.get('scale', '?')}</p>")

@@ -299,13 +299,12 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     if run and runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
     experiments: dict[str, Any] = paper["experiments"]
-    steps = [(f"{name} run {i} of {len(pts)}{_at(x)}", est)
-             for name, pts in todo.items()
-             for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)]
     folder = (_resume_folder(resume, paper_name, runtime, quick) if resume is not None
               else new_run_dir(out_base, f"reproduce-{paper_name}-{runtime}"
                                          f"{'-quick' if quick else ''}"))
-    progress = TimeLeft(f"reproduce {paper_name}", steps, log)
+    progress = TimeLeft(f"reproduce {paper_name}", [
+        (f"{name} run {i} of {len(pts)}{_at(x)}", est) for name, pts in todo.items()
+        for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)], log)
     again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s)
     points: dict[str, list[Point]] = {}
     not_run: list[dict[str, Any]] = []
@@ -320,11 +319,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             left_s = _left_s(t0, pause_after_s)
-            # The first point of a sitting runs even past the time (to its first pause):
-            # every sitting gets on. A later one starts only if it has the time to.
-            can_pause = not (emulated or logs or plan.rounds)
-            if (run and done is None and left_s is not None and ran
-                    and left_s < (START_LEFT_S if can_pause else est)):
+            if (run and done is None and ran
+                    and not _time_for(left_s, not (emulated or logs or plan.rounds), est)):
                 raise _sitting_over(folder, again, progress, time.monotonic() - t0,
                                     f"before {name}{_at(x)}")
             if run:  # with nothing to run, no time left to tell
@@ -356,6 +352,14 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     log(f"reproduce {paper_name}: {len(result['rows'])} rows in "
         f"{duration_text(progress.elapsed_s())}; page {result['page']}")
     return folder, result
+
+
+def _time_for(left_s: float | None, can_pause: bool, est_s: float) -> bool:
+    """Whether a point that is not the sitting's first may start with ``left_s`` seconds
+    left (None: no bound): one that can pause needs ``START_LEFT_S``, another its whole
+    estimate ``est_s``. The first point of a sitting runs even past the time (to its
+    first pause): every sitting gets on."""
+    return left_s is None or left_s >= (START_LEFT_S if can_pause else est_s)
 
 
 def _left_s(t0: float, pause_after_s: float | None) -> float | None:

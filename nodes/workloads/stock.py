@@ -435,16 +435,10 @@ def stock_workload(
     ``publish_spread_share`` (in (0, 1]) is the share of a publish period the publishers'
     start times spread over.
     """
-    _check_args(brokers, n_publishers, n_subscribers, pubs_per_publisher, publish_rate_hz,
-                mode, selectivity, selectivity_of, phase_gap_s, max_preds,
-                publish_spread_share)
-    if subscribe_spread_s is None:
-        subscribe_spread_s = 0.5 * phase_gap_s
-    for name, spread in (("advertise_spread_s", advertise_spread_s),
-                         ("subscribe_spread_s", subscribe_spread_s)):
-        if not 0 <= spread <= 0.5 * phase_gap_s:
-            raise ValueError(f"need 0 <= {name} <= phase_gap_s / 2 = {0.5 * phase_gap_s}, "
-                             f"got {spread}")
+    subscribe_spread_s = _check_args(
+        brokers, n_publishers, n_subscribers, pubs_per_publisher, publish_rate_hz, mode,
+        selectivity, selectivity_of, phase_gap_s, max_preds, publish_spread_share,
+        advertise_spread_s, subscribe_spread_s)
 
     stocks = stock_universe(seed)
     blocks = _blocks(stocks, n_publishers)
@@ -472,40 +466,28 @@ def stock_workload(
         drawn, mode_meta = _subscriptions(
             mode, subs_rng, publications, n_subscribers, selectivity, max_preds
         )
-    sub_ops: list[ClientOp] = []
-    for i, (_, f) in enumerate(drawn):
-        name = f"s{i}"
-        broker = clients[name] = placement.choice(brokers)
-        t_s = start_s + phase_gap_s + subscribe_spread_s * i / n_subscribers
-        msg = Message(MsgType.SUBSCRIBE, 1, name, payload={"filter": filter_to_json(f)})
-        sub_ops.append(ClientOp(t_s, name, broker, msg))
+    sub_ops = _subscriber_ops([f for _, f in drawn], brokers, placement, clients,
+                              start_s + phase_gap_s, subscribe_spread_s)
 
     ops = tuple(sorted(adv_ops + sub_ops + pub_ops, key=lambda op: op.t_s))
     meta = _measure(Workload(STOCK_SCHEMA, clients, ops, {}), [kind for kind, _ in drawn])
     meta.update(
-        mode=mode,
-        **({"selectivity_of": selectivity_of} if mode == "octopia" else {}),
-        seed=seed,
-        n_symbols=N_SYMBOLS,
-        n_publishers=n_publishers,
-        n_subscribers=n_subscribers,
-        pubs_per_publisher=pubs_per_publisher,
-        publish_rate_hz=publish_rate_hz,
-        phase_gap_s=phase_gap_s,
-        start_s=start_s,
-        advertise_spread_s=advertise_spread_s,
-        subscribe_spread_s=subscribe_spread_s,
-        publish_spread_share=publish_spread_share,
-        **mode_meta,
-    )
+        mode=mode, **({"selectivity_of": selectivity_of} if mode == "octopia" else {}),
+        seed=seed, n_symbols=N_SYMBOLS, n_publishers=n_publishers,
+        n_subscribers=n_subscribers, pubs_per_publisher=pubs_per_publisher,
+        publish_rate_hz=publish_rate_hz, phase_gap_s=phase_gap_s, start_s=start_s,
+        advertise_spread_s=advertise_spread_s, subscribe_spread_s=subscribe_spread_s,
+        publish_spread_share=publish_spread_share, **mode_meta)
     return Workload(STOCK_SCHEMA, clients, ops, meta)
 
 
 def _check_args(brokers: Sequence[str], n_publishers: int, n_subscribers: int,
                 pubs_per_publisher: int, publish_rate_hz: float, mode: str,
                 selectivity: float, selectivity_of: str, phase_gap_s: float, max_preds: int,
-                publish_spread_share: float) -> None:
-    """ValueError naming the first of :func:`stock_workload`'s arguments out of range."""
+                publish_spread_share: float, advertise_spread_s: float,
+                subscribe_spread_s: float | None) -> float:
+    """ValueError naming the first of :func:`stock_workload`'s arguments out of range;
+    else the subscribe phase's spread, s (``None``: half of ``phase_gap_s``)."""
     if not brokers:
         raise ValueError("need at least one broker")
     if mode not in MODES:
@@ -522,6 +504,14 @@ def _check_args(brokers: Sequence[str], n_publishers: int, n_subscribers: int,
     # 0 would make every publisher tie; above 1 publisher i's slot overlaps i+1's next one.
     if not 0 < publish_spread_share <= 1:
         raise ValueError(f"need 0 < publish_spread_share <= 1, got {publish_spread_share}")
+    if subscribe_spread_s is None:
+        subscribe_spread_s = 0.5 * phase_gap_s
+    for name, spread in (("advertise_spread_s", advertise_spread_s),
+                         ("subscribe_spread_s", subscribe_spread_s)):
+        if not 0 <= spread <= 0.5 * phase_gap_s:
+            raise ValueError(f"need 0 <= {name} <= phase_gap_s / 2 = {0.5 * phase_gap_s}, "
+                             f"got {spread}")
+    return subscribe_spread_s
 
 
 def _publishers(blocks: list[list[Stock]], dates: Sequence[str],
@@ -566,6 +556,21 @@ def _publishers(blocks: list[list[Stock]], dates: Sequence[str],
             )
         )
     return pub_ops, adv_ops, publications
+
+
+def _subscriber_ops(filters: Sequence[Filter], brokers: Sequence[str],
+                    placement: random.Random, clients: dict[str, str], t0_s: float,
+                    spread_s: float) -> list[ClientOp]:
+    """Subscriber ``s{i}`` per filter, placed on a broker drawn from ``placement`` (into
+    ``clients``), subscribing at ``t0_s`` plus its share of ``spread_s``."""
+    ops: list[ClientOp] = []
+    for i, f in enumerate(filters):
+        name = f"s{i}"
+        broker = clients[name] = placement.choice(brokers)
+        t_s = t0_s + spread_s * i / len(filters)
+        msg = Message(MsgType.SUBSCRIBE, 1, name, payload={"filter": filter_to_json(f)})
+        ops.append(ClientOp(t_s, name, broker, msg))
+    return ops
 
 
 def _subscriptions(
