@@ -5,77 +5,34 @@
 (no root, no Mininet, no process). The emulated runner, the simulator and the bulk rounds
 consume the plan, never the raw spec, so they cannot disagree on:
 
-- **the overlay and its per-edge figures.** Each overlay edge is the path between its two
-  brokers in the topology graph: one emulated link in overlay mode, access link - switch(es)
-  - access link in switch mode. Its one-way delay is the sum of the path's link delays, its
-  loss compounds the links' losses (1 - prod(1 - p)), and its rate is the slowest shaped
-  link on it (``None``: unshaped). In switch mode a broker's access link is also its NIC
-  (``nic_mbps`` on the overlay node), shared by all its overlay edges. These are what a
-  message meets on the emulated network (netem, or the brokers' own emulation where the
-  kernel has none, applies every link's delay on the path), so the simulator uses exactly
-  them; each edge records which mechanism carries each figure;
-- **each algorithm's params**: a spec's ``routing.params`` holds shared keys and one
-  mapping per algorithm name (:func:`algorithm_params`); each is checked against the
-  core's declaration (:mod:`nodes.cores.params`), defaults filled in, and merged with what
-  the core derives from the overlay (SCOT clusters for ``snr``; a core that cannot run on
-  this overlay is refused here);
+- **the overlay and its per-edge figures**: each overlay edge is the path between its two
+  brokers in the topology graph; its one-way delay (ms) is the sum of the path's link
+  delays, its loss compounds theirs (1 - prod(1 - p)), its rate (Mbit/s) is the slowest
+  shaped link's (``None``: unshaped); in switch mode a broker's access link is also its
+  NIC (``nic_mbps``). The simulator uses exactly these figures;
+- **each algorithm's params** (:func:`algorithm_params`), checked against the core's
+  declaration (:mod:`nodes.cores.params`), defaults filled in, merged with what the core
+  derives from the overlay (a core that cannot run on this overlay is refused here);
 - the statistics window, the workload (built and placed once, with its oracle input), the
-  link schedule, the capture, the broker settings (with the brokers whose hosts are
-  CPU-limited, ``broker.cpu``, checked to name brokers), the simulator's processing model
-  (``processing``, from ``broker.service`` and the calibration, see
-  :func:`processing_model`) and the duration.
+  link schedule, the capture, the broker settings, the simulator's processing model
+  (:func:`processing_model`) and the duration.
 
-The ``workload`` section of a spec (all optional; defaults are small so that a plain spec
-runs in seconds)::
-
-    kind: stock            # the stock-quote workload of nodes.workloads.stock
-    mode: octopia          # octopia (target selectivity) | meghdoot (five templates)
-    n_publishers: 2
-    n_subscribers: 6
-    pubs_per_publisher: 20
-    publish_rate_hz: 10    # per publisher
-    selectivity: 0.02
-    selectivity_of: advertisements  # or publications: what the selectivity is a share of
-                           # (OctopiA's two readings, nodes.workloads.stock)
-    phase_gap_s: 1.0       # advertisements, then subscriptions, then publications
-    advertise_spread_s: 0.0    # advertisements evenly over this long (<= phase_gap_s / 2)
-    subscribe_spread_s: null   # the same for subscriptions (null: phase_gap_s / 2)
-    publish_spread_share: 1.0  # publishers' start times over this share of a publish period
-                               # (0.01: all within 1 % of it, the earlier behaviour)
-    calibration_seed: null # an int: Kyra's zones and the multicast groups calibrate on
-                           # the publications of the same workload drawn with this seed
-                           # (an independent sample), not on the run's own publications
-    burst: null            # a high-rate publisher's burst (OctopiA Fig. 11), e.g.
-                           # {rate_hz: 1000, count: 3000, start_s: 2.0, n_subscribers: 10};
-                           # see nodes.workloads.burst
-
-Each kind's keys, defaults, checks and builder are its entry of
+Each workload kind's keys, defaults, checks and builder are its entry of
 :data:`nodes.workloads.kinds.WORKLOADS`; the plan asks that entry and never branches on a
-kind's name. ``kind: bulk`` is bulk data pushed to subscribers (LBDD, point-to-point),
-compiled here into a :class:`~nodes.workloads.bulk.BulkPlan` (:func:`bulk_plan`, run by
-:mod:`experiments.runs.bulk`): its checks read the spec's other sections, which the
-workloads cannot see. ``kind: codd`` is CoDD's document stream to consumers that join (and
-leave) while it runs (:mod:`nodes.workloads.codd`); like ``kind: meghdoot`` it needs
-``routing.links: on-demand``. ``kind: kyra-example`` is the Kyra paper's worked example
-(:mod:`nodes.workloads.kyra_example`) over brokers ``a`` .. ``h``; cores that derive their
-routing from the run (``kyra``, ``multicast``) get it from :func:`run_derived` once the
-workload is built.
+kind's name. ``kind: bulk`` is compiled here into a :class:`~nodes.workloads.bulk.BulkPlan`
+(:func:`bulk_plan`, run by :mod:`experiments.runs.bulk`); ``kind: codd`` and ``kind:
+meghdoot`` need ``routing.links: on-demand``; cores that derive their routing from the run
+(``kyra``, ``multicast``) get it from :func:`run_derived` once the workload is built.
 
-Links (``RunPlan.links``): ``fixed`` (the default) gives each broker its overlay edges as
-fixed links, dialled at start. ``routing.links: on-demand`` asks for links opened on
-demand instead: no fixed
-links; every broker may reach every other (``peers`` in its config, :mod:`nodes.emulated.broker`),
-each pair's figures being those of the path between them (:func:`pair_figures`), and a
-broker whose node has a JOIN operation in the workload starts dormant. It needs a
-switch-mode topology (flat addressing: every host reaches every other; in overlay mode a
-host reaches only its overlay neighbours), and is refused otherwise.
+Links (``RunPlan.links``): ``fixed`` (the default: each broker's overlay edges, dialled at
+start) or ``on-demand`` (every broker may reach every other, each pair's figures those of
+the path between them, :func:`pair_figures`; a broker with a JOIN op starts dormant; a
+switch-mode topology only). ``duration_s`` (seconds) bounds a stock workload's phase;
+without it the phase lasts until the last operation plus :data:`SETTLE_S`. A bulk spec
+with ``duration_s``, ``link_schedule`` or an explicit ``capture.enabled: true`` is refused.
 
-``duration_s`` (optional) bounds a stock workload's phase on the workload's clock: an
-operation scheduled after it is refused, and both runtimes stop there (the emulated clients
-stop listening, the simulator stops processing). Without it the phase lasts until the last
-operation plus :data:`SETTLE_S`. Bulk rounds end when every subscriber holds the data, so a
-bulk spec with ``duration_s`` is refused, as are ``link_schedule`` and an explicit
-``capture.enabled: true`` (see :class:`~experiments.spec.CaptureSpec`).
+The plan's decisions in full, with the ``workload`` section's keys:
+docs/design/run-plan.md.
 """
 
 from __future__ import annotations

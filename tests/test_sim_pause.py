@@ -1,5 +1,5 @@
 """A simulation paused to a file and resumed in steps makes exactly what one
-uninterrupted run makes (nodes.sim.checkpoint, nodes.sim.engine's "Pausing")."""
+uninterrupted run makes (nodes.sim.checkpoint; docs/design/simulator.md, "Pausing")."""
 
 from __future__ import annotations
 

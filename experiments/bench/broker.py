@@ -2,63 +2,26 @@
 Mininet network, and the highest rate it sustains with zero loss.
 
 PADRES' benchmark method: a rate is sustained when, in every whole second of the run,
-the notifications delivered equal those generated (bucketed by publication second), and
-the publisher really generated the rate (at least 95 % of it); and, since counting by
-publication second alone would pass a broker that merely buffers, no notification may
-take longer than ``MAX_DELAY_S`` end to end (a backlog that grows shows up there).
-The rate steps up until a step fails. Three hosts on a 1 Gbit/s Linux bridge (the
-gigabit-cluster topology with three PCs): publisher on pc1, broker (flood core, no
-neighbours) on pc2, subscriber (matching everything) on pc3. Broker and clients log
-every message, as in experiments.
+the notifications delivered equal those generated (bucketed by publication second), the
+publisher really generated the rate (at least 95 % of it), and no notification took
+longer than ``MAX_DELAY_S`` end to end. The rate steps up until a step fails. Three hosts
+on a 1 Gbit/s Linux bridge: publisher on pc1, broker (flood core, no neighbours) on pc2,
+subscriber (matching everything) on pc3; broker and clients log every message.
 
-**Calibration** (the simulator's default per-message service time): after the rate
-steps, one step per subscription count k in ``sub_counts`` (default 1, 4, 8) runs k
-subscriber clients on pc3 (one client process, each client with its own connection and
-a match-all subscription, so every notification matches k subscriptions and the broker
-delivers it k times) and one publisher at ``calibration_rate_hz`` for
-``calibration_step_s`` seconds, and the whole round is repeated ``repeats`` times (the
-counts interleaved, so a change in the machine's load touches all alike). The broker's
-CPU time is read from ``/proc/<pid>``
-(``schedstat``'s run time in ns, summed over its threads; ``stat``'s utime + stime where
-there is no schedstat): over an idle stretch after the subscriptions and before the
-first publication (its idle rate: the statistics windows, status writes), and from the
-first publication until every client has ended. A point counts if the broker handled
-every publication and delivered it k times (``broker_complete``; a subscriber process
-falling behind does not matter). The step's cost per handled message is
+**Calibration** (the simulator's default per-message service time): after the rate steps,
+rounds with k match-all subscribers for each k of ``sub_counts`` (default 1, 4, 8),
+repeated ``repeats`` times, give the broker's CPU time per handled message, c(k) in
+microseconds (its idle rate subtracted), and the least-squares fit of the medians
+``c(k) = base_us + per_matched_subscription_us x k``. The figures, the points, the method
+and the machine go to ``nodes/sim/calibration.json`` (``--calibration-out``), which the
+simulator reads; they hold at about the calibration rate, which the file records.
 
-    c(k) = (CPU over the busy stretch - idle rate x its length) / PUBLISHes received
-
-in microseconds. The regression is ordinary least squares, over the counts, of the
-median of c(k) over the repeats: ``c(k) = base_us + per_matched_subscription_us x k``;
-``base_us`` is what a handled message costs whatever it matches (decode, the core's
-``handle``, its ``recv`` and ``match`` log records), ``per_matched_subscription_us``
-what each matching subscription adds (the matching itself, then one delivery: encode,
-socket write, ``deliver`` record).
-The same fit of the ``recv`` records' ``matching_ms`` (the core's ``handle`` alone)
-shows how much of it is matching. The figures, the points, the method, the machine and
-the date go to ``nodes/sim/calibration.json`` (``--calibration-out``), which the simulator
-reads as its default service time; ``pubsublab bench broker`` prints them.
-
-The cost per message falls as the rate rises (the broker reads several frames per
-wake-up of its event loop, so the fixed costs are shared), so the figures hold at about
-the calibration rate, which the file records, with c(1) at half and twice that rate
-(``rate_sensitivity``). ``nodes/sim/calibration.json``: ``base_us``,
-``per_matched_subscription_us``, ``r2``, ``rate_hz``, ``matching_only`` (the same fit of
-the matching time alone), ``method``, ``regression``, ``caveat``, ``points`` (per k:
-published, handled, delivered, idle CPU share, busy CPU seconds, ``per_msg_us``,
-``matching_us_mean``, ``broker_complete``, ``zero_loss``, ``repeat``), ``medians`` (per
-k), ``machine`` (host name, CPU model, cores, kernel, Python, how busy the whole machine
-was during the calibration, its load average after), ``date`` (UTC) and ``git``.
-
-**Saturation** (for the simulator's processing-capacity model): with the broker host
-CPU-limited (``cpu_limits={"pc2": share}``, the share changed on the running network),
-:func:`saturation_point` offers a rate well above what the broker handles, so a
-backlog stays in front of it (in its socket's receive queue, which the kernel grows to
-megabytes), and returns its throughput over the busy stretch, its CPU per handled
-message and the cost per message the throughput implies (share / throughput): the
-knee is set by the cost when every read brings many frames, well below the
-calibration's at 1000/s. :func:`chain_delays` gives the notification delays and the
+**Saturation** (for the simulator's processing-capacity model): :func:`saturation_point`
+offers a CPU-limited broker more than it handles and returns its throughput and the cost
+per message it implies; :func:`chain_delays` gives the notification delays and the
 broker's throughput at increasing offered rates through the same chain.
+
+The method, the file's keys and the caveats in full: docs/design/bench-broker.md.
 """
 
 from __future__ import annotations
@@ -217,7 +180,7 @@ def _run_chain(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path,
     publisher on pc1 sending ``rate_hz`` for ``step_s`` s from ``_PUB_AT_S``; the clients
     end 2 s after the last scheduled publication (the subscribers ``tail_s`` s later
     still). The broker's CPU is read over an idle stretch before the first publication
-    and over the busy stretch until the clients ended (see the module docstring); pc2's
+    and over the busy stretch until the clients ended (see docs/design/bench-broker.md); pc2's
     cgroup is sampled over the latter where it is CPU-limited. ``on_start`` is called
     with the Unix time of the first publication once the clients are started. The
     broker is stopped."""
@@ -306,7 +269,7 @@ def _send_figures(out: Path) -> tuple[int, float]:
 def _calibration_step(emu: Emulation, k: int, rate_hz: int, step_s: float, out: Path
                       ) -> dict[str, Any]:
     """One calibration point: k match-all subscribers, ``rate_hz`` publications for
-    ``step_s`` s; the broker's CPU per handled PUBLISH (see the module docstring)."""
+    ``step_s`` s; the broker's CPU per handled PUBLISH (docs/design/bench-broker.md)."""
     chain = _run_chain(emu, k, rate_hz, step_s, out)
     n, busy_cpu_s = chain.published, chain.busy_cpu_s
     recv = [r for r in iter_jsonl(out / "pc2.jsonl", Ev.RECV) if r.get("type") == "PUBLISH"]
@@ -555,7 +518,7 @@ def calibration(points: list[dict[str, Any]], rate_hz: int, step_s: float,
                 busy_pct: float | None = None,
                 sensitivity: list[dict[str, Any]] | None = None,
                 saturated: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The calibration record (see the module docstring) from the steps' points and, if
+    """The calibration record (docs/design/bench-broker.md) from the steps' points and, if
     measured, the saturation fit, which then gives the simulator's default."""
     from experiments.runs.manifest import git_revision
 

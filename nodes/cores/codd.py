@@ -4,90 +4,26 @@ section 2), one consumer node per broker, links opened on demand.
 
 One producer, at the root broker (the derived param ``root``: the first broker by name),
 streams documents down a tree. A node keeps, per child, the aggregate filter of the
-child's subtree: the multiset of its members' queries, kept as ``members`` (name ->
-query: one query per node, so the multiset is the dict's values), and sends a document
-to a child only if some member's query accepts it. Queries are either *addressed* (the
-paper's abstract workload, :mod:`nodes.workloads.codd`: a document names the nodes it
-matches as bits of a hex integer in ``to``, bit ``j`` for the ``j``-th broker by name)
-or content filters over ``attrs`` (:func:`nodes.model.matches`; per node one
-:class:`~nodes.matching.SubscriptionIndex` over its descendants' filters).
+child's subtree (``members``: name -> query) and sends a document to a child only if some
+member's query accepts it. Queries are *addressed* (bits of ``to``, as
+:mod:`nodes.workloads.codd` writes them) or content filters over ``attrs``. Documents are
+PUBLISH messages with payload ``seq``, ``t_s`` and ``to`` or ``attrs``; a node delivers one
+to its client iff its query accepts it and ``from_s <= t_s < left_s`` (the oracle's
+rules); a document received again is a duplicate, never delivered or forwarded twice.
+Statistics: per node, bitmaps over the last ``window_docs`` documents.
 
-Documents are PUBLISH messages with payload ``seq`` (0, 1, ...), ``t_s`` (the
-workload's publication time) and ``to`` or ``attrs``. A node delivers a document to its
-client iff its query accepts it and ``from_s <= t_s < left_s`` (the JOIN op's
-``from_s``, the LEAVE op's ``at_s``: the oracle's membership and settle rules, so both
-runtimes deliver exactly what it expects). A document received again (during a move) is
-counted as a duplicate, never delivered or forwarded twice.
-
-Statistics (A3): per node, bitmaps (Python ints) over document sequence numbers of the
-documents received, of those its own query accepted, and of those sent to each child,
-over the last ``window_docs`` documents.
-
-Protocols (all CoDD control messages are TREE messages; payload ``op`` names the step):
-
-- **Join** (Figs. 3-4): the JOIN op's node sends ``add`` to its seed (the root; one seed:
-  the paper's "typically {ROOT}"). The root evaluates the newcomer's query on the
-  documents of its window (the extensional statistics: the newcomer's *want* bitmap) and
-  the ``add`` descends: a node with spare capacity (fewer than ``fanout`` children)
-  answers ``addresult``; a full one passes it to the child that would incur the least
-  overhead (readings B: fewest documents the node saw that the newcomer wants and the
-  child does not get; ties: more wanted documents the child gets, then the smaller
-  subtree, then the name). The newcomer sends ``addchild`` (its query) to the node that
-  answered, which tells its ancestors (``add_query``) up to the root.
-- **Leave** (Figs. 5-6, typo 4's reading): the child with most overlap with the leaving
-  node's query takes the leaving node's place under its parent (fanout exceeded until
-  the leave ends); the other children re-join one after another by the join descent
-  with seed set {that child}; the leaving node, now a leaf, is removed.
-- **Reorganization** (Fig. 7): every ``timeout_docs`` documents it receives, a node
-  whose spurious share over those documents is at least ``threshold_pct`` % asks the
-  root to move its child of least overlap with its own query (``reorganize``); of the
-  children whose move would lower its overhead (ours: a child whose documents the node
-  receives for other children too saves nothing by moving, and the root would refuse
-  it; the literal rule left 74 % of the requests of the 400-node default with nothing
-  to save). The root
-  collects the requests of each round of ``timeout_docs`` published documents, keeps
-  the ``cutoff`` heaviest (by the requester's spurious share; 0: all), and handles
-  them one by one: a fresh view from the requester (``check``: the child's received
-  bitmap, its subtree, its current cost: documents the requester receives only for it,
-  readings 2.5 item 6), then the pruned breadth-first search with ``getoverhead``
-  request/reply pairs, level by level in queue order (the same choices as the
-  sequential search; typo 3's reading: loop while the queue is non-empty); the
-  overhead of parent p for moving node n is ``|R(n) minus R(p)|``. The move is granted
-  iff the best overhead is below the current cost and at most ``(1 - delta_pct/100)``
-  of it. The moving node attaches under its new parent first and leaves the old one
-  after (make-before-break, item 10).
-- **Flooding reference** (``forward: all``): every document goes to every child.
-- **Siena emulation** (``tree: siena``; readings 2.6 item 1): the root, as the system
-  agent, makes each newcomer a server with probability ``1/(fanout+1)`` (a hash of its
-  name); servers fill a balanced ``fanout``-ary tree under the root breadth-first in
-  arrival order, and a client attaches to a server with a free client slot (of
-  ``fanout``; the server drawn by a hash) or becomes a server if none has one. With
-  one producer at the root, Siena's per-neighbour routing tables without covering are
-  exactly the per-child aggregate filters, so forwarding is the same code; the tree
-  differs. No reorganization.
-
-Ours, where the paper is silent (stated):
-
-- **Tree changes are serialised by the root**: a join, a reorganization move or a leave
-  starts when the previous one has ended (the paper's simulator changes the tree
-  between two documents). This keeps every aggregate filter exact while documents flow.
-- **No loss, no duplicate delivery.** Additions travel bottom-up (``add_query``): a
-  document routed before an ancestor knows the newcomer may miss it, so the root, when
-  a join reaches it, replays to the newcomer the documents of its window it wants that
-  were published from its ``from_s`` on (``catchup``; the newcomer drops those it
-  already has). Removals travel top-down, behind the documents on FIFO links: a move
-  switches the subtree at the common ancestor of its old and new places, which sends
-  ``moved`` down the old path; a leave is removed by ``remove`` sent down from the
-  root. So every document sent before a removal still reaches the node. A change ends
-  (``done`` to the root) where its last message lands: a join's ``add_query`` at the
-  root, a move's ``moved`` at the old parent, a leave's ``remove`` at the parent; so
-  when the root starts the next one, no filter is being changed.
-- **Failures** (ours; the paper has none): heartbeats, orphans that re-join with their
-  subtrees, losses purged, cut-off nodes served by the root; see
-  :mod:`nodes.cores.codd_repair`.
+Protocols (TREE messages; payload ``op`` names the step): **join** (Figs. 3-4: ``add``
+descends from the root to a node with fewer than ``fanout`` children, least overhead
+first), **leave** (Figs. 5-6: the child of most overlap takes the node's place),
+**reorganization** (Fig. 7: every ``timeout_docs`` documents, by ``threshold_pct``,
+``cutoff`` and ``delta_pct``), a flooding reference (``forward: all``) and a Siena
+emulation (``tree: siena``). Ours: the root serialises tree changes, nothing is lost or
+delivered twice while the tree changes, and failures are :mod:`nodes.cores.codd_repair`'s.
 
 Records: ``codd_node`` (per consumer, at the end) and ``codd_root`` (rounds and
 reorganization decisions); see :meth:`CoddCore.final_records`.
+
+The protocols step by step, with our readings: docs/design/codd.md.
 """
 
 from __future__ import annotations
@@ -225,7 +161,7 @@ class CoddCore(Repair):
         self.fanout: int = params["fanout"]
         self.window_docs: int = params["window_docs"]
         self.series_docs: int = params["series_docs"]
-        # failures (module docstring)
+        # failures (docs/design/codd.md)
         self.heartbeat_s: float = params["heartbeat_s"]
         self.failure_periods: int = params["failure_periods"]
         self._detect_s = (self.failure_periods + 1) * self.heartbeat_s
@@ -772,7 +708,7 @@ class CoddCore(Repair):
         return format(want, "x")
 
     def _siena_parent(self, node: str) -> str:
-        """The Siena emulation's place for a newcomer (module docstring)."""
+        """The Siena emulation's place for a newcomer (docs/design/codd.md)."""
         f = self.fanout
         free = [s for s in self._servers if self._clients_of[s] < f]
         if free and unit_draw(f"siena-server/{node}", 0) >= 1 / (f + 1):

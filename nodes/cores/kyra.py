@@ -1,60 +1,20 @@
 """Kyra: event routing on server cliques and per-zone routing trees (registry ``kyra``).
 
 Paper: Cao and Singh, "Efficient Event Routing in Content-based Publish-Subscribe Service
-Networks", INFOCOM 2004. Our copy stops in §III-B; the mechanism below is §III as far as
-it goes, completed as ``../shared/READINGS-WAVE2.md`` 3.2 proposes. Choices:
+Networks", INFOCOM 2004. Our copy stops in §III-B; the mechanism is §III as far as it
+goes, completed as ``../shared/READINGS-WAVE2.md`` 3.2 proposes. In short:
 
-Derived before the run (:func:`derive_layout`, by the host, as Siena's tree)
-    - **Cliques** by network proximity: :func:`nodes.cores.cliques.server_cliques` (the
-      paper's Fig. 5, complete linkage, with its endless loop fixed) on the servers'
-      latency matrix, bounded by ``max_distance_ms`` and ``max_clique_size``. Inside a
-      clique every server knows every other (a full mesh: "For simplicity, we only
-      experiment with the full-mesh topology within cliques").
-    - **Zones** on one attribute, ``zone_attr`` (default ``Symbol``, which 95 % of the
-      Meghdoot-template subscriptions pin to one value): "non-overlapping continuous zones
-      with balanced load", balanced on a *calibration sample* of events
-      (:func:`nodes.cores.zones.balanced_cuts`; the caller says which sample: the run's
-      own publications are the best case, an independent draw from the same generator
-      the honest one). Locally, a clique of k servers cuts the attribute into k zones,
-      the i-th (in value order) owned by its i-th server by name; globally the attribute
-      is cut into ``trees`` zones, T, one per routing tree (0: the largest clique's
-      size, the paper's "T ~ max{k_i}"). The global zones are the same everywhere; the
-      local ones are known inside their clique only.
-    - **Routing trees**: tree t spans the servers whose local zone overlaps global zone
-      t, as a minimum spanning tree by latency (:func:`nodes.cores.overlay.latency_mst`,
-      ties by name).
-    Learning them at run time would need the join and re-partition protocols our copy of
-    the paper lacks (its §III stops before any dynamics), so they are fixed for a run.
-
-Subscription movement
-    A server that gets a subscription from a client sends it (or keeps it) to every
-    server of its clique whose zone the filter overlaps: the *proxies*. A proxy stores
-    the filter cut to its zone (a *proxy subscription*, remembering the origin server)
-    and, for each tree it joined whose zone the proxy subscription overlaps, enters it,
-    cut to the tree's zone too, into that tree's filter-based routing.
-
-Filter-based routing inside each tree
-    Every tree is an independent Siena network (:class:`nodes.cores.siena.SienaCore`,
-    one instance per tree joined): subscriptions spread over the tree into per-neighbour
-    routing tables (``covering`` as in Siena), events go only towards matching
-    directions. Inside an instance a proxy subscription's identity is its client's
-    subscription and its proxy (one client subscription may have several proxies in one
-    tree when a clique has more servers than there are trees); on the wire its messages
-    keep the client's ``(origin, msg_id)`` and carry ``tree`` and ``proxy``.
-
-Publishing
-    "When an event is published, it is first forwarded to the server in the same clique
-    whose content zone covers it, and then routed on the tree with covering zone." The
-    covering proxy joined that tree (its zone holds the event, so it overlaps the
-    tree's zone) and publishes the event there; every tree server that gets it matches
-    its table, forwards it, and matches its proxy subscriptions. A server whose proxy
-    subscriptions match sends one ``NOTIFY`` (the publication and the clients) to each
-    of their origin servers, or delivers itself when it is one. Zones are disjoint, so
-    in each clique exactly one proxy can match an event: each clique is notified once
-    per event, each subscriber gets it once. An event must carry ``zone_attr`` (a
-    ``PUBLISH`` without it is reported ``unhandled``: :mod:`nodes.cores.zones`).
-
-Unsubscriptions retrace the movement and, inside each tree, Siena's path.
+- **Derived before the run** (:func:`derive_layout`, by the host, fixed for a run):
+  cliques of servers by latency (:func:`nodes.cores.cliques.server_cliques`, bounded by
+  ``max_distance_ms`` and ``max_clique_size``), zones on ``zone_attr`` balanced on a
+  calibration sample (a clique of k servers cuts k local zones; ``trees`` global zones, one
+  per routing tree) and each tree a latency MST.
+- **Subscriptions** go to their *proxies*, the clique's servers whose zone the filter
+  overlaps, which enter them, cut to the zone, into each joined tree's routing; each tree
+  is an independent Siena network (:class:`nodes.cores.siena.SienaCore`).
+- **Publishing**: to the clique's covering proxy, then along the covering tree; matching
+  proxies NOTIFY the origin servers, so each subscriber gets an event once. An event
+  without ``zone_attr`` is ``unhandled``. Unsubscriptions retrace the movement.
 
 Derived params per broker: ``clique`` (its members, sorted, itself included),
 ``clique_cuts`` (its clique's local partition), ``global_cuts`` and ``routing_trees``
@@ -65,6 +25,8 @@ UNSUBSCRIBE handled: from clients, moved, on trees), ``sub_messages_sent``, ``co
 ``events_matched`` (events matched on a tree here: the paper's "matched at server X"),
 ``events_unwanted`` (of those, events no proxy subscription here matched) and
 ``match_ops`` (filters tested, Siena's count summed over the trees).
+
+Our readings and choices in full: docs/design/kyra-cores.md.
 """
 
 from __future__ import annotations
@@ -102,7 +64,7 @@ _SEP = "\x00"  # joins two names into one identity; no name holds it
 
 @dataclass(frozen=True)
 class KyraLayout:
-    """The figures a Kyra run derives before it starts (module docstring).
+    """The figures a Kyra run derives before it starts (docs/design/kyra-cores.md).
 
     ``cliques`` sorted lists of servers; ``clique_cuts[i]`` the local partition of clique
     ``i`` (its j-th server owns zone j); ``global_cuts`` the T global zones;
@@ -145,7 +107,7 @@ def derive_layout(
     calibration: Sequence[Mapping[str, Value]],
     params: Mapping[str, Any],
 ) -> KyraLayout:
-    """Cliques, zones and trees (module docstring) for the servers of ``latency_ms`` (ms,
+    """Cliques, zones and trees (docs/design/kyra-cores.md) for the servers of ``latency_ms`` (ms,
     all pairs), a ``calibration`` sample of events' attributes and the declared
     ``params`` (:data:`PARAMS`, resolved). ValueError for an empty sample or an event of
     it without ``zone_attr``."""
@@ -231,7 +193,7 @@ class KyraCore:
     # ---- events -------------------------------------------------------------------------
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """Process one event; see the module docstring for the rules."""
+        """Process one event; see docs/design/kyra-cores.md for the rules."""
         if isinstance(event, FromClient):
             msg = event.msg
             if msg.type is MsgType.SUBSCRIBE:

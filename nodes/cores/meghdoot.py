@@ -1,136 +1,34 @@
 """``meghdoot``: content-based publish/subscribe over a CAN (Gupta, Sahin, Agrawal and
 El Abbadi, Middleware 2004), one peer per broker, links opened on demand.
 
-The space and the zone geometry are in :mod:`nodes.cores.can`. What a peer does:
+The space and the zone geometry are in :mod:`nodes.cores.can`; leaving, failures and mirror
+copies (§4.3) in :mod:`nodes.cores.meghdoot_repair`. What a peer does, in short:
 
-- **Routing a point** (§3.3): a peer whose zone does not hold the point sends the message
-  to the neighbour zone nearest to it (squared distance from the point to the zone's box,
-  in normalised coordinates; ties by the peer's name). A zone held by several peers
-  (replicas) is reached through one of them, chosen by a hash of the message's identity,
-  so every sender of one event picks the same replica (the paper picks round robin;
-  ours spreads alike over events and lets duplicate detection work at one peer).
-- **Subscribe**: the subscription's point is routed to its owner, which stores it, and
-  copies it to its co-replicas (ours: the paper does not say how later subscriptions
-  reach replicas). Placement uses the point, the final match the filter
-  (:func:`nodes.model.matches` through a :class:`~nodes.matching.SubscriptionIndex`).
+- **Routing a point** (§3.3): greedily, to the neighbour zone nearest the point (squared
+  distance in normalised coordinates; ties by name); a replicated zone through the replica
+  a hash of the message's identity picks, the same for every sender.
+- **Subscribe**: the subscription's point is routed to its owner, which stores it and
+  copies it to its co-replicas; placement uses the point, the final match the filter.
 - **Publish** (§3.4, DeliverEvent): the event's point is routed to its owner, which
-  notifies the subscribers of the subscriptions it stores that match and propagates the
-  event to each upper-left neighbour zone that meets the event's affected region. With
-  ``dup_rule: paper`` (the paper's optimisation) a zone skips a neighbour that one of its
-  own bottom-right neighbours in the region also reaches upper-left; either way a peer
-  handles an event once (later copies are counted as ``duplicates``). A zone sends one
-  NOTIFY per subscriber peer (naming the clients) and the peer delivers it to them.
-- **Join** (§4.2), ``join: meghdoot``: the newcomer asks a bootstrap peer, which sends a
-  probe to its heaviest neighbour if heavier than itself; each peer forwards it to its
-  heaviest neighbour while one is heavier (the paper's hill climbing to a local maximum,
-  on the loads neighbours last reported). The peer where it stops replicates its zone to
-  the newcomer when it is "loaded due to event propagation" (our reading,
-  ``replicate_rule: standout``: its propagation messages received in the last two load
-  periods, over the mean of its own and its neighbours' last reported, are at least
-  ``kappa`` times the larger of 1 and its stored subscriptions over their mean: it is in
-  the path of more events than its neighbours, the paper's Fig. 7; ``relative``, our
-  second reading, drops the 1, so a zone storing no subscriptions always replicates;
-  ``absolute``, our first, compares the two counts themselves), and otherwise splits
-  its zone so that both halves hold half its subscriptions
-  (:func:`~nodes.cores.can.balanced_cut`; CAN's halving when they cannot be told
-  apart); the newcomer gets the upper half, and a replicated zone splits for all its
-  replicas alike. ``join: can`` is the plain CAN join (our ablation): the join is routed
-  to a point drawn from a hash of the newcomer's name, whose owner halves its zone.
-- **Loads** (§4.2): every ``load_period_s`` a peer reports its load (event messages in
-  the last two periods plus subscriptions stored, with its propagation messages and its
-  subscriptions apart, for the replicate rule) and its ``loaded_list`` heaviest peers
-  heard of (the paper's loadedPeerList, which it keeps and propagates but does not say
-  how a join uses; our joins do not). A join's zone messages carry the fresh loads of
-  the two peers it changed. Who reports to whom is our reading (``load_reports``; the
-  paper says only that peers report "to their neighbours"): with ``zone``, a replicated
-  zone reports as one. Each peer sends its own report to its co-replicas, and the
-  zone's reporter (its first peer by name) sends its group's loads, its own fresh and
-  its co-replicas' as last heard, to every peer of every neighbour zone. A neighbour
-  then hears from each zone once a period, not once per replica: at 1,000 peers the
-  per-period reports fall from 170 k to 78 k, and load reports were most of a
-  10,000-peer run's messages. With ``peer`` (our first reading) every peer reports to
-  every neighbour peer and co-replica.
-
-- **Leaving, failures and mirror copies** (§4.3): :mod:`nodes.cores.meghdoot_repair`.
-
-The workload spaces joins out (one per step at most), as the paper's sequential
-simulator runs them one at a time; a join's grant may still be in flight when the next
-starts (see the neighbour tables below).
-Events, unlike the paper's, may still be spreading when a zone splits (at 10,000 peers
-an event meets some 800 zones in chains of 2 ms hops, and a join comes half a step, 50
-ms, after it). A peer whose view predates the split sends the event to the old owner for
-the whole zone; the new half may lie bottom-right of the half the owner kept, which
-DeliverEvent does not reach, and the new half's other neighbours may have passed the
-event on before it existed. So for ``handoff_s`` after a split (ours) every peer of the
-old zone passes each event it handles whose region meets the given half on to the half's
-new owner, unless the event's point lies in that half (the routed copy is handled there)
-or DeliverEvent reaches it anyway. The new owner drops the copy if it has handled the
-event; if it has co-replicas by then, it passes the copy to the one every sender picks
-and drops later copies itself. A copy that came first is counted as ``handoff_first``.
-Without the handoff one 10,000-peer skewed run missed one delivery, and joins 2 to 3 ms
-after their events miss 29 to 60 on 120 peers (tests/test_meghdoot.py). The new owner,
-for ``handoff_s`` after its grant, does the same the other way round: it passes each
-event whose region meets the kept half to the one of that half's peers every sender
-picks. A split's updates leave the splitter one after another (from a zone of 51
-replicas, 51 notices and 997 updates), so for a while its neighbours' views differ,
-and the duplicate rule, which assumes they agree, may leave the kept half to a zone
-that leaves it to another. Traced at 10,000 peers and 25,000 subscriptions, one
-delivery of 8,096,353 missed: the newcomer left the kept half to a neighbour below
-both halves; that one, not yet told, left the old zone to a neighbour right of both,
-which knew only the new half (tests/test_meghdoot.py builds it on five zones). The other way
-round, an event may reach a zone before its split and the new half again after it, from
-a neighbour of the half whose view is new: a subscription in the half is matched twice.
-So a subscriber's peer notifies each of its clients once per event, for ``notify_s``
-(ours; the copies it drops are counted as ``notify_repeats``): once in 16,684,244
-deliveries of a 10,000-peer run with 50,000 subscriptions.
-
-Neighbour tables must stay exact while the CAN grows (ours where the paper is silent: its
-simulator joins one peer at a time, with nothing in flight). A split's updates go to the
-neighbours in the splitter's table; a co-replica's table may hold one more, and that
-neighbour, never told of the split, is never told of the zone's later changes either. So
-the gaps spread: with 150,000 subscriptions on 2,000 peers, 534 tables lacked 54,208
-entries at the end and 10 % of the deliveries were missed (DeliverEvent reads the same
-tables). Traced at 10,000 peers: a split's update missing a neighbour that a co-replica's
-table had but the splitter's lacked. So (1) a split notice names whom the splitter told,
-and each co-replica tells the neighbours its own table adds, introduces them to the
-newcomer and its co-replicas, and takes from the notice the ones it lacks; (2) a load
-report refreshes the receiver's entries for the peers it names, as CAN's periodic updates
-do; (3) for ``relay_s`` after a split or a replication the zone's peers pass on to the
-newcomer, as introductions, the zone changes their neighbours tell them: two neighbours
-that split at once (a grant of 75,000 subscriptions takes longer than a workload step)
-each tell the other's splitter, not its newcomer, and each newcomer's table is a copy of
-its splitter's; (4) a load report from a peer whose zone does not abut the receiver's is
-answered with the receiver's zone and the neighbours it knows beside the sender's
-(``report_corrections``), since the sender lists the receiver stale: reports refresh only
-the entries their receivers hold, and a zone's updates go only to the peers in its own
-tables, so a stale entry, once copied into a newcomer's table, stayed to the end (9
-entries on 3 peers in a 10,000-peer run with 50,000 subscriptions; keeping out load
-reports older than a split's update, ``_moved``, alone made that run's tables exact, with
-every other figure the same). There it answered 159 reports, sent while a split was in
-flight, with 222 messages of 45.3 million, and changed no delivery, zone or table: it
-repairs whatever stale entry the rules above still let through. An introduction is second
-hand, so it is taken only for a peer the table lacks (unless it left or failed) or for a
-zone inside the listed one (a zone only shrinks by splits: the smaller is the later). On
-the 2,000-peer run (1) alone makes every table exact (``meghdoot.tables`` in the summary)
-and misses nothing; (2) alone, with reports every 100 s, leaves 50,444 entries missing;
-(3) is for crossing joins (tests/test_meghdoot.py), which that run did not need.
-
-Should a table still be wrong (a takeover the introductions do not order, a peer
-declared failed too soon), greedy routing loops: before (1)-(3), an event circled
-between two peers for 65,536 hops. So a routed message past ``loop_hops`` hops (ours; 64,
-where the 10,000-peer runs' longest routes took 11 to 47) makes each peer that passes it
-on tell the sender its zone and introduce the neighbours it knows beside the sender's
-zone, and go to the nearest peer not on its trail; past ``max_hops`` it is dropped and
-counted (``route_dropped``; the frame's hop count has 16 bits).
-
-A joining peer holds what other peers send it before its grant arrives (events, updates,
-split notices) and handles it once granted, as it does its clients' operations: the
-neighbours' update naming it is small and the grant (the zone's subscriptions and table)
-large, so they may send it events while it has no zone yet. Dropped, one event missed a
-new zone in a 10,000-peer run.
+  notifies the matching subscribers (one NOTIFY per subscriber peer) and propagates the
+  event to the upper-left neighbour zones meeting its region (``dup_rule``); a peer handles
+  an event once (later copies: ``duplicates``).
+- **Join** (§4.2, ``join: meghdoot``): hill climbing to a loaded peer, which replicates its
+  zone (``replicate_rule``: ``standout``, ``relative`` or ``absolute``, with ``kappa``) or
+  splits it so that both halves hold half its subscriptions; ``join: can`` is CAN's own.
+- **Loads** (§4.2): reported every ``load_period_s`` to the neighbours, per zone or per peer
+  (``load_reports``), with the ``loaded_list`` heaviest peers heard of.
+- **While the CAN grows** (ours; the paper's sequential simulator has nothing in flight):
+  ``handoff_s`` passes events across a recent split, ``notify_s`` notifies each client once
+  per event, split notices, load reports and introductions (``relay_s``,
+  ``report_corrections``) keep the neighbour tables exact, ``loop_hops`` and ``max_hops``
+  stop a looping route, and a joining peer holds what reaches it before its grant.
 
 The first broker by name (the derived param ``seed_peer``) owns the whole space from the
-start; every other peer joins through a JOIN client operation.
+start; every other peer joins through a JOIN client operation. Times are in seconds.
+
+Every reading, every rule we added and the runs that called for it:
+docs/design/meghdoot-core.md.
 """
 
 from __future__ import annotations
@@ -583,7 +481,9 @@ class MeghdootCore(Repair):
             joining = self._bootstrap is not None and self.joined_s is None
             if t is MsgType.ZONE and ("grant" in msg.payload or not joining):
                 return self._zone_msg(msg, now_s)
-            if joining:  # sent before the grant came: handled once granted (docstring)
+            # Sent before the grant came: handled once granted (docs/design/meghdoot-core.md,
+            # "A joining peer's early messages").
+            if joining:
                 self._early.append((peer, msg))
                 return []
             return [unhandled(msg)]
@@ -856,7 +756,8 @@ class MeghdootCore(Repair):
     def _load_in(self, peer: str, p: Mapping[str, Any]) -> list[Action]:
         """A load report: the sender's own, or its zone's (``group``: the peers it
         names, whose loads it carries as last heard). Returns this peer's answer to a
-        sender whose zone does not abut its own (module docstring, (4)), else nothing."""
+        sender whose zone does not abut its own (docs/design/meghdoot-core.md, (4)), else
+        nothing."""
         group = p.get("group", (peer,))
         zone = _zone_of(p["zone"])
         for member in group:
@@ -882,7 +783,7 @@ class MeghdootCore(Repair):
         if peer in self.nbrs or peer in self.group or peer in self._departed:
             return []
         # The sender's zone does not abut this one, so its table holds this zone stale
-        # (module docstring, (4)): it and the peers it reports for are told.
+        # (docs/design/meghdoot-core.md, (4)): it and the peers it reports for are told.
         self.report_corrections += 1
         correction = self._correction(zone)
         return [Send(q, correction) for q in group]
@@ -1089,7 +990,7 @@ class MeghdootCore(Repair):
             if p["grant"] == "split" and self.handoff_s > 0:
                 # The other way round from the old owner's handoff (_apply_split): the
                 # half the splitter kept, to which this half's neighbours may leave an
-                # event while their views of the split differ (module docstring).
+                # event while their views of the split differ (docs/design/meghdoot-core.md).
                 kept = self.nbrs[msg.origin]
                 self._handoffs.append((now_s + self.handoff_s, kept, tuple(sorted(
                     q for q, zone in self.nbrs.items() if zone == kept))))

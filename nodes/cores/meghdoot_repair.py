@@ -1,68 +1,20 @@
 """Leaving, failures and mirror copies of a Meghdoot peer (§4.3), a mixin of
 :class:`nodes.cores.meghdoot.MeghdootCore`, which sets up the state these use.
 
-- **Leaving and failures** (§4.3): a peer whose zone has replicas leaves by telling its
-  co-replicas and neighbours. A peer that holds its zone alone hands it, with its
-  subscriptions and mirror copies, to a neighbour zone it merges with into a box (CAN's
-  sibling; each of that zone's replicas takes it); with none, to an adopter (ours: the
-  paper asks for "a neighbor willing to take over its zone", and a peer of ours holds
-  one zone): the last peer by name of a replicated neighbour zone (zones by their first
-  peer), which leaves its co-replicas for it, else a lone neighbour, the smallest zone
-  first (CAN's choice), that frees itself by handing its own zone to a sibling of its
-  own (one without is passed over; none left: ``can_zone_orphaned``). A peer not heard
-  from (any message, load reports included) for ``failure_periods`` load periods,
-  counted in the detector's own periods (ours: a detector stalled by a busy machine
-  does not, on waking, find everyone silent), is declared failed by its co-replicas and
-  neighbours, who drop it, so its zone lives on in its replicas (a peer declared failed
-  that reports again is taken back, with the zone its report names).
-  With zone reports, a neighbour hears a replica only through its reporter: a reporter's
-  report vouches for the peers it names until two periods after the usual limit (the
-  time its co-replicas take to notice a silent reporter, and the next by name to report
-  in its place), and a reporter that declares a co-replica failed tells its neighbours
-  so; they file it as failed, so that a report naming it again takes it back.
-  A failed lone owner's zone (our reading of "a neighbor ... needs to either take up the
-  zone of the failed peer or find some other peer to hand over the zone") is taken over
-  by the same rule, with ``mirrors`` only. A lone owner's load reports then name its
-  neighbours; each of them (every peer of every neighbour zone) that declares it failed
-  tells the first of them by name directly (greedy routing may not get round the hole a
-  failed zone leaves) its zone, its peers and whether it has a sibling. That
-  coordinator, once all have told it (or three of its load periods later), names the
-  taker, which gets the notices as the zone's neighbour table; a neighbour told before
-  it noticed declares the failed peer failed then. Without mirrors a lone owner's
-  failure leaves its zone without an owner (``can_zone_orphaned``) and its subscriptions
-  lost. Not built: a lone owner declared failed while only slow comes back to a zone
-  held by its taker (the zone would be held twice), so ``failure_periods`` must outlast
-  any stall; a neighbour that came after the failed peer's last report is left out of
-  its takeover; and a failed zone none of whose neighbours merges with it, is replicated
-  or can free itself stays orphaned (CAN's search of the partition tree for two sibling
-  zones).
-- **Mirror copies** (§4.3, ``mirrors``): the owner that stores a subscription (the peer
-  it reached, not its co-replicas) routes a copy to its mirror point
-  (:func:`nodes.cores.can.mirror_point`): its reflection ``<h1, l1, ..., hn, ln>``,
-  which lies in the lower-right half where no subscription lies, or, when that falls in
-  the owner's own zone, the reflection stepped out of it
-  (:func:`~nodes.cores.can.step_out`): onto the top face of the first start dimension
-  the zone ends below the top of (the paper's "increasing odd dimensions", 1-based;
-  right in its Fig. 8), else just below the bottom face of the first end dimension it
-  starts above 0 of (down). The paper moves along all odd dimensions at once; ours moves
-  along the first that leaves the zone, so the copy always lands in another zone. The
-  zone there keeps it apart from its subscriptions (never matched), as do its
-  co-replicas; an unsubscription drops it. A split hands the new zone the copies filed
-  in it, and the splitting peer moves the copies whose rule changed with the zone ("if a
-  zone splits, it has to accordingly move the reflection subscriptions"): a drop routed
-  to the old point, the copy to the new. A merge turns the copies of what the merged
-  zone now stores into its subscriptions and moves the rest likewise; a replica gets its
-  zone's copies. A drop removes a copy only if it was filed at the drop's point, so a
-  moved copy's drop and its new filing may arrive in either order. The taker of a failed
-  zone recovers its subscriptions by "querying the reflection of the zone's
-  coordinates": a query routed to each box that holds their copies (the reflected zone,
-  and the face its own reflections step out to: :func:`~nodes.cores.can.mirror_regions`)
-  spreads over the zones meeting it, which send back their copies of subscriptions in
-  the failed zone. The copies the failed peer held come back from their owners: the
-  zones meeting the reflected box (their subscriptions' reflections lie in the failed
-  zone) and the taker's neighbours, told by its update (their reflections may step out
-  into it), file again those whose mirror point lies in it. Every subscription then has
-  one copy, where the rule puts it (``check_can`` in tests/test_meghdoot.py).
+- **Leaving**: a peer whose zone has replicas tells its co-replicas and neighbours; a lone
+  owner hands its zone (subscriptions and mirror copies) to a neighbour zone it merges with
+  into a box, else to an adopter that frees itself (none left: ``can_zone_orphaned``).
+- **Failures**: a peer not heard from for ``failure_periods`` load periods (counted in the
+  detector's own) is declared failed by its co-replicas and neighbours, and its zone lives
+  on in its replicas; a failed lone owner's zone is taken over by the same rule, through a
+  coordinator, with ``mirrors`` only (without, its subscriptions are lost). A peer declared
+  failed that reports again is taken back. What is not built is listed on the page below.
+- **Mirror copies** (``mirrors``): each stored subscription has one copy at its mirror
+  point (:func:`nodes.cores.can.mirror_point`), kept apart and never matched, and moved as
+  zones split and merge; the taker of a failed zone recovers its subscriptions by querying
+  the reflection of the zone's coordinates (:func:`nodes.cores.can.mirror_regions`).
+
+The rules in full: docs/design/meghdoot-core.md ("Leaving, failures and mirror copies").
 """
 
 from __future__ import annotations
@@ -451,7 +403,7 @@ class Repair:
 
     def _leave(self) -> list[Action]:
         """Leave the zone to its co-replicas, or hand it to a sibling zone, or else to an
-        adopter (module docstring); the runtime makes this peer dormant either way."""
+        adopter (docs/design/meghdoot-core.md); the runtime makes this peer dormant either way."""
         assert self.zone is not None
         out: list[Action] = []
         if len(self.group) < 2:

@@ -1,54 +1,19 @@
 """Multicast-based event routing: the Kyra paper's second baseline (registry ``multicast``).
 
-Kyra §II-B, "the approach in [25]" (the reference list is missing from our copy, very
-likely Riabov et al., ICDCS 2002): "the event space is partitioned into a limited number
-of multicast groups. For each group, a multicast tree is built that spans all servers
-with subscription for any event in that group. When an event is published, it is
-mapped into a group and multicast on the corresponding tree to all group members."
-Our readings and choices:
+Kyra §II-B, "the approach in [25]" (very likely Riabov et al., ICDCS 2002): the event
+space is partitioned into a limited number of multicast groups, each with a multicast tree
+over the servers that want its events. In short:
 
-Derived before the run, from a global view (:func:`derive_params`)
-    The paper says the groups "are computed before event transmission begins", from the
-    servers' interests, and its Fig. 3 shows one grouping shared by all servers: the
-    baseline assumes a global view of the subscriptions and of the event distribution.
-    So the grouping and the trees are *derived params*, computed once by the host (as
-    :func:`nodes.cores.siena.overlay_params` computes Siena's tree) from every
-    subscription of the workload, the servers' latencies and a calibration sample of
-    events, never learnt at run time: learning them would need a protocol the paper
-    does not describe (and would measure that protocol, not the baseline). Using every
-    subscription the workload will ever make is the baseline's best case: a group's
-    tree spans each server that ever wants one of its cells, so no event misses a
-    subscriber whatever the order of operations, and servers whose subscriptions have
-    ended still receive their groups' events (counted as unwanted).
-
-Cells
-    The event space is cut into cells: per attribute of ``cell_attrs``,
-    ``cells_per_attr`` continuous zones balanced on the calibration sample
-    (:func:`nodes.cores.zones.balanced_cuts`), and a cell is one zone of each. A server
-    wants a cell when one of its subscriptions overlaps it (:func:`nodes.model.overlaps`,
-    exact on the model's dense domains, so never too few). An event must carry every
-    cell attribute (a ``PUBLISH`` without one is reported ``unhandled``).
-
-Groups
-    Forgy's K-means (:func:`nodes.cores.multicast_groups.forgy_kmeans`, draws from a hash
-    of ``kmeans_seed``) over the cells' interest vectors into ``groups`` groups (fewer
-    when fewer cells differ), each cell weighted by its share of the calibration sample
-    in the centroid means; a group's members are the servers that want any of its cells.
-    A caller may also give the grouping (the paper's Fig. 3 is not a K-means result:
-    ``tests/test_multicast_groups.py``).
-
-Trees
-    One tree per group: a minimum spanning tree by latency over its members
-    (:func:`nodes.cores.overlay.latency_mst`, application-level multicast, like Kyra's
-    routing trees). A server publishing into a group it is not a member of sends the
-    event to the group's *entry*, the member nearest to it by latency (ties by name),
-    which multicasts it; a member publishes on the tree itself.
-
-Forwarding and filtering
-    A member that gets an event of group ``g`` sends it to every tree-``g`` neighbour but
-    the one it came from (the entry: to all of them), then matches it against its local
-    subscriptions and delivers it to each matching client once. Subscriptions stay at
-    their server (the groups already know who wants what); unsubscriptions remove them.
+- The grouping and the trees are *derived params* (:func:`derive_params`), computed once
+  by the host from every subscription of the workload, the servers' latencies and a
+  calibration sample of events: the baseline's best case, never learnt at run time.
+- **Cells**: ``cells_per_attr`` balanced zones per attribute of ``cell_attrs``; an event
+  must carry every cell attribute (else ``unhandled``). **Groups**: Forgy's K-means
+  (:func:`nodes.cores.multicast_groups.forgy_kmeans`, ``kmeans_seed``) into ``groups``
+  groups, or a grouping given. **Trees**: a latency MST over each group's members; a
+  server outside a group publishes into it through its *entry*.
+- A member forwards an event on its tree and delivers it to its matching local clients;
+  subscriptions stay at their server.
 
 Derived params per broker: ``cell_axes`` (the cell attributes) and ``cell_cuts`` (same
 everywhere),
@@ -61,6 +26,8 @@ everywhere),
 ``events_matched`` (events received and matched here), ``events_unwanted`` (of those,
 events no local subscription matched: the paper's extraneous traffic) and ``match_ops``
 (local subscriptions tested).
+
+Our readings and choices in full: docs/design/kyra-cores.md.
 """
 
 from __future__ import annotations
@@ -186,7 +153,7 @@ def derive_layout(
     params: Mapping[str, Any],
     grouping: Sequence[Sequence[Cell]] | None = None,
 ) -> MulticastLayout:
-    """The cells, groups, trees and entries (module docstring) for the servers of
+    """The cells, groups, trees and entries (docs/design/kyra-cores.md) for the servers of
     ``latency_ms`` (ms, all pairs), their ``subscriptions`` (every filter each server's
     clients will subscribe to), a ``calibration`` sample of events' attributes and the
     declared ``params`` (:data:`PARAMS`, resolved). ``grouping`` (lists of cells) replaces
@@ -257,7 +224,7 @@ class MulticastCore:
                                                 "events_unwanted", "match_ops")}}
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """Process one event; see the module docstring for the rules."""
+        """Process one event; see docs/design/kyra-cores.md for the rules."""
         if isinstance(event, FromClient):
             msg = event.msg
             if msg.type is MsgType.PUBLISH:

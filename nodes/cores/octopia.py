@@ -3,85 +3,26 @@
 Registry name ``snr``. Paper: Shafique, "Adaptive Content-based Routing using
 Subscription Subgrouping in Structured Overlays" (``../shared/seeds/octopia-scot-idr.txt``):
 clusters and the cluster index vector (Section IV), advertisement forwarding (V),
-subscription broadcast (VI) and static notification routing, SNR (VII-A). Our readings
-and choices:
+subscription broadcast (VI) and static notification routing, SNR (VII-A). In short:
 
-SCOT
-    Broker B(x, c) knows its cluster c, its primary neighbours (aLinks: its tree
-    neighbours in cluster c) and its secondary neighbours (iLinks: B(x, d), one for every
-    other cluster d). The host derives them from the overlay graph with
-    :func:`overlay_params`, which refuses an overlay that is not a SCOT: a cluster that is
-    not a tree would make the subscription broadcast loop.
+- **SCOT**: broker B(x, c) has aLinks (its tree neighbours in cluster c) and iLinks
+  (B(x, d) for every other cluster d), derived by :func:`overlay_params`, which refuses an
+  overlay that is not a SCOT.
+- **Advertisements** go from the host H to its m-1 secondary neighbours only. B(x, c)
+  counts the PRT subscriptions overlapping each one; its SCB is on while the count is
+  positive, and H's CIV bit c follows it (ADV_REPLY, CIB_SET, CIB_CLEAR).
+- **Subscriptions** are flooded over the tree of the subscriber's host cluster (aLinks
+  only); CIB_SET also names the advertisements whose bit it turns on (a stated deviation).
+- **Notifications** (SNR): reverse path inside the cluster, and one copy over the iLink to
+  each cluster whose CIV bit is on; every broker that matches reports a ``match`` record.
+- UNSUBSCRIBE and UNADVERTISE (ours) remove every piece of state over the FIFO links that
+  created it. Identities are ``(origin, msg_id)``, as in the oracle; overlap is
+  :func:`nodes.model.overlaps` without a schema.
 
-Advertisements (Section V)
-    The host broker H = B(x, h) of publisher P stores P's advertisement in its SRT with a
-    cluster index vector (CIV) whose context bit h is on and every other bit off, and sends
-    it to its m-1 secondary neighbours only: an advertisement tree of length 1, no
-    duplicates, no tree id. B(x, c) stores it with H as last hop. If a subscription in its
-    PRT overlaps it, B(x, c) turns its own cluster's bit (the secondary-cluster bit, SCB)
-    on and sends one ADV_REPLY back, and H turns CIV bit c on.
-
-    B(x, c) keeps, per advertisement, the number of PRT subscriptions that overlap it; the
-    SCB is on while that count is positive (reference counting, not recomputation). It
-    tests every subscription it stores against its SRT anyway (for CIB_SET) and every
-    advertisement it stores against its PRT (for ADV_REPLY), so the count costs nothing
-    more, and an unsubscription needs no rescan of the PRT to know whether the bit must go.
-
-Subscriptions (Section VI)
-    A subscription is flooded over the tree of the subscriber's host cluster only (aLinks,
-    never back on the link it came from, never onto an iLink) and every broker of that
-    cluster stores it once in its PRT with its last hop (the subscriber, at its host
-    broker). A broker that holds advertisements of another host that the subscription
-    overlaps and whose SCB was off turns the SCB on and sends that host one CIB_SET
-    carrying the subscription; the host turns bit c on. The subscription is not stored
-    there.
-
-    Deviation, stated: the paper's host finds the advertisements to mark by matching the
-    subscription the CIB_SET carries. Our CIB_SET carries the subscription too (so its
-    size on the wire is the paper's), but also the ids of the advertisements whose SCB
-    was turned on, and the host sets exactly those bits. B(x, c) is the only broker of
-    cluster c that holds the advertisement, so it alone can decide bit c, and the host's
-    copy follows it over one FIFO iLink. Matching at the host sets the same bits except
-    in one race: an advertisement still on its way to B(x, c) would get bit c from a
-    subscription B(x, c) never counted for it, and the bit would outlive that
-    subscription.
-
-Notifications (SNR, Section VII-A)
-    H matches a publication against its PRT, delivers it once to each matching local
-    client and sends one copy to each distinct last hop of the matching subscriptions
-    (reverse-path forwarding along the subscription trees of its own cluster). It also
-    sends one copy over the iLink to every cluster whose bit is on in the CIVs of its
-    publisher's advertisements that the publication matches, whether or not the
-    publication matches a subscription there: the host does not hold those subscriptions.
-    A broker that receives a publication, over an aLink or an iLink, routes it inside its
-    own cluster only by the same rule, never back on the link it came from. Every broker
-    that matches reports a ``match`` record, as the flood core does.
-
-Unsubscribe and unadvertise (the paper does not describe them; our choices)
-    UNSUBSCRIBE (payload ``sub_id``: the msg_id of the SUBSCRIBE) follows the subscription
-    over the same cluster tree; every broker drops the PRT entry. A broker holding
-    advertisements decrements their counts; where a count reaches 0 the SCB goes off and
-    one CIB_CLEAR per host names the advertisements whose bit c the host turns off.
-    UNADVERTISE (payload ``adv_id``: the msg_id of the ADVERTISE) goes from H to the same
-    m-1 secondary neighbours, which drop the SRT entry with its count. Every piece of
-    state is removed by messages on the FIFO links that created it, so none is left once
-    they drain.
-
-Identities
-    Advertisements are ``(publisher, msg_id of its ADVERTISE)``, subscriptions
-    ``(subscriber, msg_id of its SUBSCRIBE)``, as in the oracle. Messages a broker makes
-    on behalf of a client operation keep that operation's origin and msg_id: ADV_REPLY the
-    advertisement's, CIB_SET the subscription's (so a runtime sees when a subscription has
-    reached a publisher's host broker; see the delay definitions in :mod:`nodes.metrics.summary`),
-    CIB_CLEAR the unsubscription's.
-
-Overlap
-    :func:`nodes.model.overlaps` without a schema (a core does not know one): numeric
-    attributes read as dense, which can only add overlaps, i.e. a CIV bit the notification
-    stream does not need, never a missing one.
-
-Statistics windows, timers and lost links need no reaction: SNR is static (IDR, which
+SNR is static: statistics windows, timers and lost links need no reaction (IDR, which
 reacts to congested queues, is a separate core).
+
+Our readings and choices in full: docs/design/octopia-cores.md.
 """
 
 from __future__ import annotations
@@ -187,7 +128,7 @@ class OctopiaCore:
         return {"hosted": hosted, "forwarded": forwarded, "prt": prt}
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """Process one event; see the module docstring for the rules."""
+        """Process one event; see docs/design/octopia-cores.md for the rules."""
         if isinstance(event, FromClient):
             msg, link, over = event.msg, event.client, "client"
         elif isinstance(event, Arrived):

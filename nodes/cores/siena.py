@@ -2,63 +2,26 @@
 
 Registry name ``siena``. Paper: Carzaniga, Rosenblum and Wolf, "Design and evaluation
 of a wide-area event notification service" (TOCS 2001), in its acyclic peer-to-peer
-form, as the Kyra paper's Section II describes it (``../shared/READINGS-WAVE2.md``, 3.4
-item 1): "all subscriptions are broadcast over the entire network along the tree
-topology. Each server then records the subscriptions received from each direction in
-its routing table. When an event is received, it is matched against subscriptions in
-the routing table and forwarded toward only the directions with matching
-subscriptions." Our readings and choices:
+form, as the Kyra paper's Section II describes it. In short:
 
-Tree
-    The routing tree is ``params["tree_neighbours"]``, derived by :func:`overlay_params`
-    with :func:`~nodes.cores.overlay.spanning_tree_neighbours` (the BFS tree, as the
-    flood core's; on an overlay that is already a tree, the overlay itself), so any
-    connected overlay works. Overlay links off the tree are never used. The reading's
-    tree is a latency MST: the ``transit-stub`` topology gives the servers' latency MST
-    as the overlay, so Siena routes on it there; on a mesh a BFS tree minimises hops,
-    not latency, which is why Kyra's experiments use that topology.
+- **Tree**: ``params["tree_neighbours"]``, derived by :func:`overlay_params` (a BFS
+  spanning tree; on an overlay that is a tree, the overlay itself); overlay links off the
+  tree are never used.
+- **Subscriptions** are broadcast over the tree into per-neighbour routing tables;
+  advertisements are accepted and ignored. With ``covering`` (off by default) a covered
+  subscription is held back from a neighbour; publications take the same edges either way.
+- **Unsubscriptions** retrace the subscription. **Publications** go once to each matching
+  local client and to each tree neighbour (never back) whose table holds a match.
 
-Subscriptions
-    A subscription from a local client is recorded (with the client, for delivery) and
-    sent to every tree neighbour; one arriving from neighbour ``n`` is recorded in the
-    routing table under ``n`` and sent to every other tree neighbour. Its id is the
-    SUBSCRIBE's ``(origin, msg_id)``, the same at every broker. Advertisements are
-    accepted and ignored: this is Siena's subscription-forwarding variant (its
-    advertisement variant is not in the Kyra text).
+Counters (:meth:`SienaCore.counters`, plain counts): ``routing_entries`` (current entries
+under neighbours), ``local_subscriptions`` (current), ``sub_messages`` (SUBSCRIBE and
+UNSUBSCRIBE handled, from clients and neighbours), ``sub_messages_sent``, ``covered``
+(sendings withheld by covering, cumulative), ``events_matched`` (publications matched
+here: the paper's "matched at server X") and ``match_ops`` (filters tested against events:
+per event, every entry held but those under the link it came from, as a linear matcher
+would test; the index we use finds the same matches faster).
 
-Covering (param ``covering``, off by default)
-    A broker does not send subscription ``g`` to neighbour ``m`` when a subscription
-    ``f`` it has already sent to ``m`` (necessarily from another direction) covers
-    ``g`` (:func:`nodes.model.covers`, without a schema); ``g`` is *held* for ``m``.
-    Nothing is lost: ``m`` forwards towards us every event ``f`` matches, so every event
-    ``g`` matches, and we match ``g`` here. A subscription that arrives after ``g`` and
-    covers it does not withdraw ``g`` (no retroactive pruning). When ``f`` is
-    unsubscribed, the held subscriptions no other sent one covers are sent to ``m``
-    before the UNSUBSCRIBE (links are FIFO, so ``m`` never lacks the cover in between);
-    among them, one covered by another (or equal to an earlier one) stays held. Each
-    (subscription, link) is thus sent at most once, a subset of what is sent without
-    covering, and publications take exactly the same edges either way.
-
-Unsubscriptions
-    UNSUBSCRIBE (payload ``sub_id``: the msg_id of the SUBSCRIBE; origin the client)
-    retraces the subscription: each broker drops its entry and sends the UNSUBSCRIBE on
-    to exactly the neighbours it sent the subscription to (a held one was never sent).
-    Un-subscribing twice is harmless.
-
-Publications
-    A broker delivers a publication once to each local client with a matching
-    subscription and sends one copy to each tree neighbour, except the one it came
-    from, whose table holds a matching subscription: never back, and never towards a
-    subtree where no subscription matches.
-
-Counters (:meth:`SienaCore.counters`, plain counts)
-    ``routing_entries`` (current entries under neighbours), ``local_subscriptions``
-    (current), ``sub_messages`` (SUBSCRIBE and UNSUBSCRIBE handled, from clients and
-    neighbours), ``sub_messages_sent``, ``covered`` (sendings withheld by covering,
-    cumulative), ``events_matched`` (publications matched here: the paper's "matched
-    at server X") and ``match_ops`` (filters tested against events: per event, every
-    entry held but those under the link it came from, as a linear matcher would test;
-    the index we use finds the same matches faster).
+Our readings and choices in full: docs/design/kyra-cores.md.
 """
 
 from __future__ import annotations
@@ -159,7 +122,7 @@ class SienaCore:
     # ---- events -------------------------------------------------------------------------
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """Process one event; see the module docstring for the rules."""
+        """Process one event; see docs/design/kyra-cores.md for the rules."""
         if isinstance(event, FromClient):
             return self._dispatch(event.msg, None, event.client)
         if isinstance(event, Arrived):

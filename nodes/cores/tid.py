@@ -3,67 +3,26 @@
 Registry name ``tid-static``. Paper: the OctopiA paper's Sections II and VIII
 (``../shared/seeds/octopia-scot-idr.txt``), after Li, Muthusamy and Jacobsen, "Adaptive
 content-based routing in general overlay topologies" (Middleware 2008, its ref. [20]).
-The paper runs it on the same SCOT "left unclustered": every overlay link is alike, so
-this core needs no params and runs on any overlay. Our readings and choices:
+The paper runs it on the same SCOT "left unclustered": this core needs no params and runs
+on any overlay. In short:
 
-Advertisements
-    The publisher's host broker gives the advertisement a tree id (TID): the
-    advertisement's own id ``(publisher, msg_id of its ADVERTISE)``, unique system-wide.
-    It stores it in its SRT (last hop: the publisher) and sends it on every link. A
-    broker that receives a TID for the first time stores it with the link it came from
-    as last hop and sends it on every other link; a later copy is a duplicate and is
-    dropped. Duplicates are messages on the wire and count as IMs like any other. Which
-    copy comes first depends on link delays and queues, so the tree is the first-arrival
-    tree and may be longer than the shortest one (the paper's Fig. 1(b)).
-
-Subscriptions
-    The subscriber's host broker stores the subscription and binds to it the TIDs of all
-    advertisements in its SRT that it overlaps. It sends the subscription towards each
-    bound advertisement's last hop, one SUBSCRIBE per next hop carrying the TIDs that go
-    that way. A broker that receives it binds those TIDs with the link it came from as
-    last hop and sends each TID on towards its own last hop for that advertisement, up
-    to the publisher's host broker. One subscription may reach a broker over several
-    links with different TIDs (the paper's Fig. 1(c)). When an advertisement arrives after
-    a subscription, the subscriber's host broker binds its overlapping local
-    subscriptions to the new TID and sends them along it (only the host binds, so every
-    path still ends at a subscriber).
-
-Notifications
-    The publisher's host broker tags a publication with the TID of the publisher's
-    advertisement it matches; when several do, the smallest id: a subscription the
-    publication matches overlaps every one of them, so one tree reaches all subscribers
-    and a second would only duplicate. Every broker on the way matches the publication
-    against its PRT (content-based routing: the paper remarks that PADRES matches at the
-    publisher's and subscribers' host brokers; matching also in between changes no
-    delivery, only prunes copies no subscriber wants), delivers once to each matching
-    local subscriber bound to the TID and sends one copy to each distinct last hop of the
-    matching subscriptions bound to the TID (reverse path). A publication matching none
-    of its publisher's advertisements has no tree: it is dropped with a ``no_tree``
-    record. Every broker that matches reports a ``match`` record, as the flood core does.
-
-Unsubscribe and unadvertise (our choices)
-    UNSUBSCRIBE (payload ``sub_id``: the msg_id of the SUBSCRIBE) retraces the
-    subscription: from the host it goes towards each bound TID's last hop, one message
-    per next hop carrying those TIDs; each broker drops the bindings that came over that
-    link, the PRT entry with the last one, and sends the TIDs on.
-
-    UNADVERTISE (payload ``adv_id``: the msg_id of the ADVERTISE) is flooded like the
-    advertisement, except that the first time a broker gets it, it sends it on every
-    link, the one it came on included. The broker drops the SRT entry and every binding
-    of the TID in its PRT, then keeps the TID as *withdrawn* until the UNADVERTISE has
-    come in over each of its links. Each neighbour sends exactly one, after any copy of
-    the advertisement it sent (links are FIFO), so a late duplicate of the advertisement
-    is recognised and dropped, and once all have come none can still arrive: the broker
-    forgets the TID. (With "every link but the sender's" a broker could not tell when the
-    last late copy has passed, and a late copy would re-create the entry.)
-
-Overlap
-    :func:`nodes.model.overlaps` without a schema, as in :mod:`nodes.cores.octopia`.
+- **Advertisements** are flooded with a tree id (TID: the advertisement's own id); the
+  first copy sets a broker's last hop, later copies are duplicates (dropped, yet IMs).
+- **Subscriptions** go towards each overlapping advertisement's last hop, one SUBSCRIBE
+  per next hop carrying the TIDs bound that way, up to the publisher's host broker; an
+  advertisement that comes later is bound at the subscriber's host broker only.
+- **Notifications** follow one TID (the smallest, when several advertisements match) along
+  the reverse paths, matched at every broker; a publication matching no advertisement is
+  dropped (``no_tree`` record).
+- UNSUBSCRIBE retraces the subscription; UNADVERTISE is flooded on every link and the TID
+  kept *withdrawn* until it has come in on each. Overlap as in :mod:`nodes.cores.octopia`.
 
 The dynamic variant, registry name ``tid-dynamic``, is :class:`TidDynamicCore` below: the
 same core, except that a notification may leave an overloaded last hop for another last
 hop of the same subscriptions bound to a different TID (its docstring has the rules and
 why every subscriber still gets each notification exactly once).
+
+Our readings and choices in full: docs/design/octopia-cores.md.
 """
 
 from __future__ import annotations
@@ -141,7 +100,7 @@ class TidCore:
         }
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """Process one event; see the module docstring for the rules."""
+        """Process one event; see docs/design/octopia-cores.md for the rules."""
         if isinstance(event, FromClient):
             return self._from_client(event.client, event.msg)
         if isinstance(event, Arrived):

@@ -44,194 +44,19 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
     log_max_mb         float = 1024 past this size the log keeps only the records that
                                     are not of single messages (nodes.logs.JsonlLog)
 
-Behaviour (design choices):
+In short: of two fixed neighbours the smaller name dials, and redials with backoff; every
+connection starts with a HELLO that proves the run's secret (:mod:`nodes.emulated.auth`;
+limits in :mod:`nodes.emulated.admission`); a bad frame closes only its connection, an
+exception in the core skips only that event. Every ``window_ms`` each link's figures go to
+the core (:class:`~nodes.cores.interface.LinkStats`) and to the log (``queue`` records); a
+notification's ``recv`` record carries ``matching_ms``; ``<broker>.status.json`` says which
+links are up (``all_up``, ``missing``). Idle links carry KEEPALIVEs, and a link silent for
+``link_timeout_s`` is down. Overload slows the broker's own clients, never its neighbours
+(no deadlock on any overlay), and a queue at ``queue_max_msgs`` drops. Links to ``peers``
+open at a core's ``Send`` and close at its ``Disconnect``; a ``dormant`` broker turns dials
+away until a local client's JOIN. SIGTERM or SIGINT: links closed, status written, exit 0.
 
-- **Who dials.** Of two neighbours, the one with the lexicographically smaller name
-  dials; the other only accepts. A broker HELLO that breaks this rule, or names a broker
-  that is not a neighbour, is a protocol error. A second connection from a neighbour
-  whose link is up replaces the first (the newest wins, so a half-open connection left
-  by a crashed peer cannot keep the link out); only the neighbour itself can open one,
-  as the next point says.
-- **Handshake** (see :mod:`nodes.emulated.runtime`): each side's first frame is a HELLO; a peer
-  that sends nothing acceptable within ``connect_timeout_s`` is dropped. A HELLO is
-  read with a limit of ``hello_frame_bytes``. The broker refuses (``link`` record
-  ``state: refused``, with ``peer`` and the code as ``reason``, :mod:`nodes.emulated.admission`)
-  a connection beyond ``max_connections`` (closed unread), a HELLO that does not prove
-  the run's secret or reuses a nonce (closed unanswered, :mod:`nodes.emulated.auth`), a
-  neighbour or peer connecting from an address other than the one configured for it
-  (closed unanswered), and a client whose name is connected already (answered with
-  ``refused: name_taken``; the first connection stays).
-- **Clients** (:mod:`nodes.emulated.client_link`): a client message whose origin is not the
-  client's name, or a SUBSCRIBE or ADVERTISE beyond ``max_filters_per_client``, ends
-  its connection (an ``error`` record, then ``link`` ``down`` with reason
-  ``forged_origin`` or ``filter_cap``) before the core sees it. Notifications are
-  written to a client without waiting for it; one that would take the bytes waiting
-  for it past ``client_queue_bytes`` disconnects it as a slow consumer
-  (:mod:`nodes.emulated.admission`).
-- **Errors.** A malformed, truncated or out-of-place frame: an ``error`` record (``peer``:
-  the name, or ``ip:port`` before the handshake; ``addr``; ``stage``: ``handshake`` or
-  ``read``; ``reason``), the frame dropped, that connection closed; every other link
-  carries on. A dial that fails: one ``link`` record (``state: dial_failed``, with the
-  reason and ``retry_in_s``) per attempt, attempts spaced by exponential backoff. A
-  lost link: ``link`` record ``state: down``, :class:`~nodes.cores.interface.LinkDown` to the core,
-  everything queued on it dropped and logged, and the dialling side redials. A fixed
-  link's core gets no :class:`~nodes.cores.interface.LinkUp`: after a redial the link simply
-  carries ``Send`` actions again. An exception raised by the core, or by carrying out its actions (a
-  ``Send`` to a non-neighbour, a payload that is not JSON, a ``Record`` field that
-  clashes with a log key), is logged as an ``error`` record (``stage: core``; the
-  traceback goes to standard error) and the rest of that event is skipped, so one bad
-  message does not take the broker or its connection down.
-- **Statistics windows.** Every ``window_ms`` (scheduled on absolute times, so windows
-  do not drift; a stalled loop skips windows rather than firing a burst) each link's
-  figures go to the core as one :class:`~nodes.cores.interface.LinkStats` (every neighbour, up or
-  not, with the measured window length) and to the log as ``queue`` records with
-  ``count_in``, ``count_out``, ``queue_len``, ``flushed`` and ``window_ms``. As in the
-  simulator, a link's ``queue`` record is written only in windows where it was active
-  or was active in the window before (so every return to idle is visible); a missing
-  window means all zeros. The log is flushed at every window.
-- **Records.** ``record`` kind ``tables`` (srt, prt sizes) at stop when the core has
-  ``table_sizes()``, and kind ``counters`` when it has ``counters()`` (the bulk agents'
-  slices received, duplicate and sent); ``send``/``recv`` for every frame on a
-  connection (HELLOs included, ``link`` = neighbour or client name); ``deliver`` when a
-  notification is written to a local client (with ``t_pub``); ``drop``; ``link``
-  (``configured`` with the link's delay/loss and whether this broker emulates them,
-  ``up``, ``down``, ``dial_failed``; ``role`` says broker or client); ``queue``;
-  ``record`` (core records, their fields flattened next to ``kind``); ``error``.
-  Inter-broker messages are the ``send`` records whose type is not HELLO.
-- **Matching delay.** The ``recv`` record of a notification (a type in
-  :data:`nodes.metrics.summary.MATCHED_TYPES`, from a client or a neighbour) carries
-  ``matching_ms``: how long the core's ``handle`` took on ``time.perf_counter``, i.e.
-  matching it against the routing tables and choosing the next hops; carrying out the
-  actions (encoding, queueing, logging) is not included. The record keeps the arrival
-  time: it is stamped before the core runs and written after.
-- **Readiness.** ``<log_dir>/<broker>.status.json`` is rewritten (atomically) whenever
-  the broker starts listening, a link or client comes or goes, and at stop: ``state``
-  (``running``, ``stopped``, ``failed``), ``neighbours``, ``up``, ``missing``,
-  ``all_up``, ``clients``, ``pid``, ``listen``; the log is flushed first, so the
-  matching ``link`` records are on disk by then. A runner waits for ``all_up`` on every
-  broker and names the ``missing`` links on timeout. A broker killed outright cannot
-  write its last status; the runner writes ``exited`` (with the ``returncode``) for it.
-- **Keepalive.** TCP alone does not notice a link that stops carrying packets (an
-  interface taken down, a cable pulled) while nothing is sent. Every statistics window
-  the broker writes a KEEPALIVE frame on each overlay link that is up and idle (nothing
-  queued, nothing written for :data:`KEEPALIVE_S`, 1 s), outside the output queue and
-  the counters, and declares down any link on which no frame at all has arrived for
-  ``link_timeout_s`` (:data:`LINK_TIMEOUT_S`, 5 s): ``link`` record ``state: down``
-  with reason ``keepalive timeout: ...``, then everything follows as for a lost connection (drops,
-  :class:`~nodes.cores.interface.LinkDown`, the dialling side redials). KEEPALIVEs are not logged
-  and never reach the core. A window that starts more than :data:`KEEPALIVE_S` late
-  (this broker's event loop was stalled) checks no timeout: frames that arrived meanwhile
-  have not been read yet. The simulator does not model keepalives: its links go down
-  only when a node crashes or leaves, and it announces that at once.
-- **Stop.** SIGTERM or SIGINT: close the links (logged ``down``, reason ``shutdown``,
-  no ``LinkDown`` to the core), log the last partial window, write the status, flush and
-  close the log, exit 0.
-
-Overload policy (the bounds of :mod:`nodes.emulated.overlay_link`): a broker that cannot send as
-fast as messages come slows its own clients, never its neighbours.
-
-- **Publishers slowed.** When an output queue passes ``queue_high_water_msgs`` the broker
-  stops reading from every local client (``record`` kind ``backpressure``, ``state:
-  on``, with the link and its queue length) until every queue is back at half the mark
-  or less (``state: off``); the clients' sockets fill and their writes wait (the
-  client awaits each write's drain), so a publisher's send times slip behind its
-  schedule and its ``t_pub`` stamps say when it really sent. Reading from neighbours
-  never stops.
-- **Queues bounded.** A message sent to a queue already ``queue_max_msgs`` long is
-  dropped and logged (``drop``, reason ``queue_full``), so a broker's memory stays
-  bounded when what fills it comes from other brokers' clients.
-- **No deadlock, on any overlay (SCOT's cycles included).** A broker waits only for its
-  own sockets: the pump of a link waits for that connection's drain, which the
-  neighbour's reader provides, and readers of neighbour connections never wait on
-  anything but the socket (handling a frame only appends to queues, which never block:
-  past the bound they drop). The only reads that ever stop are those from local
-  clients, and nothing waits for a client's writes to go through. So every wait points
-  from a client to its broker or from a link's pump to the neighbour's reader, which
-  always makes progress: the wait-for graph has no cycle. Hop-by-hop backpressure
-  (a broker that stops reading a neighbour while its own queue is full) could close a
-  cycle of full queues around a ring; this policy gives up that, and drops at the bound
-  instead, recorded.
-- **The congestion signal stays.** Queues still grow to the high-water mark and beyond,
-  so a core that reads them (IDR) sees congestion as before.
-
-Links opened on demand (``peers``; fixed neighbours are untouched by all of this):
-
-- **Opening.** A core's ``Send`` to a peer with no open link makes the broker dial it
-  (the HELLO handshake as for fixed links, one attempt bounded by ``connect_timeout_s``);
-  the message waits on the link's output queue meanwhile (counted in), and so do later
-  ones. Once the handshake is done the queue starts to drain, the ``link`` record ``up``
-  is written with ``reason: dialled`` and the core gets :class:`~nodes.cores.interface.LinkUp`
-  (after the messages already queued, so what it sends then goes behind them). A peer
-  that dials us is accepted (``reason: accepted``) and the core gets ``LinkUp`` before
-  the first message that arrives on it. A ``Send`` to a name that is neither a neighbour
-  nor a peer is a core bug (``ValueError``, as before).
-- **The handshake pays the link's delay** where this broker adds it (``emulate_link``):
-  the kernel's handshake crosses the emulated network at once, while netem (or the
-  modelled underlay the delay stands for) would hold SYN and SYN-ACK for a link delay
-  each. So, as the simulator times a dial, the dialler's side comes up two link delays
-  after the dial began (its messages wait on the queue meanwhile) and the acceptor's side
-  three after the HELLO came (the dialler's ACK and HELLO crossing; the acceptor's own
-  messages for the dialler wait on its queue meanwhile, not on a second dial). Delays are
-  taken as symmetric (the underlay's are).
-- **Failing.** A peer that cannot be reached (connection refused: its process is dead;
-  no answer within ``connect_timeout_s``; or it turned us away because it is dormant):
-  a ``link`` record ``dial_failed`` with the reason (and no ``retry_in_s``: nothing is
-  retried until the core sends again), a ``drop`` record (reason ``dial_failed``) per
-  message that was waiting, then :class:`~nodes.cores.interface.LinkDown` to
-  the core. A link that is lost once up is handled as a fixed one (``down``, drops,
-  ``LinkDown``), but never redialled by the broker: the core's next ``Send`` opens it
-  again.
-- **Both dial at once** (two connections between the same pair): exactly one is kept,
-  the one dialled by the broker with the smaller name. The smaller one, while its own
-  dial is under way or its own connection is up, answers the larger one's HELLO with a
-  refusal (a HELLO carrying ``refused: crossed``, see :mod:`nodes.emulated.runtime`; logged as
-  ``link`` ``state: refused``). The larger one always accepts the smaller one's
-  connection; the messages held for its own dial go out on it, and its own dial, when
-  refused, ends quietly (no ``dial_failed``, no ``LinkDown``). A ``crossed`` refusal
-  with no connection from the peer yet (the peer had not noticed that our previous
-  connection closed) is retried after the first backoff delay for up to
-  ``connect_timeout_s``. Otherwise the newest connection wins, as for fixed links, but
-  without losing anything: the new connection takes over the queue (``link`` ``down``
-  with reason ``replaced by a new connection``, then ``up`` with ``reason: replaced``;
-  the core sees neither, the link never stopped being up for it).
-- **Closing.** :class:`~nodes.cores.interface.Disconnect`: once everything queued has been handed
-  to the socket, the broker half-closes the connection (``link`` ``down``, reason
-  ``disconnect``; no ``LinkDown`` to our core, which asked for it) and keeps reading
-  until the peer closes its side (at most ``connect_timeout_s``): messages the peer sent
-  before it saw the close still arrive. The peer gets ``LinkDown``. A ``Send`` to the
-  peer before the close happened cancels it; one after it opens a new link. A
-  ``Disconnect`` while the dial is under way closes the link once it is up and has sent
-  what waited (the core gets no ``LinkUp`` for it). A ``Disconnect`` of a peer with no
-  open link does nothing; of a fixed link or a name that is no peer, it is a core bug
-  (``ValueError``). These rules are the hosts' shared ones (:mod:`nodes.hosting`).
-- **Dormancy** (``dormant``: a node whose JOIN is in the workload). A dormant broker
-  listens and serves its local clients, but turns every dialling broker away with a
-  ``refused: dormant`` HELLO (so the dialler gets a prompt, explicit failure rather than
-  a timeout) and hands its core no event: a message from a client or a broker is logged
-  (``recv``) and dropped (``drop``, reason ``dormant``); no ``LinkUp``, ``LinkDown`` or
-  statistics windows; only timers the core set before it went dormant still fire (a
-  core that left stops them itself). It logs ``record`` kind ``membership``, ``state:
-  dormant`` at start; a local client's JOIN wakes it (``state: joined``) before the core
-  handles the JOIN. A LEAVE is handed
-  to the core and its actions are carried out; then the broker closes, as by
-  ``Disconnect``, every on-demand link still open and is dormant again (``state:
-  left``). A broker with fixed neighbours is never dormant: JOIN and LEAVE only go to
-  its core.
-- **File descriptors.** Each connection is one descriptor per side. At start the broker
-  raises its soft ``RLIMIT_NOFILE`` (and the hard one, where it may) to
-  :func:`nofile_needed` of its neighbours and peers: 64 for the process itself, 2 per
-  overlay link (a crossed or replacing connection lives beside the current one for a
-  moment) and 1024 for local clients, so 1,214 for a 64-broker full mesh (the default
-  ``max_connections`` admits as many connections; a larger one raises the need to 64 +
-  ``max_connections``); it never lowers a limit. The limits are in the status file
-  (``nofile``: soft, hard, needed) and, with peers, in the log (``record`` kind
-  ``nofile``).
-
-The status file also gives ``peers_up`` (on-demand links up) and ``dormant``;
-``neighbours``, ``up``, ``missing`` and ``all_up`` concern fixed links only. An on-demand
-link's coming or going does not rewrite the status file at once (as a fixed link's does):
-the next statistics window does, at most every :data:`PEERS_STATUS_EVERY_S` (0.5 s)
-(why: docs/guide/runtimes.md, "Why the broker times its status writes and dials").
+The full protocol, the records and the reasons: docs/design/broker.md.
 """
 
 from __future__ import annotations
@@ -497,7 +322,7 @@ class Broker:
         self._gate = ClientGate(log, self._links)
         self._links.update((name, self._make_link(name, nb))
                            for name, nb in sorted(config.neighbours.items()))
-        # Links opened on demand (see the module docstring): their names in _links, the
+        # Links opened on demand (docs/design/broker.md): their names in _links, the
         # dial under way per peer, whether we dialled the connection that is up, and the
         # links a Disconnect will close once idle.
         self._demand: set[str] = set()
@@ -598,7 +423,7 @@ class Broker:
             name, role = peer
             if role == "broker":
                 wait_s = 3 * self._handshake_delay_s(name)
-                if wait_s > 0:  # the dialler's ACK and HELLO crossing (module docstring)
+                if wait_s > 0:  # the dialler's ACK and HELLO crossing (docs/design/broker.md)
                     link = self._links.get(name) or self._new_peer_link(name)
                     if not link.up:
                         link.hold()
@@ -725,8 +550,8 @@ class Broker:
             self._received(name, Arrived, msg)
 
     def _keepalives(self) -> None:
-        """Send KEEPALIVEs on idle links, and declare down the links gone silent (see the
-        module docstring)."""
+        """Send KEEPALIVEs on idle links, and declare down the links gone silent (see
+        docs/design/broker.md, "Keepalive")."""
         stalled = asyncio.get_running_loop().time() - self._next_tick > KEEPALIVE_S
         now_s = time.monotonic()
         for name, link in list(self._links.items()):  # a LinkDown's actions may add links
@@ -751,7 +576,7 @@ class Broker:
             self._write_status()
         self._dispatch(LinkDown(name))
 
-    # ---- links opened on demand (see the module docstring) ------------------------------
+    # ---- links opened on demand (see docs/design/broker.md) -----------------------------
 
     def _new_peer_link(self, name: str) -> OverlayLink:
         nb = self.config.peers[name]
@@ -794,7 +619,7 @@ class Broker:
                 del self._dialling[name]
                 self._dial_failed(name, str(exc) or type(exc).__name__)
                 return
-        # SYN and SYN-ACK over the link's delay (module docstring).
+        # SYN and SYN-ACK over the link's delay (docs/design/broker.md).
         await asyncio.sleep(began + 2 * self._handshake_delay_s(name) - loop.time())
         if self._dialling.get(name) is task:
             del self._dialling[name]
@@ -1069,7 +894,8 @@ class Broker:
 
 
 def read_status(log_dir: Path | str, broker: str) -> dict[str, Any] | None:
-    """The broker's last status (see the module docstring), ``None`` before it wrote one."""
+    """The broker's last status (docs/design/broker.md, "Readiness"); ``None`` before it
+    wrote one."""
     return read_json(status_path(log_dir, broker))
 
 

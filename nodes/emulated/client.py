@@ -33,31 +33,6 @@ Config (one JSON object; missing required and unknown keys are errors)::
                                      (nodes.workloads.bulkdata), back to back, each written when TCP
                                      takes it
 
-Design choices:
-
-- A role is only shorthand: it expands (:func:`role_ops`) into the same op list an ops
-  file gives, numbered 1, 2, ... with the client as origin, so there is one send path.
-  A publisher's messages go out at ``start_s + i / rate_per_s``, or all at ``start_s``
-  back to back for a burst.
-- Ops are sent on an absolute schedule (``start_at_wall + t_s``, converted once to the
-  monotonic clock), so pacing does not drift; an op already late is sent at once, in
-  order. Every PUBLISH gets ``payload["t_pub"]`` = the wall-clock time it is written to
-  the socket (replacing any ``t_pub`` in the op), from which notification delay is
-  computed.
-- Records: ``send`` per op (with ``t_pub`` for PUBLISH), ``recv`` per frame from the
-  broker (with the notification's ``t_pub``, ``origin`` and ``msg_id``), HELLOs
-  included; ``link`` up, down, ``dial_failed``; ``error`` for a bad frame from the broker.
-  DATA ``send`` and ``recv`` records also carry the slice's ``index``, ``sha256`` and
-  whether it is a ``duplicate``; when the last slice of a data item has been sent or
-  received, a ``record`` of kind ``data_send`` or ``data_recv`` gives its checksum,
-  slices, bytes and duplicates (:class:`nodes.workloads.bulkdata.DataLog`), and the log is flushed.
-- The client retries its first connection (the broker may still be starting) with
-  exponential backoff until the run ends. It does not reconnect after losing the broker:
-  its subscriptions died with the connection, so carrying on would silently change the
-  workload. It exits 1 then, and if it never reached the broker; 0 at the end of
-  ``duration_s`` or on SIGTERM/SIGINT; 2 for a bad config. The log is flushed when the
-  connection comes up or goes down, and closed at exit.
-
 Groups (one process for many clients, so that a workload of hundreds of clients does not
 need hundreds of interpreters on a 2-core machine)::
 
@@ -67,15 +42,15 @@ need hundreds of interpreters on a 2-core machine)::
     status_file        path | null   written (atomically) when the group ends:
                                      {"codes": {client: exit status}, "pid": ...}
 
-- Every client of a group keeps its own TCP connection, HELLO name, schedule and
-  ``<client>.jsonl`` with exactly the records it would write alone, so brokers, routing
-  cores and log readers cannot tell a grouped client from a lone one.
-- Every client config is checked as strictly as a lone one; one bad config rejects the
-  whole group (exit 2, each bad client named on standard error) before any connects.
-- Each client ends by its own rules and gets its own status, as above; a crash of one
-  client (a bug) costs that client (status 1, traceback on standard error), not the
-  group. The process exits 0 if every client's status is 0, else 1; the
-  ``status_file`` tells which clients failed.
+In short: a role expands (:func:`role_ops`) into the op list an ops file gives, so there is
+one send path; ops go out on an absolute schedule, and every PUBLISH is stamped
+``payload["t_pub"]`` (wall-clock seconds) when it is written to the socket. The client
+retries its first connection with backoff and never reconnects: exit 0 at the end of
+``duration_s`` or on SIGTERM/SIGINT, 1 if it lost or never reached the broker, 2 for a bad
+config. A grouped client behaves exactly as a lone one (its own connection, log and
+status); the group exits 0 if every client's status is 0, else 1.
+
+The design choices and the records in full: docs/design/client.md.
 """
 
 from __future__ import annotations

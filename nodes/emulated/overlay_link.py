@@ -5,64 +5,21 @@ Every message the routing core sends to neighbour N goes through::
     Send -> output queue --pump--> [loss] -> delay line --release--> socket
             (count_in)    (count_out, `send` record)
 
-Design choices:
+- The output queue is an application-level FIFO whose pump awaits ``drain()`` after each
+  message, so congestion shows as queue length (``write_buffer_bytes`` caps the socket's
+  buffers so that it shows early). Past ``high_water_msgs`` the link tells the broker
+  (``on_pressure``); a message that finds ``max_queue_msgs`` queued is dropped
+  (``queue_full``).
+- ``send`` means "left the output queue onto the link"; with in-broker emulation the frame
+  then waits ``delay_ms`` (ms) in the delay line, and loss is drawn as it leaves the queue
+  (the link's own seeded ``random.Random``). ``rate_mbps`` (Mbit/s, None: none) paces the
+  pump: a per-stream cap.
+- Link down: what is queued or in the delay line is dropped (``link_down``, counted as
+  ``flushed``). Links opened on demand use :meth:`hold`, :meth:`fail`, :meth:`swap`,
+  :meth:`wait_idle` and :meth:`release`; :meth:`heard` and :meth:`keepalive` serve the
+  broker's keepalive.
 
-- **The output queue is where congestion shows.** It is an application-level FIFO. The
-  pump task takes one message at a time and awaits ``drain()`` after each,
-  so once the kernel send buffer and asyncio's write buffer are full (a rate-limited
-  link, a slow reader) the pump stops and the queue grows. ``write_buffer_bytes`` caps
-  both buffers (``SO_SNDBUF`` and the transport's high-water mark), so that backpressure
-  reaches the queue after tens of kilobytes instead of the megabytes Linux autotuning
-  allows; ``None`` keeps the operating-system defaults.
-- **Bounds** (the broker's overload policy, :mod:`nodes.emulated.broker`): past
-  ``high_water_msgs`` queued messages the link tells the broker (``on_pressure``), which
-  stops reading from its clients until every link is back under half that mark; a
-  message that finds ``max_queue_msgs`` queued is dropped (``drop`` record, reason
-  ``queue_full``, counted in and ``flushed``, so the window's figures still add up).
-  Queues grow to the high-water mark freely, so a core watching them (IDR) sees its
-  congestion signal as before.
-- **``send`` means "left the output queue onto the link".** That is the moment
-  ``count_out`` counts, and, with in-broker emulation, the moment the message enters the
-  delay line, which stands for the wire: the neighbour's ``recv`` minus our ``send`` is
-  the one-way link delay, as it would be with netem. Frames reach the socket (and a pcap)
-  when they leave the delay line; ``send`` records minus ``drop`` records with reason
-  ``loss`` equal the frames written.
-- **Delay line**: a FIFO of (release time, frame); the one-way delay is constant, so
-  release times are non-decreasing and a single timer for the head suffices; all frames
-  due at once are written in one batch. Any number of messages can be in flight, so the
-  delay does not limit throughput (a pipeline, like a TCP window grown to the
-  bandwidth-delay product). It holds frames for ``delay_ms`` after they leave the queue;
-  the timer fires at most about 1 ms late (epoll's resolution).
-- **Per-stream rate** (``rate_mbps``, None: none): the connection is an application
-  stream that moves at most this rate, as LBDD's paper's PCs did (a Java socket between
-  disks; :mod:`experiments.runs.bulk`). The pump paces itself: a frame leaves the queue
-  no sooner than ``len(frame) * 8 / rate`` after the one before it left (or now, after an
-  idle spell), as a frame holds its link for that long in the simulator. The frame is
-  then written at once, so the host's NIC (the kernel's HTB at the link's rate) serves it
-  at its own rate and other connections fill the gaps; pacing in the broker, not a tc
-  class per connection, because the limit is the application's, not the wire's.
-- **Loss** is decided when a message leaves the queue, with the link's own seeded
-  ``random.Random``, so one link's drops do not depend on traffic elsewhere. It models a
-  lossy message link, as the simulator does; netem loss under TCP would instead cost a
-  retransmission (extra delay) and lose nothing.
-- **Link down**: messages still queued are dropped (``drop`` records, reason
-  ``link_down``; counted as ``flushed`` in the window so the figures add up), and so are
-  those in the delay line (already counted out). A ``Send`` while the link is down is
-  dropped and logged but not counted in: the queue only exists while the link is up.
-- **Links opened on demand** (see :mod:`nodes.emulated.broker`) add three moves. :meth:`hold`: while
-  the broker dials, messages are queued (and counted in) as if the link were up; if the
-  dial fails, :meth:`fail` drops them (``drop`` records with the reason given, counted as
-  ``flushed``). :meth:`swap`: a connection that replaces the current one takes over the
-  queue and the delay line (the old one is closed after what it has buffered). A graceful
-  close waits for :meth:`wait_idle` (queue and delay line empty, every frame handed to
-  the socket) and then takes the connection back with :meth:`release`, open, so that the
-  broker can half-close it; nothing is dropped.
-- **Keepalive bookkeeping** (the broker decides, see :mod:`nodes.emulated.broker`): the link
-  remembers when it last handed bytes to the socket and when a frame last arrived on it
-  (:meth:`heard`, called by the broker's reader). :meth:`keepalive` writes the broker's
-  KEEPALIVE frame straight to the socket, outside the queue, the delay line and the
-  counters (it is neither an inter-broker message nor logged), and only on an idle link:
-  nothing queued and nothing written for the interval.
+The design choices in full: docs/design/broker.md ("One overlay link").
 """
 
 from __future__ import annotations

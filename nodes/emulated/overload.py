@@ -1,5 +1,5 @@
 """The broker's gate on reading its local clients, the first rule of its overload policy
-(:mod:`nodes.emulated.broker`'s module docstring, "Publishers slowed").
+(docs/design/broker.md, "Overload policy", "Publishers slowed").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The broker's statistics windows (:mod:`nodes.emulated.broker`'s module docstring,
-"Statistics windows"): each link's figures per window, and its ``queue`` records.
+"""The broker's statistics windows (docs/design/broker.md, "Statistics
+windows"): each link's figures per window, and its ``queue`` records.
 """
 
 from __future__ import annotations

@@ -87,9 +87,9 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
     ``drops_by_reason`` counts the brokers' ``drop`` records by reason (every loss the
     brokers saw: ``queue_full``, ``link_down``, ``loss``, ...); ``backpressure_episodes``
-    the times a broker stopped reading its clients (:mod:`nodes.emulated.broker`'s overload
-    policy); ``logs_truncated`` the nodes whose log reached its bound, with the records
-    of single messages it skipped (the per-message figures above are then partial).
+    the times a broker stopped reading its clients (the overload policy of
+    docs/design/broker.md); ``logs_truncated`` the nodes whose log reached its bound, with
+    the records of single messages it skipped (the per-message figures above are then partial).
     ``admission`` counts what the brokers turned away (:mod:`nodes.emulated.admission`), every
     code present: ``refused`` connections by code, clients ``disconnected`` by code
     (a slow consumer's missing notifications are among ``missing``), and

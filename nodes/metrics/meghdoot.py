@@ -9,62 +9,22 @@ operations are the events (key ``"<origin>:<msg_id>"``, time ``t_s``) and
 ``meta["membership"]`` maps each peer to its ``[[join_s, leave_s or None], ...]``.
 A record names its peer in ``node`` (the log's field).
 
-Readings (``../shared/READINGS-WAVE2.md`` §1.4 items 2–3 and §1.6; ours where the paper
-is silent):
+The block's parts (each reading in full: docs/design/meghdoot-metrics.md):
 
-- **Peers contacted** (Figs. 9–11, metric M1): per event, the distinct peers whose
-  ``contacts`` hold its key (reached by a routing or propagation message of the event;
-  the origin peer only if it owns the event point; subscriber notifications excluded),
-  as a percentage of the peers live when it was published (a membership interval with
-  ``join_s <= t_s`` and no leave by then). The histogram is over the paper's buckets
-  :data:`CONTACT_BUCKETS_PCT`, ``0-5`` holding [0, 5] and every other bucket (lo, hi],
-  in % of events (a percentage over 100, which only contacts of peers that joined later
-  can give, counts in the last bucket); ``share_under_5_pct`` and ``share_under_10_pct``
-  are the % of events contacting strictly less than 5 % and 10 % of the peers (the
-  paper's "95 % of the events … contacting less than 5 % of the peers"), so an event at
-  exactly 5 % is in bucket ``0-5`` but not under 5 %. Mean and p95 (linear interpolation,
-  :func:`nodes.metrics.summary.percentile`) of the percentage; ``no_contact`` counts events no
-  peer was contacted for (a correct run has none); ``late_contacts`` counts contacts of
-  peers that joined after the event was published (they inflate the percentage; an event
-  still spreading when a zone splits reaches the new half's owner, so a 10,000-peer run
-  has a few hundred); ``unknown_keys`` counts contact keys of no workload event.
-- **Load** (Figs. 12–14, M2): per peer, the share (%) of the messages it ``received``
-  (routing and propagation of subscriptions and events) among all such messages received
-  system-wide since it joined: the sum over every peer of the counts in the time buckets
-  from ``bucket_of(joined_s)`` on (:func:`nodes.cores.meghdoot.bucket_of`; bucket k spans
-  [(k - 1/2) bucket_s, (k + 1/2) bucket_s), so a peer's first bucket may hold a few
-  messages received by others just before it joined). Peers ranked by share, descending
-  (ties by name), are cut into ten groups of 10 % (``0-10``, the most loaded, …
-  ``90-100``) whose sizes differ by at most one, the first ``n % 10`` groups taking the
-  extra peer; the mean share per group (None for an empty group, fewer than ten peers).
-  ``sum_pct`` is the sum of the shares (100 when every peer joined at the start).
-- **Zones** (Table 1, Fig. 15, M3): unique zones are the distinct ``zone`` values; the
-  replication degree of a zone is the number of peers holding it (1: not replicated; the
-  paper's axis "number of replicas" may count the copies beyond the first). The histogram
-  maps the degree, as a string (JSON keys), to the number of zones, ascending.
-  ``group_mismatches`` counts peers whose ``group`` differs from the peers holding the
-  same zone; ``volume_sum`` (the unique zones' volumes) is 1 when they tile the space.
-  ``neighbour_zones`` and ``neighbour_peers``: per peer, the neighbour zones and the peers
-  holding them (what its zone's load report goes to); mean, p50, p95, max
-  (a CAN of equal halvings has 2d neighbour zones in d dimensions).
-- **Joins** (Table 1's other side): the peers that joined as a replica of a zone or by
-  splitting one (the seed peer neither), in bands of the peers live just before each
-  joined (``1-9``, ``10-99``, …, from the membership), with the % that replicated. Table
-  1 implies how the paper's joins went: 24 of the 99 joins to 100 peers replicated, 348
-  of the 999 to 1,000 and 378 of the 9,999 to 10,000 (peers less unique zones, with
-  synthetic events), so at most 30 of those from 1,000 to 10,000 peers; peers that left
-  are not counted.
-- **Hops**: routing hops from the origin peer to the owner of the point, over every
-  subscription and event (the records' sparse histograms): count, mean, p50, p95, max.
-- **Tables**: how far the peers' neighbour tables are from the final zones (each record
-  lists its neighbours with a digest of the zone it holds for each): ``missing``
-  entries (a peer of an abutting zone the table lacks), ``stale`` ones (listed with a
-  zone it no longer holds), ``extra`` ones (listed, no longer abutting), and the
-  ``inexact_peers`` that have any; 0 everywhere is an exact CAN. A peer left or failed
-  is not a record, so a table still naming one counts it as extra.
-- **Duplicates**: event copies a peer received after it had handled the event, summed.
-  ``handoff_first``: events that reached a peer first through the other half of a
-  recent split (the core's handoff, :mod:`nodes.cores.meghdoot`), summed.
+- **Peers contacted** (Figs. 9–11, M1): per event, the distinct peers contacted, in % of
+  the peers live at its publication: a histogram over :data:`CONTACT_BUCKETS_PCT`, the
+  shares of events under 5 % and 10 %, mean and p95, ``no_contact``, ``late_contacts`` and
+  ``unknown_keys``.
+- **Load** (Figs. 12–14, M2): per peer, its share (%) of the messages received since it
+  joined; the mean share of each tenth of the peers, most loaded first; ``sum_pct``.
+- **Zones** (Table 1, Fig. 15, M3): unique zones, the histogram of replication degrees,
+  ``group_mismatches``, ``volume_sum``, neighbour zones and peers per peer.
+- **Joins**: the joins that replicated a zone, in bands of the peers live before each.
+- **Hops**: routing hops from the origin peer to the point's owner: count, mean, p50, p95,
+  max.
+- **Tables**: ``missing``, ``stale`` and ``extra`` entries of the neighbour tables, and the
+  ``inexact_peers`` (0 everywhere: an exact CAN).
+- **Duplicates** and ``handoff_first``, summed over the peers.
 
 All percentages are in % (0–100); times in seconds.
 """
@@ -291,7 +251,7 @@ def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
 
 
 def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
-    """The metrics of the module docstring from the ``can_peer`` records ``peers`` (one
+    """The metrics of docs/design/meghdoot-metrics.md from the ``can_peer`` records ``peers`` (one
     per joined peer) and the run's ``workload``; a JSON-able dict."""
     live = _live_counter(workload.meta.get("membership", {}))
     return {

@@ -1,5 +1,5 @@
-"""Links opened on demand, per connection (:mod:`nodes.sim.engine`'s module docstring,
-"Links on demand", "Disconnect", "Failed dials"): dials, the two sides coming up, closes
+"""Links opened on demand, per connection (docs/design/simulator.md, "Links on
+demand", "Disconnect", "Failed dials"): dials, the two sides coming up, closes
 and refusals.
 
 A :class:`Connections` belongs to one simulator and works on its per-link state (the
@@ -37,7 +37,7 @@ class Connections:
 
     def send(self, bi: int, name: str, msg: Message, now: float) -> None:
         """A Send to ``name`` on no link that is up: it waits for the side coming up, joins
-        a dial that is failing, or dials (module docstring, "Links on demand")."""
+        a dial that is failing, or dials (docs/design/simulator.md, "Links on demand")."""
         sim = self.sim
         lid = sim.out_links[bi].get(name)
         if lid is not None:  # a side not up yet (our dial, or the peer's)

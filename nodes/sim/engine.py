@@ -4,173 +4,38 @@ The simulator runs one routing core per broker of an overlay (a networkx graph),
 the cores with a workload's client operations, and writes the records the emulated runtime
 writes (:mod:`nodes.emulated.broker`, :mod:`nodes.emulated.client`,
 :mod:`nodes.emulated.overlay_link`), so analysis does not care which runtime produced a
-run. Modelling choices:
+run. The model in short (each point in full, under its name, in docs/design/simulator.md):
 
-- **Links.** Every overlay edge is two directed links (fixed links; with ``on_demand``
-  more open as cores send, see Links on demand), each with its own FIFO output
-  queue, bandwidth and propagation latency (edge attributes ``bw_mbps``, ``delay_ms``,
-  ``loss_pct``; missing ones take the ``default_*`` arguments, whose defaults match
-  :class:`topologies.links.LinkParams`; ``bw_mbps=None`` is an unshaped link that
-  serialises in no time). A message enqueued at ``t`` leaves the queue when the link is
-  free, ``start = max(t, end of the previous message)``, takes ``frame_size * 8 / bw``
-  to serialise (the frame of :mod:`nodes.frames`, length prefix included, no TCP/IP
-  headers) and arrives ``delay_ms`` after its last bit left. Queues are unbounded, like
-  the emulated broker's application-level output queue.
-- **NICs.** A broker with a ``nic_mbps`` node attribute sends every frame, on any of its
-  links, through that one interface as well (a host on a switch has one access link for
-  all its overlay links). A frame takes its link for ``frame_size * 8 / min(bw, nic)``
-  and the NIC for ``frame_size * 8 / nic`` only: a link slower than the NIC is a
-  per-connection limit (a paced stream, or a switch port further on), and between that
-  link's frames the NIC serves other links. A frame starts when its link is free, in
-  the NIC's earliest idle interval from then on that holds it, so a stream queued
-  behind its own slow link never holds up the others. With every link at least as fast
-  as the NIC this is frames leaving in enqueue order, each when both are free. Without
-  ``nic_mbps``, links are independent.
-- **Loss.** With ``loss_pct`` > 0 a message that leaves the queue is lost on the wire
-  with that probability, drawn from the link's own ``random.Random(f"{seed}:{src}:{dst}")``
-  (the emulated broker seeds its links the same way), so one link's drops do not depend
-  on traffic elsewhere. This is a lossy message link; TCP under netem loss would
-  retransmit instead, so keep loss at 0 when cross-checking the runtimes.
-- **Queue statistics** (:class:`nodes.cores.interface.LinkWindow`): windows end at
-  ``k * window_ms`` (k = 1, 2, ...) and are processed before events scheduled at exactly
-  that time. A message counts in when it is enqueued and out when it leaves the queue
-  for the wire; ``queue_len`` counts messages still waiting at the window's end. As in
-  the emulated broker, a link's ``queue`` record is written only for windows in which it
-  was active (any non-zero figure) or was active in the window before, so every return
-  to idle is visible and a missing window means all zeros. A broker's core gets
-  :class:`~nodes.cores.interface.LinkStats` (all of its links) for exactly the windows in which one
-  of its links has a record; the emulated broker feeds every window, but a window of
-  zeros after a window of zeros tells a core nothing new, and skipping them lets idle
-  brokers cost nothing. A core that ignores windows (:class:`nodes.hosting.IgnoresLinkStats`)
-  gets none, and a run without logs whose cores all ignore them has no windows at all.
-- - **Clients** are not cores: each is attached to its broker by a zero-latency,
-  infinitely fast local link. A client operation becomes a
-  :class:`~nodes.cores.interface.FromClient` event at ``op.t_s``; a
-  :class:`~nodes.cores.interface.Deliver` reaches the client at the same instant. As the
-  emulated client does, every PUBLISH is stamped with ``payload["t_pub"]`` = its send time
-  on the wall-clock scale of the logs.
-- **Time** is simulated seconds from 0; ``t_wall`` in logs (and ``t_pub``) is
-  :data:`SIM_EPOCH_S` plus simulated time. Events at the same time run in the order they
-  were scheduled (a sequence counter breaks ties), so the same inputs and seed give
-  byte-identical logs.
-- **IMs** are counted when a message leaves a link's output queue for the wire (its
-  ``send`` record), as in the emulated broker: a message still queued at the end, or
-  queued at a broker that died, is not an IM.
-- **Records.** ``send`` when a message leaves a link's output queue (as in
-  :mod:`nodes.emulated.overlay_link`), ``drop`` (reason ``loss``) right after it for a lost one,
-  ``recv`` on arrival, ``deliver`` at the broker and ``recv`` at the client (both with
-  ``t_pub``), client ``send`` (with ``t_pub`` for PUBLISH) and broker ``recv`` for a
-  client operation, ``record`` for a core's :class:`~nodes.cores.interface.Record`, ``queue`` per
-  window, ``link`` (``role: broker``) when a link is lost or, on demand, comes up, is
-  closed or fails to dial (below), with the fields the emulated broker writes.
-  ``log_messages=False`` writes only the ``queue`` records.
-- **Delays** come from simulated times, not from the rounded logs, with the
-  definitions of :mod:`nodes.metrics.summary`: notification delay is delivery time minus the
-  publication's send time; advertisement and subscription delay run from the client's
-  send until the last broker the operation reaches has it (per broker the first
-  inter-broker arrival of a message carrying it, see :data:`nodes.metrics.summary.CARRIES`).
-  Matching delay is the one measured figure: the wall time (``time.perf_counter``) a
-  core's ``handle`` takes for a notification on this machine, as the emulated broker
-  measures it; simulated time does not advance for it, and it stays out of the logs,
-  which therefore remain byte-identical for a seed.
-- **Table sizes** are read at the end of the run from cores that have tables
-  (:class:`nodes.hosting.HasTables`, keys ``srt``, ``prt``); others count 0, and
-  per-broker counters from cores that count (:class:`nodes.hosting.HasCounters`); with
-  logs, each live broker also logs them as the emulated broker does at stop.
-- **Failures.** ``kill_at`` maps a broker to the time its process dies (SIGKILL in the
-  emulated runtime): from then on its core gets no event, its clients' operations are
-  not carried out, and messages from or to it that arrive later are dropped (a killed
-  process's sockets are reset, so what it had not yet delivered is lost). Each live
-  neighbour gets :class:`~nodes.cores.interface.LinkDown` (and a ``link`` record ``state: down``)
-  one link delay after the death, as the emulated broker does when the dead process's
-  connection ends (:mod:`nodes.hosting`); whether a core acts on it is the core's
-  reading (LBDD's agents detect failures by heartbeats only, as the paper does).
-  A workload's CRASH ops are kills as well (see Membership). The emulated broker's
-  keepalive is not modelled: no simulated link goes silent without its end dying, so
-  it would never fire, and its frames are not inter-broker messages.
-- **Links on demand** (``on_demand``, a :class:`~nodes.sim.links.LinkModel`). The
-  brokers are the overlay graph's nodes; its edges, if any, stay fixed links as above.
-  A core may ``Send`` to
-  any broker: on a Send to a broker it has no link to, the simulator dials it, opening
-  one connection for the pair as TCP does, two directed links appended to the per-link
-  lists (created lazily: 10,000 brokers cost only the pairs that talk; every per-link
-  list must grow in ``_Sim.new_pair``). Link a -> b has delay ``latency_ms(a, b)`` (asked
-  once, when it opens; :func:`~nodes.sim.links.underlay_latency` gives shortest paths
-  over an underlay),
-  rate ``link_mbps`` (``None``: unshaped) and no loss (TCP retransmits); every frame
-  also passes the sender's NIC (node attribute ``nic_mbps``, else ``LinkModel.nic_mbps``;
-  NICs as above). **Timing is a TCP dial's**: the dialler's side is up one round trip
-  after its first Send (SYN and SYN-ACK, ``d(a, b) + d(b, a)``); then its core gets
-  :class:`~nodes.cores.interface.LinkUp` and the Sends it made meanwhile enter the output queue,
-  in order, ahead of anything it sends on LinkUp (they are IMs only when they leave
-  it). The acceptor's side is up one link delay later, when the dialler's ACK and HELLO
-  frame (which names it) arrive: its LinkUp comes before the dialler's first frame,
-  even on a tie. Handshake frames take no time on the wire and are not IMs. **One
-  connection a pair**: a Send by the acceptor before its side is up waits for that side
-  (a simultaneous open joins the pending connection instead of dialling a second). Each
-  side that comes up writes a ``link`` record ``state: up`` with ``peer`` (the broker's
-  name); ``SimResult.links_opened`` counts them, two a connection.
-- **Disconnect** closes the core's side of a link opened on demand at once (``link``
-  ``state: down``, reason ``disconnect``; the closer gets no LinkDown); a later Send
-  dials again and brings a new LinkUp. Frames already queued still go, and the peer's
-  side closes one link delay after the last of them left (the FIN follows the data):
-  the peer's core gets LinkDown, its log ``down`` with reason ``closed by peer``. The
-  closer keeps reading until then, as the emulated broker does after its half-close:
-  what the peer sent before its side closed still arrives and reaches the core. Frames
-  still queued at the peer when its side closes are flushed: a ``drop`` record (reason
-  ``link_down``) when each would have left, not an IM, counted in the window's
-  ``flushed``. A Disconnect before the side is up takes effect when it comes up and
-  what was sent on it has gone (the core never gets that LinkUp). Disconnecting a
-  broker with no link open does nothing; a fixed link or a name that is no broker is a
-  core bug (``ValueError``), and so is any Disconnect without ``on_demand``.
-- **Failed dials.** A Send to a broker with no route (latency ``inf``) fails at once
-  (reason ``no route``); one to a dead broker one round trip later (``refused``, the RST
-  a closed port answers a SYN with), and so does one to a dormant broker (``dormant``;
-  the emulated broker answers with a refusing HELLO instead). The target's state at the
-  Send decides (a simplification: the SYN reaches it one link delay later). The dialler
-  logs ``link`` ``state: dial_failed`` with the reason and a ``drop`` (reason
-  ``dial_failed``) per message it sent meanwhile, and its core gets LinkDown;
-  ``SimResult.dials_failed`` counts them. A death closes the peer's side of each of the
-  dead broker's connections one link delay later (reason ``peer died``; a side that never
-  came up tells its core only if the core sent on it, as a failed dial). A Send to a name
-  that is no broker, or to the sender itself, is a core bug (``ValueError``), as in the
-  emulated broker. ``link`` records ``up`` carry ``reason`` ``dialled`` or ``accepted``.
-- **Membership.** A broker named by a JOIN op anywhere in the workload is dormant until
-  its first JOIN (``record`` kind ``membership``, ``state`` ``dormant`` at time 0, then
-  ``joined``; ``left`` after a LEAVE, as the emulated broker logs): its core gets no
-  event (it can have no timer yet), dials to it fail and frames reaching it are dropped
-  (``drop``, reason ``dormant``). JOIN and LEAVE are client ops, logged as such and
-  delivered to the core as :class:`~nodes.cores.interface.FromClient` (JOIN's payload:
-  ``{"bootstrap": NAME}``); a JOIN at a broker already joined goes to its core alone.
-  Once the core's actions for a LEAVE are carried out the broker is dormant again and
-  may JOIN later: the simulator disconnects each link on demand it still has (as
-  Disconnect: queued frames still go) and, as above, refuses dials to it and drops
-  frames reaching it, fixed links included. Its core gets no LinkUp, LinkDown or
-  statistics windows while dormant, but its own timers still fire: the process runs on,
-  and a core that stops ticking when it finds itself left (as ``gossip`` does) could not
-  start again otherwise (a link that comes up at a dormant broker, from a dial of its
-  own, carries what was sent on it and closes). A CRASH op kills its broker at its
-  time as ``kill_at`` does (the earliest of the two counts; the op is not logged); a
-  killed broker never comes back, so a JOIN after its death is refused. A client op
-  other than JOIN on a dormant broker is a workload error: ``ValueError`` naming the op,
-  before the run starts (ops of a dead broker are skipped, as before).
-- **Processing** (``processing``, :mod:`nodes.sim.processing`): without it a broker handles
-  every message in no time. With it each broker is one server with an input buffer: a
-  frame's ``recv`` is logged, and its core handles it, when the broker starts on it;
-  the core's actions are carried out a service time later; a receiver's full window
-  holds frames in the sender's output queue (counted in its ``queue_len``). Timers,
-  windows and link events still take no time. A broker's death loses its buffer and what
-  its output queues held; what was held for it goes on, to be dropped.
-- **Rate changes.** ``link_changes`` lists ``(t_s, a, b, bw_mbps)``: from ``t_s`` on, the
-  link between brokers a and b (both directions) serialises at ``bw_mbps``. Messages
-  enqueued before ``t_s`` keep the departure times they were given at the old rate (a
-  simplification: the emulated runtime's HTB class changes under the queued packets too).
-- **Pausing** (``pause``, :mod:`nodes.sim.checkpoint`): a run without logs may stop at a
-  wall-clock deadline, between two events (checked every
-  :data:`PAUSE_CHECK_EVERY` of them), write its state to a file and raise
-  :class:`~nodes.sim.checkpoint.Paused`; :func:`resume` goes on from the file in another
-  process and makes what the uninterrupted run makes. The link model's functions and
-  the progress callback are handed in again.
+- **Links**: each overlay edge is two directed FIFO links with ``bw_mbps`` (Mbit/s;
+  ``None``: unshaped), ``delay_ms`` and ``loss_pct`` (missing ones take the ``default_*``
+  arguments); a frame serialises in ``frame_size * 8 / bw`` and arrives ``delay_ms`` after
+  its last bit left. **NICs**: a node's ``nic_mbps`` is one interface all its links share.
+  **Loss** is drawn per link from ``random.Random(f"{seed}:{src}:{dst}")``.
+- **Queue statistics**: windows end at ``k * window_ms``; a link's ``queue`` record, and a
+  core's :class:`~nodes.cores.interface.LinkStats`, come only for windows in which it was
+  active or was active in the window before.
+- **Clients** sit on zero-latency local links. **Time** is simulated seconds from 0,
+  ``t_wall`` is :data:`SIM_EPOCH_S` plus it, and ties run in scheduling order, so the same
+  inputs and seed give byte-identical logs. **IMs** count when a message leaves a link's
+  output queue. **Delays** follow :mod:`nodes.metrics.summary` on simulated times; matching
+  delay alone is measured wall time, and it stays out of the logs.
+- **Records** and **table sizes** are the emulated broker's; ``log_messages=False`` writes
+  only the ``queue`` records.
+- **Failures** (``kill_at``, CRASH ops): a dead broker gets no event, and its live
+  neighbours get :class:`~nodes.cores.interface.LinkDown` one link delay later. Keepalives
+  are not modelled.
+- **Links on demand** (``on_demand``, a :class:`~nodes.sim.links.LinkModel`): a ``Send`` to
+  a broker with no link dials it, with a TCP dial's timing and one connection a pair;
+  **Disconnect** closes it; **failed dials** (``no route``, ``refused``, ``dormant``) log
+  ``dial_failed`` and give the core LinkDown.
+- **Membership**: a broker named by a JOIN op is dormant until it, and dormant again after
+  a LEAVE; a client op other than JOIN on a dormant broker is a ``ValueError``.
+- **Processing** (``processing``, :mod:`nodes.sim.processing`): each broker one server with
+  an input buffer and a service time. **Rate changes**: ``link_changes`` lists ``(t_s, a,
+  b, bw_mbps)``. **Pausing** (``pause``, :mod:`nodes.sim.checkpoint`): a run without logs
+  may stop at a wall-clock deadline and go on with :func:`resume` in another process.
+
+The full model: docs/design/simulator.md.
 """
 
 from __future__ import annotations
@@ -383,11 +248,11 @@ def simulate(
     With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
     Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
     ``kill_at`` maps brokers to the times they die, ``link_changes`` lists rate changes
-    ``(t_s, a, b, bw_mbps)`` (see the module docstring for both). With ``on_demand`` a
+    ``(t_s, a, b, bw_mbps)`` (see docs/design/simulator.md for both). With ``on_demand`` a
     core may send to any broker of the overlay, whose edges (fixed links) are then
     optional: the simulator opens links as the :class:`~nodes.sim.links.LinkModel` says
-    (module docstring, "Links on demand"). Workload JOIN, LEAVE and CRASH ops drive
-    membership (module docstring, "Membership"). With ``processing`` brokers take time
+    (docs/design/simulator.md, "Links on demand"). Workload JOIN, LEAVE and CRASH ops
+    drive membership (docs/design/simulator.md, "Membership"). With ``processing`` brokers take time
     to handle messages and hold their senders back when their input buffers fill
     (:mod:`nodes.sim.processing`).
     ``progress``, if given, is called with the share of client operations done, at most
@@ -395,8 +260,8 @@ def simulate(
     each operation weighted by the brokers that are members when it runs (see
     :func:`nodes.sim.membership.plan_membership`).
     With ``pause`` the run may stop early, its state written to a file, and raise
-    :class:`~nodes.sim.checkpoint.Paused` (module docstring, "Pausing"; no logs: a paused run
-    cannot keep its log files open); :func:`resume` goes on from there.
+    :class:`~nodes.sim.checkpoint.Paused` (docs/design/simulator.md, "Pausing"; no logs: a
+    paused run cannot keep its log files open); :func:`resume` goes on from there.
     """
     if window_ms <= 0:
         raise ValueError(f"window_ms must be > 0, got {window_ms}")
@@ -923,8 +788,8 @@ class _Sim:
                 raise bad_action(broker, action)
 
     def enqueue(self, bi: int, lid: int, msg: Message, now: float) -> None:
-        """Put ``msg`` on link ``lid``'s output queue at ``now`` (module docstring, Links
-        and NICs): schedule its departure and its arrival, or, if the receiver's window
+        """Put ``msg`` on link ``lid``'s output queue at ``now`` (docs/design/simulator.md,
+        Links and NICs): schedule its departure and its arrival, or, if the receiver's window
         is full (processing model), hold it there."""
         if self.windows:  # figures for the next window (none: nothing reads them)
             self.count_in[lid] += 1

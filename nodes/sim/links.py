@@ -1,6 +1,6 @@
 """The simulator's links: the model of links opened on demand, fixed links read from the
-overlay graph, and NIC reservations (:mod:`nodes.sim.engine`'s module docstring, "Links",
-"NICs" and "Links on demand", says how they behave).
+overlay graph, and NIC reservations (docs/design/simulator.md, "Links", "NICs" and "Links
+on demand", says how they behave).
 
 Rates are kept as seconds per byte (``0.0``: unshaped) and delays as seconds, the figures
 the engine's per-link arrays hold.
@@ -29,7 +29,7 @@ RateFn = Callable[[str, str], float | None]
 
 @dataclass(frozen=True)
 class LinkModel:
-    """How links opened on demand behave (:mod:`nodes.sim.engine`, "Links on demand").
+    """How links opened on demand behave (docs/design/simulator.md, "Links on demand").
 
     ``latency_ms``: the one-way propagation delay of the directed link a -> b, a constant
     or a function ``(a, b) -> ms`` (:func:`underlay_latency` builds one from an underlay
@@ -161,7 +161,7 @@ def reserve_nic(busy: list[tuple[float, float]], ready: float, busy_s: float,
                 now: float) -> float:
     """Reserve a NIC, whose reservations ``busy`` lists as (start, end) in time order, for
     ``busy_s`` in its earliest idle interval from ``ready`` on (updating ``busy``; see NICs
-    in :mod:`nodes.sim.engine`); the reservation's start.
+    in docs/design/simulator.md); the reservation's start.
 
     Reservations that touch are kept as one interval: a burst of frames queued at
     one instant is then one entry, not a list scanned once per frame."""

@@ -1,4 +1,4 @@
-"""Which brokers are members when (:mod:`nodes.sim.engine`'s module docstring,
+"""Which brokers are members when (docs/design/simulator.md,
 "Membership" and "Failures"): a workload's JOIN, LEAVE and CRASH ops checked before the
 run starts, then joins, leaves and deaths as the run meets them.
 

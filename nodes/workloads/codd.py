@@ -1,72 +1,25 @@
 """CoDD's workload (paper §5.1, §5.4): a producer streams documents down a tree that
 consumers join, and some leave, while it runs; deterministic from a seed.
 
-Readings (ours where the paper is silent; ``../shared/READINGS-WAVE2.md`` §2.4):
+In short (every reading, ours where the paper is silent: docs/design/codd.md, "The
+workload"; ``../shared/READINGS-WAVE2.md`` §2.4):
 
-- **Nodes**: the root (the producer's node) is the first name, ``min(nodes)``; it never
-  consumes. The others are the ``m`` consumers, arriving in name order.
-- **Documents**: document ``i`` (``0 .. d-1``) is a PUBLISH from client ``producer`` at
-  the root at ``t = i * step_s``, ``msg_id`` ``i + 1``; its payload carries ``seq``
-  (``i``) and ``t_s`` (``t``), and ``to`` or ``attrs`` (below).
-- **Arrivals** ("node i joins before document floor(i d / n)"): consumer ``i`` (0-based)
-  arrives half a step before document ``a_i = floor(i d / m)``, at
-  ``t = max(0, a_i step_s - step_s / 2)``, with two operations: at ``t`` a JOIN from
-  client ``j-<x>`` at ``x`` with payload ``{"seeds": [root], "from_s": F}`` (the paper's
-  "typical" seed set; ``F`` is the SUBSCRIBE's time plus the settle time, from which the
-  oracle counts the consumer's query, so that a core can deliver exactly what it
-  expects), and a quarter step later a SUBSCRIBE from client ``q-<x>`` at broker ``x``
-  (``msg_id`` 1): a runtime attaches a node's clients once it has joined, and two
-  clients sending at one instant reach the broker in either order.
-  Operations at one time keep the order arrivals, leaves, documents.
-- **Settle**: ``meta["settle_s"]`` is a quarter step, so a consumer's query counts from
-  document ``a_i`` on, the boundary being inclusive (:mod:`nodes.workloads.oracle`);
-  SUBSCRIBE times are nudged down by at most a few ulps where floating point would put
-  them plus the settle time past that document. A consumer with ``a_i = 0`` arrives at
-  0 and subscribes a quarter step later: no consumer must receive document 0.
-- **Interest classes** (``interest="classes"``, the paper's synthetic default): ``k``
-  buckets; each consumer is in ``buckets_per_node`` distinct buckets drawn uniformly;
-  each document maps to ``j = max(1, round(selectivity k))`` distinct buckets drawn
-  uniformly, and its recipients are every consumer (joined or not yet) in their union.
-  Before documents ``cf, 2 cf, ...`` a **shuffle**: pick ``c`` buckets, split each
-  member set uniformly at random into two halves (sizes ``floor(n/2)`` and the rest),
-  pair the ``2c`` halves uniformly at random and merge each pair into one new bucket,
-  so there are still ``k``. With ``buckets_per_node > 1`` a consumer can meet itself
-  in a merge; it then keeps its count: its second copy goes to a new bucket without it,
-  drawn uniformly (ours; the paper has one bucket per node in mind). A document's payload
-  is ``{"seq": i, "t_s": t, "to": HEX}``, HEX the lowercase hexadecimal (no ``0x``) of the int
-  whose bit ``j`` is set iff ``meta["nodes"][j]`` (the sorted names) is a recipient; the
-  root's bit is never set. Consumers subscribe with ``{"addressed": True}``: the oracle
-  reads the recipients from ``to`` and ``meta["addressed"]``.
-- **Stock interest** (``interest="stock"``, ours): each consumer's query is one of
-  Meghdoot's five templates and each document a uniform stock event, both from
-  :mod:`nodes.workloads.meghdoot`'s synthetic set over its 100 symbols and 1,154 days;
-  SUBSCRIBE ``{"filter": ...}``, PUBLISH ``{"seq": i, "t_s": t, "attrs": event}``. Selectivity
-  then follows from the templates (about 2 %, measured); ``selectivity``, ``k``, ``c``,
-  ``cf`` and ``buckets_per_node`` are recorded but unused.
-- **Leaves** (``leave_fraction``): that share (rounded) of the consumers that can leave
-  (those arriving at least 5.5 steps before the last document) is drawn at random; each
-  leaves gracefully, in two steps: at ``t``, half a step before a document drawn
-  uniformly from those at least 5 steps after its arrival and before the last document,
-  its client withdraws the query (an UNSUBSCRIBE from ``q-<x>``, ``msg_id`` 2, payload
-  ``{"sub_id": 1, "at_s": t}``: the oracle counts it out from ``t``, and the node starts
-  the paper's leave protocol, which needs it to relay documents to its children until
-  they have moved); :data:`LEAVE_GRACE_S` later, when the tree has let it go, its broker
-  leaves the overlay (a LEAVE from ``j-<x>``, ``msg_id`` 2; both runtimes stop a node
-  at its LEAVE). Arrivals and leaves fall between documents, never on one, so the
-  oracle's verdict does not hang on a race (document 0 apart, above).
-- **Crashes** (``crash_fraction``): that share of the consumers that can leave and do not
-  is drawn at random and crashes (a CRASH from ``j-<x>``, ``msg_id`` 2) at a time drawn as
-  a leave's; its membership ends there. The core's heartbeats must be on to recover.
+- The root is ``min(nodes)`` and never consumes. Document ``i`` is a PUBLISH from client
+  ``producer`` at ``t = i * step_s`` (seconds), ``msg_id`` ``i + 1``, payload ``seq``,
+  ``t_s`` and ``to`` or ``attrs``.
+- Consumer ``i`` arrives half a step before document ``floor(i d / m)``: a JOIN from
+  ``j-<x>`` (payload ``{"seeds": [root], "from_s": F}``), a quarter step later a SUBSCRIBE
+  from ``q-<x>``; ``meta["settle_s"]`` is a quarter step.
+- Interest: ``"classes"`` (``k`` buckets, shuffled every ``cf`` documents; ``to`` is a hex
+  bitmap over ``meta["nodes"]`` and consumers subscribe ``{"addressed": True}``) or
+  ``"stock"`` (Meghdoot's templates and events).
+- ``leave_fraction`` of the consumers leave (UNSUBSCRIBE, then LEAVE :data:`LEAVE_GRACE_S`
+  later) and ``crash_fraction`` crash (CRASH), always between documents.
 
-``meta``: the parameters, ``root``, ``nodes`` (the bit order of ``to``), ``addressed``
-(the client of each bit, ``None`` for the root), ``membership`` (the root from 0, each
-consumer from its arrival to its LEAVE or ``None``; the oracle's convention),
-``settle_s``, ``arrivals_s`` and ``leaves_s`` (consumer -> time), the measured
-``selectivity`` (mean over documents of recipients / consumers) beside
-``selectivity_asked``; for interest classes ``buckets_per_document``, ``buckets`` (the
-initial member lists), ``document_buckets`` (each document's buckets),
-``shuffle_documents`` (the documents each shuffle precedes) and ``shuffle_buckets`` (per
-shuffle, ``[bucket, members]`` of the buckets it rebuilt); for stock ``templates``.
+``meta``: the parameters, ``root``, ``nodes`` (the bit order of ``to``), ``addressed``,
+``membership`` (the oracle's convention), ``settle_s``, ``arrivals_s``, ``leaves_s``, the
+measured ``selectivity`` beside ``selectivity_asked``, and per interest the buckets and
+shuffles or the ``templates``.
 """
 
 from __future__ import annotations
@@ -112,7 +65,7 @@ def codd_workload(
     leave_fraction: float = 0.0,
     crash_fraction: float = 0.0,
 ) -> Workload:
-    """The workload of the module docstring; ValueError (one line, naming the argument and
+    """The workload of docs/design/codd.md; ValueError (one line, naming the argument and
     what is allowed) for bad arguments."""
     _check_args(nodes, n_documents, interest, selectivity, k, c, cf, buckets_per_node,
                 step_s, leave_fraction, crash_fraction)
@@ -272,7 +225,7 @@ def _subscribe_s(first_doc: int, step_s: float, settle_s: float) -> float:
 
 def _leaves(rng: random.Random, first_doc: dict[str, int], d: int, step_s: float,
             leave_fraction: float) -> dict[str, float]:
-    """Leaving consumer -> its LEAVE time (module docstring). In half steps: an arrival
+    """Leaving consumer -> its LEAVE time (docs/design/codd.md). In half steps: an arrival
     at ``max(0, 2a - 1)``, a leave before document ``L`` at ``2L - 1``, at least
     ``2 MIN_STAY_STEPS`` half steps apart."""
     earliest = {x: -(-(max(0, 2 * a - 1) + 2 * MIN_STAY_STEPS + 1) // 2)
@@ -284,7 +237,8 @@ def _leaves(rng: random.Random, first_doc: dict[str, int], d: int, step_s: float
 
 
 def _shuffle(rng: random.Random, members: list[set[str]], c: int) -> list[int]:
-    """One shuffle of the module docstring, in place; the rebuilt buckets, sorted."""
+    """One shuffle of docs/design/codd.md ("The workload"), in place; the rebuilt buckets,
+    sorted."""
     picked = sorted(rng.sample(range(len(members)), c))
     halves: list[list[str]] = []
     for b in picked:

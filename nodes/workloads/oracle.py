@@ -3,101 +3,28 @@
 :func:`expected_deliveries` maps each publication key ``(origin, msg_id)`` to the set
 of subscriber clients that must receive it; :mod:`nodes.metrics.summary` counts
 ``expected_deliveries``, ``missing`` and ``unexpected`` against it (``duplicates`` does
-not use it). It has a global view and ignores routing. It takes timing into account:
+not use it). It has a global view and ignores routing, but not timing. The contract in
+short (every boundary and convention in full: docs/design/oracle.md):
 
-When a subscription counts (our reading of the issue; boundaries stated)
-------------------------------------------------------------------------
-A SUBSCRIBE op of client ``c`` at time ``t`` (``msg_id`` ``m``, via broker ``b``) counts
-for a PUBLISH op at time ``t_p`` iff all of these hold:
+- A SUBSCRIBE of client ``c`` at ``t`` (``msg_id`` ``m``, via broker ``b``) counts for a
+  PUBLISH at ``t_p`` iff its filter matches the publication's ``attrs``; it is installed,
+  ``t + settle_s <= t_p`` (inclusive; ``settle_s`` is ``meta["settle_s"]``, absent 0, or
+  the argument); it is not cancelled, ``t_p < u`` (exclusive) for the earliest UNSUBSCRIBE
+  of ``c`` with ``sub_id == m`` at ``u >= t`` (an UNSUBSCRIBE of nothing is ignored, one
+  without ``sub_id`` is a ``ValueError``); and ``b`` is a member at ``t_p``.
+- **Addressed** publications (payload ``to``: hex bits into ``meta["addressed"]``, CoDD's
+  interest classes) go to the candidates with a counting ``{"addressed": true}``
+  subscription; addressed and filter subscriptions never match each other's publications.
+- **Membership**: ``meta["membership"]`` maps a node to ``[join_t, leave_t]`` intervals
+  (inclusive, exclusive; ``leave_t`` ``None``: never); a node it does not list is always a
+  member; JOIN, LEAVE or CRASH ops without ``membership`` are refused. Only the
+  subscriber's node is consulted, and leaving does not cancel its subscriptions.
+- ADVERTISE changes nothing; UNADVERTISE and other types are refused, as are two
+  SUBSCRIBEs of one client with one ``msg_id``; a publication key met twice keeps the later.
 
-- its filter matches the publication's ``attrs``;
-- **installed**: ``t + settle_s <= t_p``, *inclusive*: a publication at exactly the end
-  of the settle time counts. ``settle_s`` is the workload's ``meta["settle_s"]``
-  (absent: 0), or the ``settle_s`` argument when given;
-- **not cancelled**: ``t_p < u``, *exclusive*, where ``u`` is the time of the earliest
-  UNSUBSCRIBE op of the same client with payload ``sub_id == m`` and ``u >= t``. An
-  UNSUBSCRIBE at ``u`` stops the subscription at once (no settle time). An UNSUBSCRIBE
-  whose ``sub_id`` names no SUBSCRIBE of that client at or before ``u`` (unknown, already
-  cancelled, or a later one) is **ignored**, as every broker core ignores the
-  unsubscription of nothing ("un-subscribing twice is harmless"); one without a
-  ``sub_id`` is malformed (``ValueError``);
-- **member**: ``b`` is a member at ``t_p`` (a node that is not a member cannot receive).
-
-Addressed publications (CoDD's interest classes, :mod:`nodes.workloads.codd`)
-    A PUBLISH whose payload has ``to`` is *addressed*: ``to`` is a lowercase hexadecimal
-    string (no ``0x``) of an int, and its candidates are ``meta["addressed"][j]`` for
-    every set bit ``j`` (an entry ``null``/``None`` names no client; a set bit beyond
-    the list, a malformed ``to``, or no ``meta["addressed"]`` is a ``ValueError``). A
-    candidate must receive it iff it has a SUBSCRIBE with payload ``{"addressed":
-    true}`` that counts by the rules above, the filter match aside: installed, not
-    cancelled, its broker a member. An addressed subscription matches addressed
-    publications only, a filter subscription non-addressed ones only.
-
-Membership convention
-    ``meta["membership"]`` (optional) maps a node to a list of ``[join_t, leave_t]``
-    intervals, ``leave_t`` ``null``/``None`` for "never leaves"; the node is a member at
-    ``t`` iff ``join_t <= t < leave_t`` for one of them (inclusive at the join,
-    exclusive at the leave, like a subscription; overlapping intervals mean their union;
-    an interval that ends before it starts is an error). Without ``membership`` every
-    node is a member always; a node the mapping does not list is a member always too, so
-    a workload lists only the nodes whose membership changes. Times are taken as given
-    (no settle time is added to a join). ``membership`` is the only source: the oracle
-    does not read the runtime's JOIN, LEAVE and CRASH ops; whoever writes them fills
-    ``membership`` from their times (a JOIN at ``t`` opens an interval at ``t``, a LEAVE
-    or CRASH at ``t`` closes it at ``t``). A workload with such ops and no
-    ``membership`` is refused rather than read as "every node a member". Only the
-    subscriber's node is consulted, not the publisher's, and a node's subscriptions are
-    not cancelled by leaving: they count again after it re-joins (the ``gossip`` core
-    keeps them). A crash that loses them must be written as UNSUBSCRIBEs at its time.
-
-Other ops
-    ADVERTISE does not change the result (every publication matches its publisher's
-    advertisement); JOIN, LEAVE and CRASH are read through ``membership`` (above).
-    UNADVERTISE and every other type are refused (``ValueError``): a publication after
-    its publisher's advertisement is withdrawn is not modelled. Two SUBSCRIBE ops of one
-    client with the same ``msg_id`` are an error (ids are unique per origin,
-    :class:`~nodes.messages.Message`). A publication key that occurs twice keeps the
-    later op's set (as a dict does).
-
-How it is computed
-------------------
-Matching always uses the exact :class:`~nodes.matching.SubscriptionIndex`
-(property-tested against brute force). ``S`` subscriptions, ``P`` publications, ``M``
-membership intervals; ``C`` pairs whose filter matches regardless of time, ``A <= C``
-the pairs whose subscription is live at the publication.
-
-- **Phases** (the stock and burst workloads, every one before timing existed): without
-  ``membership``, and when every subscription is installed by the first publication
-  and not cancelled before the last, one index holds every subscription and each
-  publication is matched once, the same computation and result as before:
-  ``O(S log S + P q + C)``, ``q`` the index's cost per query.
-- Otherwise the general path sorts subscription starts and ends, membership changes
-  and publications into one time line, ``O((S + M + P) log(S + M + P))``; at equal
-  times every change comes before the publications, which gives the boundaries above.
-  Two variants, chosen by the measured *live share* ``A_est / (S P)`` (a bisection per
-  subscription over the publication times, ``O(S log P)``):
-
-  - ``"filter"`` (live share >= 1/4): one index of all subscriptions, each match kept
-    if its subscription is live and its node a member: ``O(P q + C)``, never more than
-    the phases computation on the same ops plus a check per match;
-  - ``"sweep"`` (live share < 1/4): the index holds only the live subscriptions,
-    ``add`` at the start and ``remove`` at the end (amortised ``O(log S)`` each): ``O(P
-    q' + A)``, but ``q'`` grows with the range filters added since the index last
-    rebuilt its bitmap, which it scans linearly (up to about an eighth of them).
-
-  Measured (CPU time, best of 3, 2-core development machine) on the OctopiA stock
-  workload's 6,000 subscriptions (range filters, 2 % selectivity) and 11,000
-  publications re-timed at random over 100 s, settle 0.5 s: with half the subscriptions
-  unsubscribed at a random later time (20,079 ops, live share 0.42, ``C`` 1.3 million,
-  0.55 million expected pairs) ``"filter"`` 1.7-1.9 s, ``"sweep"`` 2.1-2.8 s, with or
-  without membership; with every subscription unsubscribed within 1 s (23,020 ops)
-  ``"sweep"`` 0.26 s, ``"filter"`` 1.1 s. The phases computation of the original
-  (17,020 ops, 1.3 million pairs) takes 1.4 s. Meghdoot's equality-led filters: about
-  0.5 s on every path.
-
-Addressed publications take neither path: each set bit of ``to`` is checked against its
-client's addressed subscriptions and its broker's membership intervals, ``O(B (a + i))``
-for ``B`` set bits, ``a`` subscriptions per client and ``i`` intervals per node.
+Matching uses the exact :class:`~nodes.matching.SubscriptionIndex`: phase-separated
+workloads one index over all subscriptions, others one time line, by the ``"filter"`` or
+the ``"sweep"`` variant as the live share says. Times are in seconds.
 """
 
 from __future__ import annotations
@@ -141,8 +68,8 @@ def expected_deliveries(
 
     A subscription counts for a publication sent at or after its operation time plus
     ``settle_s`` (``None``: ``w.meta.get("settle_s", 0.0)``) and before its UNSUBSCRIBE,
-    when its node is a member at the publication (``w.meta["membership"]``); see the
-    module docstring for every boundary and convention. Workloads whose phases put every
+    when its node is a member at the publication (``w.meta["membership"]``); see
+    docs/design/oracle.md for every boundary and convention. Workloads whose phases put every
     subscription before every publication (all of them before timing existed) get the
     result they always had. ``method`` picks the general path's variant (for tests and
     benchmarks; all give the same result): ``"auto"`` takes the phases computation
@@ -205,7 +132,7 @@ def _in_op_order(pubs: Sequence[tuple[float, Message]],
 def _filtered(subs: Sequence[_Sub], pubs: Sequence[tuple[float, Message]],
               membership: Mapping[str, Sequence[tuple[float, float]]] | None,
               method: Method) -> Iterator[tuple[int, frozenset[str]]]:
-    """Filter subscriptions against non-addressed publications (module docstring):
+    """Filter subscriptions against non-addressed publications (docs/design/oracle.md):
     ``(index in pubs, subscribers)``, in index order if ``pubs`` is in time order."""
     if not pubs:
         return iter(())
@@ -298,7 +225,7 @@ def _addressed(
     addressed: Any,
 ) -> dict[Key, frozenset[str]]:
     """Addressed publications: each set bit's client, if one of its addressed
-    subscriptions is live and its broker a member (module docstring)."""
+    subscriptions is live and its broker a member (docs/design/oracle.md)."""
     if not isinstance(addressed, Sequence) or isinstance(addressed, str):
         raise ValueError("addressed publications need meta['addressed'], the client of "
                          f"each bit of 'to' (a list), got {addressed!r}")

@@ -5,93 +5,25 @@ derived from ``seed`` (``f"{seed}/universe"``, ``f"{seed}/series/{symbol}"``, ..
 a workload never depends on global random state, hash seeds or the network, and one
 symbol's series does not change when the number of publishers does.
 
-Data (our readings of the papers)
----------------------------------
-- **Schema**: Meghdoot's ``Date, Symbol, Open, High, Low, Close, Volume`` plus three
-  attributes of ours to reach OctopiA's 10 per notification: ``Exchange`` (listing
-  venue: NYSE 45 %, NASDAQ 45 %, AMEX 10 %, fixed per symbol), ``Change`` (Close minus
-  the previous Close) and ``Trades`` (number of trades that day, Volume over a
-  per-symbol average trade size of 150..600 shares with 20 % log-normal noise).
-  ``Date`` is ISO ``YYYY-MM-DD`` (not Meghdoot's ``2/Jan/98``) so that string order is
-  time order; it counts trading days (weekdays, no holidays) from 1998-01-02, Meghdoot's
-  first day.
-- **Symbols**: 500 distinct lowercase strings of 3..5 letters (Meghdoot: ``aaa ..
-  zzzzz``; OctopiA: 500 symbols).
-- **Prices**, skewed like Meghdoot's real data ("most prices between $10 and $30"): each
-  symbol has a base price drawn log-normally (median $18, log-sd 0.35); its daily log
-  Close is a mean-reverting random walk around the base (reversion 0.05 per day, daily
-  log-sd 0.02, so the walk stays within about 7 % of the base). Open is the previous
-  Close with a 0.5 % log-normal gap; High and Low extend the Open-Close span by a
-  half-normal 1 %. About 88 % of prices land in [$10, $30]. Prices are in cents and
-  clamped to Meghdoot's domain [0.01, 500]; Volume (log-normal, median 10^6 per symbol,
-  log-sd 1.0 across symbols, 0.4 across days) to [100, 310,000,000].
-- **Publishers** ``p0..``: with n <= 500 publishers the sorted symbols are cut into n
-  contiguous blocks and publisher i quotes block i round-robin, one trading day per
-  round; with more, publisher i quotes symbol ``i % 500`` (publishers sharing a symbol
-  send identical quotes, like redundant feeds). A publisher's **advertisement** covers
-  what it publishes: its symbol (``=``) or block (``range``), its exchange if the block
-  has one, its dates, and on the other attributes what ``selectivity_of`` says (below),
-  so every publication matches its publisher's advertisement.
-- **Two readings of OctopiA's "Advertisements and matching subscriptions were generated
-  synthetically with 2% selectivity"** (``selectivity_of``, OctopiA mode only):
-  - ``publications``: a subscription selects ``selectivity`` of all publications, and an
-    advertisement covers the schema's whole domain on the price, volume and change
-    attributes. A price window then overlaps most advertisements (75 % of them at 100
-    publishers and 250 subscribers, seed 1), so a TID subscription travels along most
-    advertisement trees.
-  - ``advertisements`` (the default): an advertisement covers its publisher's own
-    symbols (the ones it quotes) and, on every other attribute, the range its quotes
-    span; a subscription is a ``Symbol`` window over the quoted symbols of ``k = max(1,
-    round(selectivity x b))`` adjacent publishers' blocks, ``b`` being the number of
-    distinct blocks, so it overlaps ``selectivity`` of the advertisements and, as
-    publishers quote alike, selects about as large a share of the publications. With
-    too few publishers for that (``selectivity x`` the quoted symbols fewer than one
-    block's), the window holds that many symbols of one block: it selects about
-    ``selectivity`` of the publications and overlaps one advertisement. This
-    is the reading under which the paper's subscription figures make sense (TID's PRTs
-    and subscription IMs smaller than OctopiA's), and it matches the burst experiment's
-    "each subscriber had 2% selectivity" too.
-  ``meta['adv_overlap']`` is the measured mean share of the regular advertisements a
-  subscription overlaps (:func:`nodes.model.overlaps`).
-- **Subscribers** ``s0..`` issue one subscription each (as in OctopiA), for what exists:
-  - ``mode='meghdoot'``: Meghdoot's five templates with their probabilities
-    (:data:`MEGHDOOT_TEMPLATES`); P1 is a published symbol, and P2/P3 are that symbol's
-    values on random published days. The general template ``Volume >= P1`` takes the
-    largest of 20 random published volumes, so it matches about 5 % of notifications
-    (Meghdoot gives no value; "general subscriptions" are meant to be rare and narrow).
-  - ``mode='octopia'`` with ``selectivity_of='advertisements'``: the ``Symbol`` window
-    above (``max_preds`` unused).
-  - ``mode='octopia'`` with ``selectivity_of='publications'``: 1..``max_preds``
-    predicates (uniform) on distinct attributes drawn from :data:`OCTOPIA_ATTRS`, each
-    a window of consecutive values of the
-    publications still selected, sized so that the subscription selects about
-    ``selectivity`` of all publications. Windows are calibrated on the workload's own
-    publications, standing in for OctopiA's "synthetic with 2 % selectivity". A window
-    ends at the distinct value that brings its count, ties included, nearest the target;
-    the attribute with the most distinct values goes last, where no later window can
-    make up for ties; attributes whose commonest value alone exceeds the target are left
-    out (Exchange always, Date when a run spans few trading days; ``meta`` lists those
-    used). A window touching the smallest (largest) value becomes ``<=`` (``>=``), a
-    one-value window ``=``.
-  Selectivity -- matched (notification, subscription) pairs over all pairs -- is measured
-  on the result and stored in ``meta``, never assumed.
+In short (every reading of the papers, with its figures: docs/design/stock-workload.md):
 
-Timing
-------
-Advertisements spread evenly over ``[start_s, start_s + advertise_spread_s)`` (default 0:
-all at ``start_s``); subscriptions over ``[start_s + gap, start_s + gap +
-subscribe_spread_s)`` (default half a gap); publications from ``start_s + 2 gap`` at
-``publish_rate_hz`` per publisher, publisher i shifted by ``i / n_publishers`` of
-``publish_spread_share`` of a period (1 / ``publish_rate_hz``). The default 1 spreads the
-publishers' start times evenly over the period, as independent publishers would be: with
-0.01 (the shift before this parameter existed) all publishers of a 1 Hz workload publish
-within 10 ms of each second, a burst every second that an emulated broker's CPU feels.
-Each spread is at most half a gap, so every phase
-has at least half a gap to settle before the next begins. :func:`expected_deliveries`
-ignores timing: the phases are separated so every subscription is in place before the
-first publication. Spreading a phase keeps its messages from queueing behind each other,
-so its delays measure the routing rather than the burst (the OctopiA paper's
-advertisement delay stays "nearly constant" from 100 to 500 advertisements).
+- **Data**: Meghdoot's ``Date, Symbol, Open, High, Low, Close, Volume`` plus ``Exchange``,
+  ``Change`` and ``Trades`` (OctopiA's 10 attributes); ``Date`` is ISO, trading days from
+  1998-01-02; 500 symbols; prices in cents, from a mean-reverting log walk (about 88 % in
+  [$10, $30]).
+- **Publishers** ``p0..`` quote contiguous blocks of the sorted symbols (one symbol each
+  past 500); a publisher's advertisement covers what it publishes.
+- **Subscribers** ``s0..``, one subscription each: Meghdoot's five templates
+  (:data:`MEGHDOOT_TEMPLATES`) with ``mode='meghdoot'``; with ``mode='octopia'``, one of
+  about ``selectivity`` under OctopiA's two readings (``selectivity_of``): ``advertisements``
+  (the default: a ``Symbol`` window over ``k`` adjacent publishers' blocks) or
+  ``publications`` (windows on :data:`OCTOPIA_ATTRS` calibrated on the workload's own
+  publications). Selectivity and ``adv_overlap`` are measured into ``meta``, never assumed.
+- **Timing** (seconds): advertisements over ``[start_s, start_s + advertise_spread_s)``,
+  subscriptions a gap later over ``subscribe_spread_s``, publications from ``start_s + 2
+  gap`` at ``publish_rate_hz`` per publisher, their starts spread over
+  ``publish_spread_share`` of a period; each spread is at most half a gap, so every
+  subscription is in place before the first publication.
 """
 
 from __future__ import annotations
@@ -156,7 +88,8 @@ OCTOPIA_ATTRS: tuple[str, ...] = (
     "Trades",
 )
 MODES = ("octopia", "meghdoot")
-# What OctopiA's "2 % selectivity" is a share of (module docstring); the first is the default.
+# What OctopiA's "2 % selectivity" is a share of (docs/design/stock-workload.md); the first
+# is the default.
 SELECTIVITY_READINGS = ("advertisements", "publications")
 _RANGED_ATTRS = ("Open", "High", "Low", "Close", "Volume", "Trades", "Change")
 
@@ -208,7 +141,7 @@ def stock_universe(seed: int) -> list[Stock]:
 
 def draw_stock(symbol: str, rng: random.Random) -> Stock:
     """A symbol's fixed traits (exchange, base price and volume, trade size), drawn from
-    the universe's distributions (module docstring) with ``rng``."""
+    the universe's distributions (docs/design/stock-workload.md) with ``rng``."""
     return Stock(
         symbol=symbol,
         exchange=weighted_choice(rng, _EXCHANGES),
@@ -234,7 +167,7 @@ def _clamp_price(p: float) -> float:
 
 
 def quote_series(stock: Stock, dates: Sequence[str], seed: int) -> list[dict[str, Value]]:
-    """Daily quotes of ``stock`` for ``dates`` (see the module docstring for the model)."""
+    """Daily quotes of ``stock`` for ``dates`` (docs/design/stock-workload.md has the model)."""
     rng = random.Random(f"{seed}/series/{stock.symbol}")
     log_base = math.log(stock.base_price)
     log_close = log_base
@@ -280,8 +213,8 @@ def stock_advertisement(block: list[Stock], first_date: str, last_date: str,
                         quotes: Sequence[Mapping[str, Value]] = ()) -> Filter:
     """What the publisher of ``block`` advertises from ``first_date`` to ``last_date``: the
     schema's domains on the price, volume and change attributes or, given its ``quotes``
-    (the ``advertisements`` reading, module docstring), only the symbols it quotes and the
-    range its quotes span on every attribute."""
+    (the ``advertisements`` reading, docs/design/stock-workload.md), only the symbols it
+    quotes and the range its quotes span on every attribute."""
     if quotes:
         quoted = {q["Symbol"] for q in quotes}
         block = [s for s in block if s.symbol in quoted]
@@ -386,7 +319,7 @@ def _octopia_subscription(
 
 def _span_subscription(rng: random.Random, groups: Sequence[Sequence[str]],
                        selectivity: float) -> Filter:
-    """A ``Symbol`` window for the ``advertisements`` reading (module docstring) over
+    """A ``Symbol`` window for the ``advertisements`` reading (docs/design/stock-workload.md) over
     ``groups``, the symbols each distinct block's publisher quotes, in order: ``k =
     round(selectivity x len(groups))`` adjacent groups, or, where ``selectivity`` of
     the quoted symbols is fewer than a group holds (few publishers), that many symbols
@@ -424,11 +357,11 @@ def stock_workload(
     subscribe_spread_s: float | None = None,
     publish_spread_share: float = 1.0,
 ) -> Workload:
-    """A stock-quote workload; see the module docstring for every choice.
+    """A stock-quote workload; docs/design/stock-workload.md gives every choice.
 
     ``selectivity`` is the target of ``mode='octopia'`` (unused by Meghdoot's templates),
-    a share of what ``selectivity_of`` names (:data:`SELECTIVITY_READINGS`, module
-    docstring);
+    a share of what ``selectivity_of`` names (:data:`SELECTIVITY_READINGS`,
+    docs/design/stock-workload.md);
     ``max_preds`` bounds the predicates of an OctopiA-mode subscription;
     ``advertise_spread_s`` and ``subscribe_spread_s`` (``None``: half of ``phase_gap_s``)
     spread their phases, each over at most half of ``phase_gap_s``;

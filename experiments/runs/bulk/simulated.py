@@ -101,7 +101,7 @@ def simulate_round(overlay: nx.Graph, plan: BulkPlan, algorithm: str,
 def stream_capped(overlay: nx.Graph, stream_mbps: float | None) -> nx.Graph:
     """``overlay`` with every edge's rate at most ``stream_mbps`` (None: as it is): each
     edge is one agent-to-agent connection, and the NICs stay at their rate, so a capped
-    stream leaves its NIC free for the others (NICs in :mod:`nodes.sim.engine`)."""
+    stream leaves its NIC free for the others (NICs in docs/design/simulator.md)."""
     if stream_mbps is None:
         return overlay
     capped = nx.Graph(overlay)
