@@ -279,7 +279,7 @@ def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers(order
     assert len(live) == w.meta["n_peers"] == 120
     joins = Counter()
     for p in live:
-        joins.update(p.joins)
+        joins.update(p.join.by_mode)
     assert joins["split"] >= 10 and joins["replicate"] >= 10, joins  # both kinds happened
     assert sum(p.stuck for p in live) == 0
 
@@ -326,11 +326,11 @@ def peer_with_loads(spread: int, subs: int, nbrs: Mapping[str, tuple[int, int]],
     """A peer that received ``spread`` propagation messages, stores ``subs``
     subscriptions and last heard its neighbours' (propagation messages, subscriptions)."""
     core = make_core("meghdoot", "p0", (), {"seed_peer": "p0", **params})
-    core.spread.now = spread
+    core.loads.spread.now = spread
     core.subs = {("c", i): None for i in range(subs)}  # only their number counts
     core._set_nbrs({p: can.whole(core.space.dims) for p in nbrs})
-    core._heard({p: [spread_p + subs_p, spread_p, subs_p]
-                 for p, (spread_p, subs_p) in nbrs.items()})  # as their reports carry them
+    core.loads.heard({p: [spread_p + subs_p, spread_p, subs_p]
+                       for p, (spread_p, subs_p) in nbrs.items()})  # as their reports carry them
     return core
 
 
@@ -356,22 +356,22 @@ def test_a_newcomer_handles_what_reaches_it_before_its_grant(seed: int) -> None:
 def test_a_peer_replicates_when_events_not_subscriptions_set_it_above_its_neighbours(
 ) -> None:
     nbrs = {"p1": (10, 10), "p2": (10, 10), "p3": (10, 10)}
-    assert peer_with_loads(60, 10, nbrs)._loaded_by_events()  # 4x their events: replicate
-    assert not peer_with_loads(10, 60, nbrs)._loaded_by_events()  # 4x their subs: split
-    assert not peer_with_loads(20, 20, nbrs)._loaded_by_events()  # both alike: split
-    assert peer_with_loads(20, 20, nbrs, kappa=1.0)._loaded_by_events()
-    assert not peer_with_loads(0, 0, nbrs)._loaded_by_events()  # no events: never
+    assert peer_with_loads(60, 10, nbrs).join.loaded_by_events()  # 4x their events: replicate
+    assert not peer_with_loads(10, 60, nbrs).join.loaded_by_events()  # 4x their subs: split
+    assert not peer_with_loads(20, 20, nbrs).join.loaded_by_events()  # both alike: split
+    assert peer_with_loads(20, 20, nbrs, kappa=1.0).join.loaded_by_events()
+    assert not peer_with_loads(0, 0, nbrs).join.loaded_by_events()  # no events: never
     # A zone storing no subscriptions replicates only in the path of more events than
     # its neighbours' (the standout rule, the default); the relative rule replicates it
     # whenever it has any.
-    assert not peer_with_loads(10, 0, nbrs)._loaded_by_events()
-    assert peer_with_loads(40, 0, nbrs)._loaded_by_events()
-    assert peer_with_loads(1, 0, nbrs, replicate_rule="relative")._loaded_by_events()
-    assert not peer_with_loads(10, 60, nbrs, replicate_rule="relative")._loaded_by_events()
+    assert not peer_with_loads(10, 0, nbrs).join.loaded_by_events()
+    assert peer_with_loads(40, 0, nbrs).join.loaded_by_events()
+    assert peer_with_loads(1, 0, nbrs, replicate_rule="relative").join.loaded_by_events()
+    assert not peer_with_loads(10, 60, nbrs, replicate_rule="relative").join.loaded_by_events()
     # The absolute rule compares the counts themselves: neighbours play no part.
-    assert peer_with_loads(10, 10, {}, replicate_rule="absolute", kappa=1.0)._loaded_by_events()
+    assert peer_with_loads(10, 10, {}, replicate_rule="absolute", kappa=1.0).join.loaded_by_events()
     assert not peer_with_loads(10, 11, nbrs, replicate_rule="absolute",
-                               kappa=1.0)._loaded_by_events()
+                               kappa=1.0).join.loaded_by_events()
 
 
 def test_a_load_report_carries_the_k_heaviest_peers_heard_of() -> None:
@@ -401,12 +401,13 @@ def test_the_neighbours_hearing_one_load_report_keep_one_record_of_it() -> None:
                      {"loads": {"p0": [7, 3, 4]}, "top": [], "zone": whole})
     for core in readers:
         core.handle(Arrived("p0", report), 1.0)
-    kept = [core.nbr_load["p0"] for core in readers]
+    kept = [core.loads.nbr_load["p0"] for core in readers]
     assert kept[0] == (7.0, 3, 4) and all(k is kept[0] for k in kept)
     later = Message(MsgType.LOAD, 2, "p0", 0,
                     {"loads": {"p0": [9, 5, 4]}, "top": [], "zone": whole})
     readers[0].handle(Arrived("p0", later), 2.0)
-    assert readers[0].nbr_load["p0"] == (9.0, 5, 4) and readers[1].nbr_load["p0"] == kept[1]
+    assert readers[0].loads.nbr_load["p0"] == (9.0, 5, 4)
+    assert readers[1].loads.nbr_load["p0"] == kept[1]
 
 
 def _two_zones(**params: Any) -> tuple[list[MeghdootCore], list[MeghdootCore]]:
@@ -571,8 +572,8 @@ def test_two_neighbours_splitting_at_once_tell_each_others_newcomer(mates: bool,
                                 **{g: (right, {"a": left}) for g in group}}, params)
     for name in ("n1", "n2"):
         cores[name] = make_core("meghdoot", name, (), {"seed_peer": "a1", **params})
-    queue = [*_sends_of("a", cores["a"]._split("n1", (1, 0.5), 0, 1.0)),
-             *_sends_of("c", cores["c"]._split("n2", (1, 0.5), 0, 1.0))]
+    queue = [*_sends_of("a", cores["a"].join.split("n1", (1, 0.5), 0, 1.0)),
+             *_sends_of("c", cores["c"].join.split("n2", (1, 0.5), 0, 1.0))]
     _deliver_all(cores, queue)
     if relay_s > 0:
         check_can(list(cores.values()))
@@ -589,7 +590,7 @@ def test_a_split_reaches_the_neighbours_only_a_co_replica_knew() -> None:
     cores = _peers_with_tables({"a": (left, {}), "b": (left, {"y": right}),
                                 "y": (right, {"a": left, "b": left})}, {})
     cores["n"] = make_core("meghdoot", "n", (), {"seed_peer": "a1"})
-    _deliver_all(cores, _sends_of("a", cores["a"]._split("n", (1, 0.5), 0, 1.0)))
+    _deliver_all(cores, _sends_of("a", cores["a"].join.split("n", (1, 0.5), 0, 1.0)))
     check_can(list(cores.values()))
 
 
@@ -624,7 +625,7 @@ def test_an_event_meeting_both_halves_of_a_split_reaches_the_half_every_view_lea
         "filter": filter_to_json([Predicate("a0", "range", 0.1, 0.9)]),
         "point": [0.1, 0.9], "peer": "d", "client": "s1"})
     _route_by_hand(cores, "d", sub)
-    split = _sends_of("l1", cores["l1"]._split("u", (0, 0.25), 0, 1.0))
+    split = _sends_of("l1", cores["l1"].join.split("u", (0, 0.25), 0, 1.0))
     held = [m for m in split if m[1] == "b" and not b_told]
     _deliver_all(cores, [m for m in split if m not in held])
     assert cores["u"].nbrs["l1"] == cores["l1"].zone and cores["c"].nbrs["u"] == cores["u"].zone
@@ -1038,10 +1039,10 @@ def test_a_load_report_naming_the_receiver_leaves_its_own_entry_as_it_was() -> N
     """The receiver knows its own load best: a neighbour's loadedPeerList naming it
     neither changes its entry nor adds one; the others' loads are taken as floats."""
     core = make_core("meghdoot", "p0", (), {"seed_peer": "p0"})
-    core.loaded = {"p0": 7, "p1": 1.0}
-    core._merge_loaded([["p2", 5], ["p0", 99.0], ["p1", 3]])
-    assert core.loaded == {"p0": 7, "p1": 3.0, "p2": 5.0}
-    assert [type(v) for v in core.loaded.values()] == [int, float, float]
-    core.loaded = {"p1": 1.0}
-    core._merge_loaded([["p0", 99.0], ["p3", 2.5]])
-    assert core.loaded == {"p1": 1.0, "p3": 2.5}
+    core.loads.loaded = {"p0": 7, "p1": 1.0}
+    core.loads.merge_loaded([["p2", 5], ["p0", 99.0], ["p1", 3]])
+    assert core.loads.loaded == {"p0": 7, "p1": 3.0, "p2": 5.0}
+    assert [type(v) for v in core.loads.loaded.values()] == [int, float, float]
+    core.loads.loaded = {"p1": 1.0}
+    core.loads.merge_loaded([["p0", 99.0], ["p3", 2.5]])
+    assert core.loads.loaded == {"p1": 1.0, "p3": 2.5}

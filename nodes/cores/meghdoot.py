@@ -24,6 +24,10 @@ copies (§4.3) in :mod:`nodes.cores.meghdoot_repair`. What a peer does, in short
   ``report_corrections``) keep the neighbour tables exact, ``loop_hops`` and ``max_hops``
   stop a looping route, and a joining peer holds what reaches it before its grant.
 
+The peer owns a part for each protocol beside routing and DeliverEvent: its loads and
+reports (:mod:`nodes.cores.meghdoot_loads`), joins (:mod:`nodes.cores.meghdoot_join`)
+and repair (:mod:`nodes.cores.meghdoot_repair`).
+
 The first broker by name (the derived param ``seed_peer``) owns the whole space from the
 start; every other peer joins through a JOIN client operation. Times are in seconds.
 
@@ -33,13 +37,12 @@ docs/design/meghdoot-core.md.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from nodes.cores import can
 from nodes.cores.actions import unhandled
@@ -57,7 +60,9 @@ from nodes.cores.interface import (
     TimerFired,
 )
 from nodes.cores.meghdoot_common import CONTACTED, HANDLED, Mirror, Sub, msg_key, pick
-from nodes.cores.meghdoot_repair import Orphan, Repair
+from nodes.cores.meghdoot_join import JoinProtocol
+from nodes.cores.meghdoot_loads import LOAD_TIMER, Loads
+from nodes.cores.meghdoot_repair import Repair
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import MAX_HOPS, Message, MsgType
@@ -130,7 +135,6 @@ PARAMS = (
           "width of the time buckets of a peer's received-message counts (load share; "
           "the workload's step)", minimum=1e-6),
 )
-_LOAD_TIMER = "load"
 
 
 # The keys :func:`overlay_params` gives each broker (the registry's ``derived_keys``).
@@ -148,30 +152,6 @@ def bucket_of(t_s: float, bucket_s: float) -> int:
     bucket_s)``, so with ``bucket_s`` the workload's step, an operation at step k and its
     messages fall in bucket k and a join half a step later starts bucket k + 1."""
     return math.floor(t_s / bucket_s + 0.5)
-
-
-class Recent:
-    """A count over the current and the previous load period."""
-
-    def __init__(self, now: int = 0, before: int = 0) -> None:
-        self.now, self.before = int(now), int(before)
-
-    @property
-    def total(self) -> int:
-        return self.now + self.before
-
-    @property
-    def counts(self) -> list[int]:
-        return [self.now, self.before]
-
-    def count(self) -> None:
-        self.now += 1
-
-    def rotate(self) -> None:
-        self.now, self.before = 0, self.now
-
-    def keep(self, share: float) -> None:
-        self.now, self.before = round(self.now * share), round(self.before * share)
 
 
 class Runs:
@@ -211,64 +191,7 @@ def _forget(order: deque[tuple[float, str]], table: dict[str, Any], before_s: fl
         table.pop(order.popleft()[1], None)
 
 
-class _Report(NamedTuple):
-    """A peer's load as its reports carry it (:meth:`MeghdootCore._report`)."""
-
-    load: float
-    spread: int  # propagation messages in the last two load periods
-    subs: int  # subscriptions stored
-
-
-P = TypeVar("P")  # a payload part
-R = TypeVar("R")  # what is read from it
-
-
-class _SharedRead(Generic[P, R]):
-    """``read(part)`` of a payload part, remembered for the part last read (kept alive
-    here, so the identity test cannot meet a new part at a freed one's address). In the
-    simulator a report's copies share one payload and reach the sender's neighbours one
-    after another: they then share what is read from it too, where each read its own.
-    For the loads that was about 100 bytes for each of the millions of (peer, neighbour)
-    pairs of 10,000 peers; for a report's zone and loadedPeerList, the time to convert
-    them, at each of the 112 million load reports of a 10,000-peer run with 30,000
-    events (two thirds of its messages). Each emulated broker decodes its own payload:
-    no sharing there, the same values either way."""
-
-    def __init__(self, read: Callable[[P], R]) -> None:
-        self.read = read
-        self.last: tuple[P, R] | None = None
-
-    def __call__(self, part: P) -> R:
-        last = self.last
-        if last is not None and last[0] is part:
-            return last[1]
-        value = self.read(part)
-        self.last = (part, value)
-        return value
-
-
-def _read_loads(loads: Mapping[str, Sequence[float]]) -> dict[str, _Report]:
-    """The :class:`_Report` of each peer's ``[load, spread, subs]`` in a report's loads."""
-    return {peer: _Report(float(load), int(spread), int(subs))
-            for peer, (load, spread, subs) in loads.items()}
-
-
-def _read_top(top: Sequence[Sequence[Any]]) -> list[tuple[str, float]]:
-    """A report's loadedPeerList as ``(peer, load)`` pairs."""
-    return [(str(peer), float(load)) for peer, load in top]
-
-
-_reports_of = _SharedRead(_read_loads)
-_zone_of = _SharedRead(can.zone_from_json)  # a report's zone
-_top_of = _SharedRead(_read_top)
-
-
-def _heaviest_first(loads: Mapping[str, float]) -> list[tuple[str, float]]:
-    """``(peer, load)`` pairs, heaviest first (ties by name, so every peer ranks alike)."""
-    return sorted(loads.items(), key=lambda px: (-px[1], px[0]))
-
-
-class MeghdootCore(Repair):
+class MeghdootCore:
     """One Meghdoot peer (see the module docstring)."""
 
     ignores_link_stats = True  # loads are its own messages, not queue statistics
@@ -277,14 +200,8 @@ class MeghdootCore(Repair):
         self.broker = broker
         self.neighbours = tuple(sorted(neighbours))
         self.space = can.space_named(str(params["space"]))
-        self.join_mode = params["join"]
         self.dup_rule = params["dup_rule"]
-        self.replicate_rule = params["replicate_rule"]
-        self.kappa = float(params["kappa"])
         self.load_period_s = float(params["load_period_s"])
-        self.load_reports = params["load_reports"]
-        self.k = int(params["loaded_list"])
-        self.max_climb = int(params["max_climb"])
         self.loop_hops = int(params["loop_hops"])
         self.max_hops = int(params["max_hops"])
         self.seen_s = float(params["seen_s"])
@@ -293,9 +210,6 @@ class MeghdootCore(Repair):
         # (until_s, half, its peers) of this zone's recent splits, oldest first: on the
         # old owner's side the half it gave away, on the newcomer's the half kept.
         self._handoffs: deque[tuple[float, Zone, tuple[str, ...]]] = deque()
-        self.relay_s = float(params["relay_s"])
-        # (until_s, newcomer) of this zone's recent splits and replications, oldest first.
-        self._relays: deque[tuple[float, str]] = deque()
         # Peers dropped from the table because the zone they were last told to hold no
         # longer abuts this one: a report sent before that news, arriving after it,
         # names their older (larger) zone and must not bring them back (_introduce).
@@ -329,15 +243,7 @@ class MeghdootCore(Repair):
         # Mirror copies of subscriptions stored elsewhere, filed here by their target
         # point (never matched against events).
         self.mirror_subs: dict[tuple[str, int], Mirror] = {}
-        self._orphans: dict[str, Orphan] = {}  # failed lone owners this peer coordinates
-        # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
-        # who to tell, and who coordinates, should it fail.
-        self._around: dict[str, list[str]] = {}
         self._local: dict[tuple[str, int], Point] = {}  # this peer's clients' subscriptions
-        self.nbr_load: dict[str, _Report] = {}  # neighbour or co-replica -> its last report
-        self.loaded: dict[str, float] = {}  # the loadedPeerList: peer -> load last heard
-        self.events = Recent()  # event messages received (routing and propagation)
-        self.spread = Recent()  # of which propagation (DeliverEvent from a neighbour)
         self._seen: dict[str, int] = {}
         self._seen_order: deque[tuple[float, str]] = deque()
         # Event -> this peer's clients it notified of it, for notify_s (_notify).
@@ -357,18 +263,14 @@ class MeghdootCore(Repair):
         self.event_hops: Counter[int] = Counter()
         self.duplicates = self.notifications = self.stuck = self.mirror_messages = 0
         self.corrections = self.dropped = 0  # loops on stale tables (_route)
-        self.report_corrections = 0  # reports from beyond this zone answered (_load_in)
-        self.relayed = 0  # zone changes passed on to a newcomer (_relay)
         self.handoff_first = 0  # events a split's other half passed on that came here first
         self.repeats = 0  # notifications of an event to a client that had it (dropped)
-        self.joins: Counter[str] = Counter()
+        # The parts that keep state of their own, each with this peer to act on.
+        self.loads = Loads(self, params)
+        self.join = JoinProtocol(self, params)
+        self.repair = Repair(self)
 
     # ---- what the peer knows --------------------------------------------------------------
-
-    @property
-    def load(self) -> float:
-        """Meghdoot's load (our reading): recent event messages plus stored subscriptions."""
-        return self.events.total + len(self.subs)
 
     def _zones(self) -> list[tuple[Zone, list[str]]]:
         """Neighbour zones, each with its peers (sorted), in a fixed order (by their
@@ -417,13 +319,13 @@ class MeghdootCore(Repair):
             out = self._arrived(event.link, event.msg, now_s)
         elif isinstance(event, FromClient):
             out = self._from_client(event.client, event.msg, now_s)
-        elif isinstance(event, TimerFired) and event.name == _LOAD_TIMER:
-            return self._tick(now_s)
+        elif isinstance(event, TimerFired) and event.name == LOAD_TIMER:
+            return self.loads.tick(now_s)
         else:
             return []  # statistics windows, links coming and going: nothing to do
         if self.zone is not None and not self._ticking and self.load_period_s > 0:
             self._ticking = True
-            out.append(SetTimer(_LOAD_TIMER, self.load_period_s))
+            out.append(SetTimer(LOAD_TIMER, self.load_period_s))
         return out
 
     def _from_client(self, client: str, msg: Message, now_s: float) -> list[Action]:
@@ -433,8 +335,8 @@ class MeghdootCore(Repair):
             if self.zone is not None or not isinstance(boot, str) or boot == self.broker:
                 return [Record("can_join_ignored", {"bootstrap": str(boot)})]
             payload: dict[str, Any] = {"newcomer": self.broker, "climb": 0}
-            if self.join_mode == "can":
-                payload["point"] = list(self._random_point())
+            if self.join.mode == "can":
+                payload["point"] = list(self.join.random_point())
             self._bootstrap = boot
             return [Send(boot, self._msg(MsgType.JOIN, payload))]
         if self.zone is None:
@@ -443,7 +345,7 @@ class MeghdootCore(Repair):
             self._waiting.append((client, msg))  # joining: carried out once granted
             return []
         if t is MsgType.LEAVE:
-            return self._leave()
+            return self.repair.leave()
         if t is MsgType.SUBSCRIBE:
             f = filter_from_json(msg.payload["filter"])
             point = self.space.sub_point(f)
@@ -496,9 +398,9 @@ class MeghdootCore(Repair):
             self.received += 1
             self._buckets.count(bucket_of(now_s, self.bucket_s))
             if t is MsgType.PUBLISH:
-                self.events.count()
+                self.loads.events.count()
                 if msg.payload.get("spread"):
-                    self.spread.count()
+                    self.loads.spread.count()
                 self._contact(msg, now_s)
             if msg.payload.get("spread"):
                 return self._spread_in(msg, now_s)
@@ -510,9 +412,9 @@ class MeghdootCore(Repair):
                           _publication(msg.payload))
             return self._notify(msg_key(msg), msg.payload["clients"], pub, now_s)
         if t is MsgType.LOAD:
-            return self._load_in(peer, msg.payload)
+            return self.loads.load_in(peer, msg.payload)
         if t is MsgType.JOIN:
-            return self._join_probe(msg, now_s, peer)
+            return self.join.probe(msg, now_s, peer)
         if t is MsgType.ZONE:
             if "to" in msg.payload:  # a recovery query on its way to a point
                 return self._route(msg, tuple(msg.payload["to"]), now_s, peer)
@@ -603,7 +505,7 @@ class MeghdootCore(Repair):
         where its table has no entry (its own entries may be fresher than this peer's).
         Sent to a neighbour that passed this peer a message gone round a loop
         (:meth:`_route`) and to a peer whose load report came from beyond this zone
-        (:meth:`_load_in`)."""
+        (:meth:`Loads.load_in`)."""
         assert self.zone is not None
         zone = can.zone_to_json(self.zone)
         beside = {q: can.zone_to_json(z) for q, z in self.nbrs.items()
@@ -615,7 +517,7 @@ class MeghdootCore(Repair):
         """This peer's zone holds the message's point."""
         t = msg.type
         if "mirror" in msg.payload:
-            return self._mirror_in(msg, replica_copy=replica_copy)
+            return self.repair.mirror_in(msg, replica_copy=replica_copy)
         if t is MsgType.ZONE:  # a routed query reached the owner of its point
             return self._zone_msg(msg, now_s)
         if t is MsgType.SUBSCRIBE:
@@ -627,7 +529,8 @@ class MeghdootCore(Repair):
             if replica_copy:
                 return []
             self.sub_hops[msg.hops - 1] += 1
-            return [*self._to_replicas(msg), *self._mirror(MsgType.SUBSCRIBE, key, sub, now_s)]
+            return [*self._to_replicas(msg),
+                    *self.repair.mirror(MsgType.SUBSCRIBE, key, sub, now_s)]
         if t is MsgType.UNSUBSCRIBE:
             key = (str(msg.payload["sub"][0]), int(msg.payload["sub"][1]))
             gone = self.subs.pop(key, None)
@@ -637,10 +540,10 @@ class MeghdootCore(Repair):
                 return []
             out = self._to_replicas(msg)
             if gone is not None:
-                out += self._mirror(MsgType.UNSUBSCRIBE, key, gone, now_s)
+                out += self.repair.mirror(MsgType.UNSUBSCRIBE, key, gone, now_s)
             return out
         if t is MsgType.JOIN:  # plain CAN join: this peer owns the newcomer's point
-            return self._accept(msg, now_s)
+            return self.join.accept(msg, now_s)
         self.event_hops[msg.hops - 1] += 1
         self._first_contact(msg_key(msg), now_s, HANDLED)
         return self._deliver_event(msg, now_s)
@@ -716,287 +619,12 @@ class MeghdootCore(Repair):
                     and not can.contains(half, point)]
         return out
 
-    # ---- loads ------------------------------------------------------------------------------
-
-    def _tick(self, now_s: float) -> list[Action]:
-        if self.zone is None:  # left: no more reports
-            self._ticking = False
-            return []
-        out: list[Action] = [SetTimer(_LOAD_TIMER, self.load_period_s)]
-        self._ticks += 1
-        out += self._detect_failures(now_s)
-        out += self._due_orphans(now_s)
-        self.events.rotate()
-        self.spread.rotate()
-        own = self._report()
-        self.loaded[self.broker] = own[0]
-        top = [list(px) for px in self._trim_loaded()]
-        zone = can.zone_to_json(self.zone)
-        mates = sorted(self.group - {self.broker})
-        # A lone owner names its neighbours: should it fail, they tell one another.
-        around = {"around": sorted(self.nbrs)} if self.mirroring and not mates else {}
-        # Its own report: to its co-replicas, or with peer reports to its neighbours too.
-        own_to = sorted({*self.nbrs, *mates}) if self.load_reports == "peer" else mates
-        if own_to:
-            report = self._msg(MsgType.LOAD, {"loads": {self.broker: own}, "top": top,
-                                              "zone": zone, **around})
-            out += [Send(p, report) for p in own_to]
-        if self._reports_for_zone() and self.nbrs:
-            loads = {self.broker: own, **{m: self.nbr_load[m] for m in mates
-                                          if m in self.nbr_load}}
-            report = self._msg(MsgType.LOAD, {"loads": loads, "top": top, "zone": zone,
-                                              "group": [self.broker, *mates], **around})
-            out += [Send(p, report) for p in sorted(self.nbrs)]
-        return out
-
-    def _reports_for_zone(self) -> bool:
-        """Whether this peer is its zone's reporter: the first of its group by name."""
-        return self.load_reports == "zone" and min(self.group) == self.broker
-
-    def _load_in(self, peer: str, p: Mapping[str, Any]) -> list[Action]:
-        """A load report: the sender's own, or its zone's (``group``: the peers it
-        names, whose loads it carries as last heard). Returns this peer's answer to a
-        sender whose zone does not abut its own (docs/design/meghdoot-core.md, (4)), else
-        nothing."""
-        group = p.get("group", (peer,))
-        zone = _zone_of(p["zone"])
-        for member in group:
-            if member in self._failed:  # wrongly declared failed (a machine too busy
-                # to report in time), here or by its reporter: a report naming it
-                # brings it back.
-                self._failed.discard(member)
-                self._update(member, zone)
-            else:  # a report refreshes the table, as CAN's periodic updates do
-                self._introduce(member, zone)
-        if "group" in p:
-            vouched = self._ticks + 2
-            for member in group:
-                if (member != peer and self.nbrs.get(member) == zone
-                        and self._heard_tick.get(member, -1) < vouched):
-                    self._heard_tick[member] = vouched
-        if "around" in p:
-            self._around[peer] = list(p["around"])
-        else:
-            self._around.pop(peer, None)
-        self._heard(p["loads"])
-        self._merge_loaded(p["top"])
-        if peer in self.nbrs or peer in self.group or peer in self._departed:
-            return []
-        # The sender's zone does not abut this one, so its table holds this zone stale
-        # (docs/design/meghdoot-core.md, (4)): it and the peers it reports for are told.
-        self.report_corrections += 1
-        correction = self._correction(zone)
-        return [Send(q, correction) for q in group]
-
-    # ---- loads as reports carry them -------------------------------------------------------
-
-    def _share_events(self, share: float) -> None:
-        """Keep ``share`` of the recent event count: after a replication or a split the
-        zone's events are shared (our reading; the paper's loads are its simulator's
-        fresh counts, ours would otherwise stay high for two load periods and draw every
-        join of that time to the same peer)."""
-        self.events.keep(share)
-        self.spread.keep(share)
-        self.loaded[self.broker] = self.load
-
-    def _report(self, subs: int | None = None) -> list[float]:
-        """A load as reports carry it: ``[load, propagation messages, subscriptions]``;
-        with ``subs``, of a peer that shares this one's recent events but stores ``subs``
-        subscriptions (a split's newcomer)."""
-        subs = len(self.subs) if subs is None else subs
-        return [self.events.total + subs, self.spread.total, subs]
-
-    def _heard(self, loads: Mapping[str, Sequence[float]]) -> None:
-        """Loads (:meth:`_report`) from a load report or of the peers a join changed,
-        carried by its zone messages."""
-        for peer, report in _reports_of(loads).items():
-            if peer != self.broker:
-                if peer in self.nbrs or peer in self.group:
-                    self.nbr_load[peer] = report
-                if peer in self.loaded:
-                    self.loaded[peer] = report.load
-
-    def _merge_loaded(self, top: Sequence[Sequence[Any]]) -> None:
-        """A report's loadedPeerList into this peer's, but for this peer's own entry
-        (which this peer knows best, and which it keeps out of its list if it is not
-        there). Every entry is read first (a malformed load fails the whole report)."""
-        loaded, own = self.loaded, self.loaded.get(self.broker)
-        loaded.update(_top_of(top))
-        if own is not None:
-            loaded[self.broker] = own
-        else:
-            loaded.pop(self.broker, None)
-        # Trimmed to the k heaviest when this peer next reports (a sort per report heard
-        # cost a tenth of a large run's time; nothing reads the list in between).
-
-    def _trim_loaded(self) -> list[tuple[str, float]]:
-        """Keep the ``k`` heaviest of the loadedPeerList; them, heaviest first."""
-        keep = _heaviest_first(self.loaded)[: self.k]
-        self.loaded = dict(keep)
-        return keep
-
-    # ---- joins ------------------------------------------------------------------------------
-
-    def _random_point(self) -> Point:
-        """The plain CAN join's random point, drawn from a hash of this peer's name."""
-        digest = hashlib.sha256(self.broker.encode()).digest()
-        raw = (digest * ((self.space.dims * 4) // len(digest) + 1))[: self.space.dims * 4]
-        return tuple(int.from_bytes(raw[4 * j: 4 * j + 4], "big") / 2**32
-                     for j in range(self.space.dims))
-
-    def _join_probe(self, msg: Message, now_s: float, sender: str) -> list[Action]:
-        if "point" in msg.payload:  # plain CAN: route to the point
-            return self._route(msg, tuple(msg.payload["point"]), now_s, sender)
-        climb = int(msg.payload["climb"])
-        own = self.load
-        # Loads are as last reported, so two peers may each think the other heavier: a
-        # probe never returns to a peer it has visited.
-        visited = [*msg.payload.get("visited", ()), self.broker]
-        known = {p: x.load for p, x in self.nbr_load.items()
-                 if p in self.nbrs and p not in visited and p != msg.payload["newcomer"]}
-        if known and climb < self.max_climb:
-            peer, load = min(known.items(), key=lambda px: (-px[1], px[0]))  # the heaviest
-            if load > own:
-                return [Send(peer, msg.forwarded({**msg.payload, "climb": climb + 1,
-                                                  "visited": visited}))]
-        return self._accept(msg, now_s)
-
-    def _accept(self, msg: Message, now_s: float) -> list[Action]:
-        """This peer takes the newcomer in: replicate its zone or split it."""
-        assert self.zone is not None
-        newcomer = str(msg.payload["newcomer"])
-        if self.join_mode == "meghdoot" and self._loaded_by_events():
-            return self._replicate(newcomer, msg.payload.get("climb", 0), now_s)
-        cut = None
-        if self.join_mode == "meghdoot":
-            cut = can.balanced_cut(self.zone, [s.point for s in self.subs.values()])
-        return self._split(newcomer, cut or can.halving_cut(self.zone),
-                           msg.payload.get("climb", 0), now_s)
-
-    def _loaded_by_events(self) -> bool:
-        """Whether this peer is "loaded due to event propagation" (§4.2) rather than by
-        its subscriptions (``replicate_rule``; every reading is ours). The standout and
-        relative readings compare each part with the mean of this peer and its
-        neighbours (as last reported), so they do not depend on the mix of events and
-        subscriptions in the stream, which scaling the events changes; the absolute
-        reading does. Standout replicates only a zone in the path of more events than
-        its neighbours' (the paper's Fig. 7): relative also replicates every zone that
-        stores no subscriptions, and a hill climb that stops at a replica of a zone
-        whose neighbours are alike replicates it again, so a large group draws the
-        joins that start in it (one zone took 53 of 729 peers at 1,000 peers)."""
-        spread, subs = self.spread.total, len(self.subs)
-        if spread == 0:
-            return False
-        if self.replicate_rule == "absolute":
-            return spread >= self.kappa * subs
-        mixes = [(spread, subs), *((r.spread, r.subs) for p, r in self.nbr_load.items()
-                                   if p in self.nbrs)]
-        mean_spread = sum(m[0] for m in mixes) / len(mixes)
-        mean_subs = sum(m[1] for m in mixes) / len(mixes)
-        subs_ratio = subs / mean_subs if mean_subs else 0.0
-        if self.replicate_rule == "standout":
-            return spread / mean_spread >= self.kappa * max(1.0, subs_ratio)
-        return subs == 0 or spread / mean_spread >= self.kappa * subs_ratio
-
-    def _replicate(self, newcomer: str, climb: int, now_s: float) -> list[Action]:
-        assert self.zone is not None
-        zone = self.zone
-        self.joins["replicate"] += 1
-        group = sorted(self.group | {newcomer})
-        self._share_events(len(self.group) / len(group))
-        loads = {self.broker: self._report(), newcomer: self._report()}
-        # Tables travel with their zones as tuples, which JSON writes as arrays: a replica
-        # grant of a peer with thousands of neighbours converted each zone to lists, a
-        # fifth of a 10,000-peer run's time.
-        grant = self._msg(MsgType.ZONE, {
-            "grant": "replica", "zone": can.zone_to_json(zone), "group": group,
-            "nbrs": dict(self.nbrs),
-            "subs": [s.to_json(k) for k, s in self.subs.items()], "climb": climb,
-            "recent": [self.events.counts, self.spread.counts], "mirrors": self._mirrors_json()})
-        self.group.add(newcomer)
-        self._relay_to(newcomer, now_s)
-        update = self._msg(MsgType.ZONE, {"update": {newcomer: can.zone_to_json(zone)},
-                                          "loads": loads})
-        others = sorted((set(self.nbrs) | self.group) - {self.broker, newcomer})
-        return [Record("can_grant", {"newcomer": newcomer, "mode": "replica", "climb": climb}),
-                Send(newcomer, grant), *(Send(p, update) for p in others)]
-
-    def _split(self, newcomer: str, cut: tuple[int, float], climb: int, now_s: float
-               ) -> list[Action]:
-        assert self.zone is not None
-        self.joins["split"] += 1
-        dim, at = cut
-        old = self.zone
-        lower, upper = can.split(old, dim, at)
-        old_nbrs = dict(self.nbrs)
-        group = sorted(self.group)
-        given, mirrors = self._apply_split(lower, newcomer, upper, now_s)
-        self._share_events(0.5)
-        recent = [self.events.counts, self.spread.counts]
-        loads = {self.broker: self._report(), newcomer: self._report(subs=len(given))}
-        new_nbrs = {g: lower for g in group}
-        new_nbrs.update({p: z for p, z in old_nbrs.items() if can.abutment(upper, z)})
-        grant = self._msg(MsgType.ZONE, {
-            "grant": "split", "zone": can.zone_to_json(upper), "group": [newcomer],
-            "nbrs": new_nbrs,
-            "subs": [s.to_json(k) for k, s in given], "climb": climb, "recent": recent,
-            "mirrors": [m.to_json(k) for k, m in mirrors]})
-        out: list[Action] = [
-            Record("can_grant", {"newcomer": newcomer, "mode": "split", "climb": climb,
-                                 "dim": dim, "given": len(given), "kept": len(self.subs)}),
-            Send(newcomer, grant)]
-        # The co-replicas tell the neighbours their tables have and this one's lacks,
-        # and take the ones they lack (_split_in).
-        split_msg = self._msg(MsgType.ZONE, {"split": [dim, at], "newcomer": newcomer,
-                                             "loads": loads, "told": old_nbrs})
-        out += [Send(g, split_msg) for g in group if g != self.broker]
-        update = self._split_update(group, lower, newcomer, upper, loads)
-        out += [Send(p, update) for p in sorted(old_nbrs)]
-        if self.mirroring:  # after the grant: a copy may travel through the newcomer
-            for k, sub in self.subs.items():
-                out += self._rehome(k, sub, old, lower, old, now_s)
-            for k, sub in given:
-                out += self._rehome(k, sub, old, upper, old, now_s)
-        return out
-
-    def _apply_split(self, lower: Zone, newcomer: str, upper: Zone, now_s: float
-                     ) -> tuple[list[tuple[tuple[str, int], Sub]],
-                                list[tuple[tuple[str, int], Mirror]]]:
-        """This peer keeps ``lower``; the newcomer holds ``upper``; the subscriptions and
-        mirror copies that left are returned."""
-        self.zone = lower
-        if self.handoff_s > 0:
-            self._handoffs.append((now_s + self.handoff_s, upper, (newcomer,)))
-        self._relay_to(newcomer, now_s)
-        nbrs = {p: z for p, z in self.nbrs.items() if can.abutment(lower, z)}
-        nbrs[newcomer] = upper
-        self._set_nbrs(nbrs)
-        given = self._keep_subs(lower)
-        return given, self._split_mirrors(lower, upper, given)
+    # ---- zone messages ----------------------------------------------------------------------
 
     def _zone_msg(self, msg: Message, now_s: float) -> list[Action]:
         p = msg.payload
         if "grant" in p:
-            self.zone = can.zone_from_json(p["zone"])
-            self.group = set(p["group"]) | {self.broker}
-            self._set_nbrs({q: can.zone_from_json(z) for q, z in p["nbrs"].items()
-                            if q != self.broker})
-            for item in p["subs"]:
-                self._store(*Sub.from_json(item))
-            self.mirror_subs = dict(Mirror.from_json(m) for m in p.get("mirrors", ()))
-            events, spread = p["recent"]
-            self.events, self.spread = Recent(*events), Recent(*spread)
-            self.joined_s, self.joined_as = now_s, str(p["grant"])
-            if p["grant"] == "split" and self.handoff_s > 0:
-                # The other way round from the old owner's handoff (_apply_split): the
-                # half the splitter kept, to which this half's neighbours may leave an
-                # event while their views of the split differ (docs/design/meghdoot-core.md).
-                kept = self.nbrs[msg.origin]
-                self._handoffs.append((now_s + self.handoff_s, kept, tuple(sorted(
-                    q for q, zone in self.nbrs.items() if zone == kept))))
-            out: list[Action] = [Record("can_joined", {
-                "mode": p["grant"], "via": msg.origin, "climb": p.get("climb", 0),
-                "volume": can.volume(self.zone)})]
+            out: list[Action] = self.join.granted(msg, now_s)
             waiting, self._waiting = self._waiting, []
             for client, op in waiting:
                 out += self._from_client(client, op, now_s)
@@ -1007,18 +635,18 @@ class MeghdootCore(Repair):
         if self.zone is None:
             return [unhandled(msg, "not joined")]
         if "takeover" in p:
-            return self._take_over(msg, now_s)
+            return self.repair.take_over(msg, now_s)
         if "adopt" in p:
-            return self._adopt(msg, now_s)
+            return self.repair.adopt(msg, now_s)
         if "down" in p:
-            return self._down_in(msg, now_s)
+            return self.repair.down_in(msg, now_s)
         if "recover" in p:
-            return self._recover_in(msg, now_s)
+            return self.repair.recover_in(msg, now_s)
         if "recovered" in p:
-            return self._recovered_in(msg, now_s)
+            return self.repair.recovered_in(msg, now_s)
         out = []
         if "split" in p:
-            out = self._split_in(p, now_s)
+            out = self.join.split_in(p, now_s)
         else:
             failed = p.get("failed", ())
             for peer, zj in p["update"].items():
@@ -1032,70 +660,9 @@ class MeghdootCore(Repair):
             for peer, zj in p.get("introduce", {}).items():
                 self._introduce(peer, can.zone_from_json(zj))
             if "refill" in p and min(self.group) == self.broker:  # one peer per zone
-                out = self._refill(can.zone_from_json(p["refill"]), now_s)
-            out += self._relay(msg, now_s)
-        self._heard(p.get("loads", {}))
-        return out
-
-    def _split_in(self, p: Mapping[str, Any], now_s: float) -> list[Action]:
-        """A co-replica split this peer's zone too: keep the lower half. The splitter
-        told the neighbours its table had (``told``); a co-replica's table may have more
-        (an update the splitter missed), so this peer tells those and introduces them to
-        the newcomer and its co-replicas, and takes from ``told`` the ones it lacks."""
-        assert self.zone is not None
-        dim, at = p["split"]
-        newcomer = str(p["newcomer"])
-        lower, upper = can.split(self.zone, int(dim), float(at))
-        before = dict(self.nbrs)
-        self._apply_split(lower, newcomer, upper, now_s)
-        self._share_events(0.5)
-        told = p.get("told", {})
-        for peer, zj in told.items():
-            self._introduce(peer, can.zone_from_json(zj))
-        untold = sorted(q for q in before if q not in told and q != newcomer)
-        if not untold:
-            return []
-        update = self._split_update(sorted(self.group), lower, newcomer, upper,
-                                    p.get("loads", {}))
-        out: list[Action] = [Send(q, update) for q in untold]
-        for half, to in ((upper, [newcomer]), (lower, sorted(self.group - {self.broker}))):
-            beside = {q: before[q] for q in untold if can.abutment(half, before[q]) is not None}
-            if beside:
-                introduce = self._msg(MsgType.ZONE, {"update": {}, "introduce": beside})
-                out += [Send(g, introduce) for g in to]
-        return out
-
-    def _split_update(self, group: Sequence[str], lower: Zone, newcomer: str, upper: Zone,
-                      loads: Mapping[str, Any]) -> Message:
-        """What a split tells the zone's neighbours: ``group`` holds ``lower`` and
-        ``newcomer`` ``upper``, with the loads of the two peers it changed."""
-        return self._msg(MsgType.ZONE, {"update": {
-            **{g: can.zone_to_json(lower) for g in group},
-            newcomer: can.zone_to_json(upper)}, "loads": loads})
-
-    def _relay_to(self, newcomer: str, now_s: float) -> None:
-        """Pass on to ``newcomer``, for ``relay_s``, the zone changes neighbours tell."""
-        if self.relay_s > 0:
-            self._relays.append((now_s + self.relay_s, newcomer))
-
-    def _relay(self, msg: Message, now_s: float) -> list[Action]:
-        """A neighbour's zone update, passed on to the newcomers of this zone's recent
-        splits and replications as introductions. The newcomer's table is a copy of its
-        splitter's: a neighbour that split at the same moment told the splitter, which
-        it knew, of its new half, and neither newcomer learns of the other otherwise
-        (two joins whose messages cross, as large grants make them)."""
-        while self._relays and self._relays[0][0] <= now_s:
-            self._relays.popleft()
-        entries = {q: zj for q, zj in msg.payload["update"].items() if zj is not None}
-        if not self._relays or not entries:
-            return []
-        out: list[Action] = []
-        for _, newcomer in self._relays:
-            if newcomer != msg.origin:
-                self.relayed += 1
-                out.append(Send(newcomer, self._msg(MsgType.ZONE, {
-                    "update": {}, "introduce": {q: zj for q, zj in entries.items()
-                                                if q != newcomer}})))
+                out = self.repair.refill(can.zone_from_json(p["refill"]), now_s)
+            out += self.join.relay(msg, now_s)
+        self.loads.heard(p.get("loads", {}))
         return out
 
     def _introduce(self, peer: str, zone: Zone) -> None:
@@ -1138,7 +705,7 @@ class MeghdootCore(Repair):
                 self._moved[peer] = zone
             self._nbr_drop(peer)
             self.group.discard(peer)
-            self.nbr_load.pop(peer, None)
+            self.loads.nbr_load.pop(peer, None)
             self._heard_tick.pop(peer, None)  # if it comes back, its silence counts anew
 
     # ---- metrics ------------------------------------------------------------------------------
@@ -1149,10 +716,11 @@ class MeghdootCore(Repair):
                 "duplicates": self.duplicates, "notify_messages": self.notifications,
                 "route_stuck": self.stuck, "handoff_first": self.handoff_first,
                 "route_corrections": self.corrections, "route_dropped": self.dropped,
-                "table_relays": self.relayed, "report_corrections": self.report_corrections,
+                "table_relays": self.join.relayed,
+                "report_corrections": self.loads.report_corrections,
                 "notify_repeats": self.repeats,
-                "joins_split": self.joins["split"],
-                "joins_replicate": self.joins["replicate"],
+                "joins_split": self.join.by_mode["split"],
+                "joins_replicate": self.join.by_mode["replicate"],
                 **({"mirror_copies": len(self.mirror_subs),
                     "mirror_messages": self.mirror_messages} if self.mirroring else {})}
 

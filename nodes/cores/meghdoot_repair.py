@@ -1,5 +1,5 @@
-"""Leaving, failures and mirror copies of a Meghdoot peer (§4.3), a mixin of
-:class:`nodes.cores.meghdoot.MeghdootCore`, which sets up the state these use.
+"""Leaving, failures and mirror copies of a Meghdoot peer (§4.3): :class:`Repair`, which
+:class:`nodes.cores.meghdoot.MeghdootCore` owns.
 
 - **Leaving**: a peer whose zone has replicas tells its co-replicas and neighbours; a lone
   owner hands its zone (subscriptions and mirror copies) to a neighbour zone it merges with
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.cores import can
 from nodes.cores.can import Point, Zone
@@ -29,6 +29,9 @@ from nodes.cores.interface import Action, Record, Send
 from nodes.cores.meghdoot_common import RECOVERED, Mirror, Sub, msg_key, pick
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
+
+if TYPE_CHECKING:
+    from nodes.cores.meghdoot import MeghdootCore
 
 # Load periods a failed lone owner's coordinator waits for a neighbour's notice that has
 # not come (every neighbour declares it failed within about two periods of the first:
@@ -62,41 +65,52 @@ def _adopters(zones: Iterable[tuple[Zone, Sequence[str]]]) -> list[str]:
 
 
 class Repair:
-    """The leaving, failure and mirror-copy half of a Meghdoot peer (module docstring)."""
+    """The leaving, failure and mirror-copy part of a Meghdoot peer (module docstring),
+    an object the peer owns."""
+
+    def __init__(self, core: MeghdootCore) -> None:
+        self.core = core
+        self._orphans: dict[str, Orphan] = {}  # failed lone owners this peer coordinates
+        # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
+        # who to tell, and who coordinates, should it fail.
+        self.around: dict[str, list[str]] = {}
 
     # ---- mirror copies ----------------------------------------------------------------------
 
-    def _mirror(self, mtype: MsgType, key: tuple[str, int], sub: Sub, now_s: float
+    def mirror(self, mtype: MsgType, key: tuple[str, int], sub: Sub, now_s: float
                 ) -> list[Action]:
         """File (SUBSCRIBE) or drop (UNSUBSCRIBE) the mirror copy of this zone's ``sub``."""
-        assert self.zone is not None
-        target = can.mirror_point(self.zone, sub.point) if self.mirroring else None
+        core = self.core
+        assert core.zone is not None
+        target = can.mirror_point(core.zone, sub.point) if core.mirroring else None
         return [] if target is None else self._mirror_to(mtype, key, sub, target, now_s)
 
     def _mirror_to(self, mtype: MsgType, key: tuple[str, int], sub: Sub, target: Point,
                    now_s: float) -> list[Action]:
         """A mirror copy filed or dropped at ``target``, routed there as any point is."""
+        core = self.core
         body = sub.to_json(key) if mtype is MsgType.SUBSCRIBE else list(key)
-        msg = self._msg(mtype, {"mirror": body, "point": list(target)})
-        return self._route(msg, target, now_s)
+        msg = core._msg(mtype, {"mirror": body, "point": list(target)})
+        return core._route(msg, target, now_s)
 
-    def _mirror_in(self, msg: Message, *, replica_copy: bool) -> list[Action]:
+    def mirror_in(self, msg: Message, *, replica_copy: bool) -> list[Action]:
         """A mirror copy filed or dropped here (and at the co-replicas)."""
+        core = self.core
         p = msg.payload
         target = tuple(map(float, p["point"]))
         if msg.type is MsgType.SUBSCRIBE:
             key, sub = Sub.from_json(p["mirror"])
-            self.mirror_subs[key] = Mirror(sub, target)
+            core.mirror_subs[key] = Mirror(sub, target)
         else:
             key = (str(p["mirror"][0]), int(p["mirror"][1]))
-            held = self.mirror_subs.get(key)
+            held = core.mirror_subs.get(key)
             # Only the copy filed at this target: a moved copy's drop and its new filing
             # may land in one zone, in either order.
             if held is not None and held.target == target:
-                del self.mirror_subs[key]
-        return [] if replica_copy else self._to_replicas(msg)
+                del core.mirror_subs[key]
+        return [] if replica_copy else core._to_replicas(msg)
 
-    def _rehome(self, key: tuple[str, int], sub: Sub, before: Zone, after: Zone,
+    def rehome(self, key: tuple[str, int], sub: Sub, before: Zone, after: Zone,
                 here: Zone, now_s: float) -> list[Action]:
         """Move the mirror copy of ``sub`` from where the rule filed it while ``before``
         stored it to where it files it now that ``after`` does; a copy that lies in
@@ -111,34 +125,36 @@ class Repair:
             out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, new, now_s)
         return out
 
-    def _refill(self, zone: Zone, now_s: float) -> list[Action]:
+    def refill(self, zone: Zone, now_s: float) -> list[Action]:
         """File again the mirror copies of this zone's subscriptions that the rule files
         in ``zone`` (a failed peer's: they were lost with it)."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         out: list[Action] = []
-        for key, sub in self.subs.items():
-            target = can.mirror_point(self.zone, sub.point)
+        for key, sub in core.subs.items():
+            target = can.mirror_point(core.zone, sub.point)
             if target is not None and can.contains(zone, target):
                 out += self._mirror_to(MsgType.SUBSCRIBE, key, sub, target, now_s)
         return out
 
-    def _split_mirrors(self, lower: Zone, upper: Zone,
+    def split_mirrors(self, lower: Zone, upper: Zone,
                        given: Sequence[tuple[tuple[str, int], Sub]]
                        ) -> list[tuple[tuple[str, int], Mirror]]:
         """The mirror copies ``upper`` takes when this zone splits (it keeps ``lower``;
         ``given``: the subscriptions that left with ``upper``): those filed in it, and
         those of the subscriptions kept here that the rule now files in it. This zone
         keeps the rest and files the copies of the given ones that the rule files here."""
-        if not self.mirroring:
+        core = self.core
+        if not core.mirroring:
             return []
-        gone = [(k, m) for k, m in self.mirror_subs.items() if not can.contains(lower, m.target)]
+        gone = [(k, m) for k, m in core.mirror_subs.items() if not can.contains(lower, m.target)]
         for k, _ in gone:
-            del self.mirror_subs[k]
+            del core.mirror_subs[k]
         for k, sub in given:
             target = can.mirror_point(upper, sub.point)
             if target is not None and can.contains(lower, target):
-                self.mirror_subs[k] = Mirror(sub, target)
-        for k, sub in self.subs.items():
+                core.mirror_subs[k] = Mirror(sub, target)
+        for k, sub in core.subs.items():
             target = can.mirror_point(lower, sub.point)
             if target is not None and can.contains(upper, target):
                 gone.append((k, Mirror(sub, target)))
@@ -150,25 +166,27 @@ class Repair:
         zone's join this one's; copies of subscriptions the merged zone now stores become
         its own (a failed sibling's subscriptions come back so); the acting peer (the
         first by name) moves the copies whose rule changed with the zone."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         for item in mirrors:
             key, m = Mirror.from_json(item)
-            self.mirror_subs[key] = m
-        for key, m in list(self.mirror_subs.items()):
-            if can.contains(self.zone, m.sub.point):
-                del self.mirror_subs[key]
-                if key not in self.subs:
-                    self._store(key, m.sub)
+            core.mirror_subs[key] = m
+        for key, m in list(core.mirror_subs.items()):
+            if can.contains(core.zone, m.sub.point):
+                del core.mirror_subs[key]
+                if key not in core.subs:
+                    core._store(key, m.sub)
         if not acting:
             return []
         out: list[Action] = []
-        for key, sub in self.subs.items():
+        for key, sub in core.subs.items():
             before = own if can.contains(own, sub.point) else given
-            out += self._rehome(key, sub, before, self.zone, self.zone, now_s)
+            out += self.rehome(key, sub, before, core.zone, core.zone, now_s)
         return out
 
-    def _mirrors_json(self) -> list[list[Any]]:
-        return [m.to_json(k) for k, m in self.mirror_subs.items()]
+    def mirrors_json(self) -> list[list[Any]]:
+        core = self.core
+        return [m.to_json(k) for k, m in core.mirror_subs.items()]
 
     # ---- leaving, failures, a lone owner's zone taken over ------------------------------------
 
@@ -176,38 +194,41 @@ class Repair:
         """A co-replica declared failed, told to the neighbours by the zone's reporter
         (with zone reports, they hear of it from no one else). They file it as failed,
         so that a report naming it again (it was only slow) brings it back."""
-        if not self._reports_for_zone():
+        core = self.core
+        if not core.loads.reports_for_zone():
             return []
-        msg = self._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
-        return [Send(q, msg) for q in sorted(self.nbrs)]
+        msg = core._msg(MsgType.ZONE, {"update": {peer: None}, "failed": [peer]})
+        return [Send(q, msg) for q in sorted(core.nbrs)]
 
-    def _detect_failures(self, now_s: float) -> list[Action]:
+    def detect_failures(self, now_s: float) -> list[Action]:
         """Drop the co-replicas and neighbours not heard from for ``failure_periods``
         of this peer's load periods (their load reports double as heartbeats, §4.3)."""
-        if self.failure_periods <= 0:
+        core = self.core
+        if core.failure_periods <= 0:
             return []
         out: list[Action] = []
-        for peer in sorted(set(self.nbrs) | (self.group - {self.broker})):
-            heard = self._heard_tick.setdefault(peer, self._ticks)
-            if self._ticks - heard > self.failure_periods:
+        for peer in sorted(set(core.nbrs) | (core.group - {core.broker})):
+            heard = core._heard_tick.setdefault(peer, core._ticks)
+            if core._ticks - heard > core.failure_periods:
                 out += self._declare_failed(peer, now_s)
         return out
 
     def _declare_failed(self, peer: str, now_s: float) -> list[Action]:
         """Drop ``peer``, a co-replica or neighbour: not heard from, or named failed by a
-        neighbour's notice (:meth:`_down_in`)."""
-        zone = self.nbrs.get(peer, self.zone)
+        neighbour's notice (:meth:`down_in`)."""
+        core = self.core
+        zone = core.nbrs.get(peer, core.zone)
         assert zone is not None
-        mate = peer in self.group
-        self._update(peer, None)
-        self._failed.add(peer)
+        mate = peer in core.group
+        core._update(peer, None)
+        core._failed.add(peer)
         out: list[Action] = [Record("can_peer_down", {"peer": peer})]
         if mate:
             out += self._announce_failed(peer)
-        held = zone == self.zone or any(z == zone for z in self.nbrs.values())
+        held = zone == core.zone or any(z == zone for z in core.nbrs.values())
         if held:
             return out
-        if not self.mirroring:
+        if not core.mirroring:
             return [*out, Record("can_zone_orphaned", {"peer": peer,
                                                        "zone": can.zone_to_json(zone)})]
         return out + self._notice(peer, zone, now_s)
@@ -215,37 +236,40 @@ class Repair:
     def _sibling(self) -> tuple[Zone, list[str]] | None:
         """The first neighbour zone (in the zones' order) this zone merges with into a box
         (CAN's sibling), with its peers."""
-        assert self.zone is not None
-        return next(((z, peers) for z, peers in self._zones()
-                     if can.merged(self.zone, z) is not None), None)
+        core = self.core
+        assert core.zone is not None
+        return next(((z, peers) for z, peers in core._zones()
+                     if can.merged(core.zone, z) is not None), None)
 
     def _notice(self, failed: str, zone: Zone, now_s: float) -> list[Action]:
         """Tell the coordinator of a failed lone owner's ``zone`` (the first by name of
         the neighbours its last report named) that this neighbour saw it fail: its zone,
         its peers, and whether it merges with a neighbour of its own. Told directly, not
         routed: greedy routing may not get round the hole the failed zone leaves."""
-        assert self.zone is not None
-        around = self._around.pop(failed, None)
+        core = self.core
+        assert core.zone is not None
+        around = self.around.pop(failed, None)
         if around is None:  # it never named its neighbours to this peer
             return [Record("can_zone_orphaned", {"peer": failed,
                                                  "zone": can.zone_to_json(zone)})]
-        notice = self._msg(MsgType.ZONE, {
+        notice = core._msg(MsgType.ZONE, {
             "down": failed, "zone": can.zone_to_json(zone), "around": around,
-            "from": can.zone_to_json(self.zone), "group": sorted(self.group),
+            "from": can.zone_to_json(core.zone), "group": sorted(core.group),
             "sibling": self._sibling() is not None})
         return self._tell([min(around)], notice, now_s)
 
-    def _down_in(self, msg: Message, now_s: float) -> list[Action]:
+    def down_in(self, msg: Message, now_s: float) -> list[Action]:
         """A notice at the coordinator, which declares the failed peer failed too if it
         has not yet, and decides (:meth:`_hand_orphan`) once every neighbour the failed
-        peer named has sent one (or, failing that, at :meth:`_due_orphans`)."""
+        peer named has sent one (or, failing that, at :meth:`due_orphans`)."""
+        core = self.core
         p = msg.payload
         failed = str(p["down"])
-        out = self._declare_failed(failed, now_s) if failed in self.nbrs else []
+        out = self._declare_failed(failed, now_s) if failed in core.nbrs else []
         orphan = self._orphans.get(failed)
         if orphan is None:
             orphan = self._orphans[failed] = Orphan(
-                can.zone_from_json(p["zone"]), self._ticks + ORPHAN_WAIT_PERIODS, {},
+                can.zone_from_json(p["zone"]), core._ticks + ORPHAN_WAIT_PERIODS, {},
                 set(p["around"]))
         if orphan.decided:  # a notice later than the decision changes nothing
             return out
@@ -257,10 +281,11 @@ class Repair:
             out += self._hand_orphan(failed, orphan, now_s)
         return out
 
-    def _due_orphans(self, now_s: float) -> list[Action]:
+    def due_orphans(self, now_s: float) -> list[Action]:
+        core = self.core
         out: list[Action] = []
         for failed, orphan in self._orphans.items():
-            if not orphan.decided and orphan.due_tick <= self._ticks:
+            if not orphan.decided and orphan.due_tick <= core._ticks:
                 orphan.decided = True
                 out += self._hand_orphan(failed, orphan, now_s)
         return out
@@ -271,49 +296,53 @@ class Repair:
         table): the peers of a zone that merges with it into a box (the first by its
         first peer), as for a graceful leave; else an adopter (:func:`_adopters`). They
         recover its subscriptions from their mirror copies."""
+        core = self.core
         zone = can.zone_to_json(orphan.zone)
         table = {q: z for z, (peers, _) in orphan.candidates.items() for q in peers}
         common = {"leaver": failed, "nbrs": table, "subs": [], "mirrors": [], "recover": True}
         merging = sorted(peers for z, (peers, _) in orphan.candidates.items()
                          if can.merged(z, orphan.zone) is not None)
         if merging:
-            return self._tell(merging[0], self._msg(MsgType.ZONE, {"takeover": zone,
+            return self._tell(merging[0], core._msg(MsgType.ZONE, {"takeover": zone,
                                                                    **common}), now_s)
         walk = _adopters([(z, peers) for z, (peers, sibling) in orphan.candidates.items()
                           if len(peers) > 1 or sibling])
         if not walk:
             return [Record("can_zone_orphaned", {"peer": failed, "zone": zone})]
-        adopt = self._msg(MsgType.ZONE, {"adopt": zone, **common, "next": walk[1:]})
+        adopt = core._msg(MsgType.ZONE, {"adopt": zone, **common, "next": walk[1:]})
         return self._tell([walk[0]], adopt, now_s)
 
     def _tell(self, peers: Sequence[str], msg: Message, now_s: float) -> list[Action]:
         """``msg`` to ``peers``; this peer's own share is handled here."""
-        out: list[Action] = [Send(q, msg) for q in peers if q != self.broker]
-        if self.broker in peers:
-            out += self._zone_msg(msg, now_s)
+        core = self.core
+        out: list[Action] = [Send(q, msg) for q in peers if q != core.broker]
+        if core.broker in peers:
+            out += core._zone_msg(msg, now_s)
         return out
 
     def _hand_zone(self, peers: Sequence[str], *, stays: bool = False) -> list[Action]:
         """This zone, its subscriptions and mirror copies, to the peers of a zone that
-        merges with it (:meth:`_take_over`)."""
-        assert self.zone is not None
-        give = self._msg(MsgType.ZONE, {
-            "takeover": can.zone_to_json(self.zone), "nbrs": dict(self.nbrs),
-            "subs": [s.to_json(k) for k, s in self.subs.items()],
-            "mirrors": self._mirrors_json(), **({"stays": True} if stays else {})})
+        merges with it (:meth:`take_over`)."""
+        core = self.core
+        assert core.zone is not None
+        give = core._msg(MsgType.ZONE, {
+            "takeover": can.zone_to_json(core.zone), "nbrs": dict(core.nbrs),
+            "subs": [s.to_json(k) for k, s in core.subs.items()],
+            "mirrors": self.mirrors_json(), **({"stays": True} if stays else {})})
         return [Send(p, give) for p in peers]
 
-    def _adopt(self, msg: Message, now_s: float) -> list[Action]:
+    def adopt(self, msg: Message, now_s: float) -> list[Action]:
         """Hold an orphaned zone, one that merges with no neighbour zone (a failed or
         leaving lone owner's): as a replica, leaving its zone to its co-replicas; as a
         lone owner, after handing its zone to a sibling zone of its own. Neither: the
         next adopter of the list is asked (none left: the zone stays orphaned)."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         p = msg.payload
         leaver = str(p["leaver"])
         out: list[Action] = []
         sibling = None
-        if len(self.group) < 2:
+        if len(core.group) < 2:
             sibling = self._sibling()
             if sibling is None:
                 rest = list(p["next"])
@@ -323,23 +352,23 @@ class Repair:
             out += self._hand_zone(sibling[1], stays=True)
         zone = can.zone_from_json(p["adopt"])
         table = {q: can.zone_from_json(z) for q, z in p["nbrs"].items()
-                 if q != self.broker and q not in self._departed}
+                 if q != core.broker and q not in core._departed}
         if sibling is not None:  # its sibling zone now holds this peer's zone too
-            table.update(dict.fromkeys(sibling[1], can.merged(self.zone, sibling[0])))
-        told = (set(self.nbrs) | self.group) - {self.broker}
-        self.zone, self.group = zone, {self.broker}
-        self.subs, self._index = {}, SubscriptionIndex()
+            table.update(dict.fromkeys(sibling[1], can.merged(core.zone, sibling[0])))
+        told = (set(core.nbrs) | core.group) - {core.broker}
+        core.zone, core.group = zone, {core.broker}
+        core.subs, core._index = {}, SubscriptionIndex()
         for item in p["subs"]:
-            self._store(*Sub.from_json(item))
-        self.mirror_subs = dict(Mirror.from_json(m) for m in p["mirrors"])
-        self._set_nbrs({q: z for q, z in table.items() if can.abutment(zone, z)})
-        for q in set(self.nbrs) - told:  # their silence counts from now
-            self._heard_tick[q] = self._ticks
-        recover = self.mirroring and bool(p.get("recover"))
-        update = self._msg(MsgType.ZONE, {
-            "update": {self.broker: p["adopt"], leaver: None},
+            core._store(*Sub.from_json(item))
+        core.mirror_subs = dict(Mirror.from_json(m) for m in p["mirrors"])
+        core._set_nbrs({q: z for q, z in table.items() if can.abutment(zone, z)})
+        for q in set(core.nbrs) - told:  # their silence counts from now
+            core._heard_tick[q] = core._ticks
+        recover = core.mirroring and bool(p.get("recover"))
+        update = core._msg(MsgType.ZONE, {
+            "update": {core.broker: p["adopt"], leaver: None},
             **({"refill": p["adopt"]} if recover else {})})
-        out += [Send(q, update) for q in sorted(told | set(self.nbrs))]
+        out += [Send(q, update) for q in sorted(told | set(core.nbrs))]
         if recover:
             out += self._recover(zone, now_s)
         return [Record("can_took_over", {"from": leaver, "mode": "adopt"}), *out]
@@ -351,83 +380,87 @@ class Repair:
         first also asks those zones to file again the mirror copies the failed peer held
         (their subscriptions' reflections lie in it); this peer's update asks the same of
         its neighbours, whose reflections may have stepped out into it."""
+        core = self.core
         out: list[Action] = []
         for i, region in enumerate(can.mirror_regions(zone)):
-            query = self._msg(MsgType.ZONE, {
+            query = core._msg(MsgType.ZONE, {
                 "to": list(region[0]), "recover": can.zone_to_json(zone),
-                "region": can.zone_to_json(region), "taker": self.broker, "refill": i == 0})
-            out += self._route(query, region[0], now_s)
+                "region": can.zone_to_json(region), "taker": core.broker, "refill": i == 0})
+            out += core._route(query, region[0], now_s)
         return out
 
-    def _recover_in(self, msg: Message, now_s: float) -> list[Action]:
+    def recover_in(self, msg: Message, now_s: float) -> list[Action]:
         """A recovery query (:meth:`_recover`) at a zone meeting its region: passed on to
         one peer of each neighbour zone meeting it; this zone's mirror copies of the failed
         zone's subscriptions sent to the peer that took it over."""
+        core = self.core
         key = msg_key(msg)
-        if not self._first_contact(key, now_s, RECOVERED):
+        if not core._first_contact(key, now_s, RECOVERED):
             return []
         p = msg.payload
         zone, region = can.zone_from_json(p["recover"]), can.zone_from_json(p["region"])
         spread = msg.forwarded({k: v for k, v in p.items() if k != "to"})
-        out: list[Action] = [Send(pick(peers, key), spread) for z, peers in self._zones()
+        out: list[Action] = [Send(pick(peers, key), spread) for z, peers in core._zones()
                              if can.meets(z, region)]
-        found = [m.sub.to_json(k) for k, m in self.mirror_subs.items()
+        found = [m.sub.to_json(k) for k, m in core.mirror_subs.items()
                  if can.contains(zone, m.sub.point)]
-        if found and p["taker"] != self.broker:
-            out.append(Send(str(p["taker"]), self._msg(MsgType.ZONE, {
+        if found and p["taker"] != core.broker:
+            out.append(Send(str(p["taker"]), core._msg(MsgType.ZONE, {
                 "recovered": found, "failed": p["recover"]})))
         if p["refill"]:
-            out += self._refill(zone, now_s)
+            out += self.refill(zone, now_s)
         return out
 
-    def _recovered_in(self, msg: Message, now_s: float) -> list[Action]:
+    def recovered_in(self, msg: Message, now_s: float) -> list[Action]:
         """A failed zone's subscriptions, sent back from their mirror copies: stored, passed
         on to the co-replicas, and their copies moved when the zone that now stores them
         files them elsewhere (a merged zone)."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         p = msg.payload
         failed = can.zone_from_json(p["failed"])
         copy = bool(p.get("copy"))
         out: list[Action] = []
         if not copy:
-            mates = sorted(self.group - {self.broker})
+            mates = sorted(core.group - {core.broker})
             out += [Send(g, msg.forwarded({**p, "copy": True})) for g in mates]
         for item in p["recovered"]:
             key, sub = Sub.from_json(item)
-            if key in self.subs or not can.contains(self.zone, sub.point):
+            if key in core.subs or not can.contains(core.zone, sub.point):
                 continue
-            self._store(key, sub)
+            core._store(key, sub)
             if not copy:
-                out += self._rehome(key, sub, failed, self.zone, self.zone, now_s)
+                out += self.rehome(key, sub, failed, core.zone, core.zone, now_s)
         return out
 
-    def _leave(self) -> list[Action]:
+    def leave(self) -> list[Action]:
         """Leave the zone to its co-replicas, or hand it to a sibling zone, or else to an
         adopter (docs/design/meghdoot-core.md); the runtime makes this peer dormant either way."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         out: list[Action] = []
-        if len(self.group) < 2:
+        if len(core.group) < 2:
             sibling = self._sibling()
-            walk = _adopters(self._zones()) if sibling is None else []
+            walk = _adopters(core._zones()) if sibling is None else []
             if sibling is not None:
                 out += self._hand_zone(sibling[1])
             elif walk:
-                out.append(Send(walk[0], self._msg(MsgType.ZONE, {
-                    "adopt": can.zone_to_json(self.zone), "leaver": self.broker,
-                    "nbrs": dict(self.nbrs),
-                    "subs": [s.to_json(k) for k, s in self.subs.items()],
-                    "mirrors": self._mirrors_json(), "next": walk[1:]})))
+                out.append(Send(walk[0], core._msg(MsgType.ZONE, {
+                    "adopt": can.zone_to_json(core.zone), "leaver": core.broker,
+                    "nbrs": dict(core.nbrs),
+                    "subs": [s.to_json(k) for k, s in core.subs.items()],
+                    "mirrors": self.mirrors_json(), "next": walk[1:]})))
             else:  # the last peer: no one is left to hold the space
-                out.append(Record("can_zone_orphaned", {"peer": self.broker,
-                                                        "zone": can.zone_to_json(self.zone)}))
-        gone = self._msg(MsgType.ZONE, {"update": {self.broker: None}})
-        out += [Send(p, gone) for p in sorted(set(self.nbrs) | (self.group - {self.broker}))]
-        self.zone, self.group, self.subs, self.mirror_subs = None, {self.broker}, {}, {}
-        self._index = SubscriptionIndex()
-        self._set_nbrs({})
+                out.append(Record("can_zone_orphaned", {"peer": core.broker,
+                                                        "zone": can.zone_to_json(core.zone)}))
+        gone = core._msg(MsgType.ZONE, {"update": {core.broker: None}})
+        out += [Send(p, gone) for p in sorted(set(core.nbrs) | (core.group - {core.broker}))]
+        core.zone, core.group, core.subs, core.mirror_subs = None, {core.broker}, {}, {}
+        core._index = SubscriptionIndex()
+        core._set_nbrs({})
         return [*out, Record("can_left", {})]
 
-    def _take_over(self, msg: Message, now_s: float) -> list[Action]:
+    def take_over(self, msg: Message, now_s: float) -> list[Action]:
         """A zone that merges with this one into a box is handed to it: a leaving lone
         owner's (with its subscriptions and mirror copies), an adopter's that frees itself
         for an orphaned zone (``stays``: it announces its new zone itself), or a failed
@@ -435,32 +468,33 @@ class Repair:
         from their mirror copies). Merge, store, and tell every neighbour of the merged
         zone (each co-replica does the same; the first by name alone moves mirror copies
         and asks for the lost subscriptions)."""
-        assert self.zone is not None
+        core = self.core
+        assert core.zone is not None
         p = msg.payload
         leaver = str(p.get("leaver", msg.origin))
         given = can.zone_from_json(p["takeover"])
-        own = self.zone
+        own = core.zone
         zone = can.merged(own, given)
         if zone is None:  # the leaver's view was stale: nothing to merge with
             return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["takeover"]})]
         known = {**{q: can.zone_from_json(z) for q, z in p["nbrs"].items()
-                    if q not in self._departed}, **self.nbrs}
-        self.zone = zone
-        self._set_nbrs({q: z for q, z in known.items() if q not in self.group
+                    if q not in core._departed}, **core.nbrs}
+        core.zone = zone
+        core._set_nbrs({q: z for q, z in known.items() if q not in core.group
                         and q != leaver and can.abutment(zone, z)})
         for item in p["subs"]:
-            self._store(*Sub.from_json(item))
-        acting = min(self.group) == self.broker
+            core._store(*Sub.from_json(item))
+        acting = min(core.group) == core.broker
         moved = self._merge_mirrors(own, given, p.get("mirrors", ()), now_s,
-                                    acting=acting) if self.mirroring else []
-        entries: dict[str, Any] = {g: can.zone_to_json(zone) for g in self.group}
+                                    acting=acting) if core.mirroring else []
+        entries: dict[str, Any] = {g: can.zone_to_json(zone) for g in core.group}
         if not p.get("stays"):
             entries[leaver] = None
-        recover = acting and self.mirroring and bool(p.get("recover"))
-        update = self._msg(MsgType.ZONE, {"update": entries, **(
+        recover = acting and core.mirroring and bool(p.get("recover"))
+        update = core._msg(MsgType.ZONE, {"update": entries, **(
             {"refill": p["takeover"]} if recover else {})})
         out: list[Action] = [Record("can_took_over", {"from": leaver}),
-                             *(Send(q, update) for q in sorted(self.nbrs)), *moved]
+                             *(Send(q, update) for q in sorted(core.nbrs)), *moved]
         if recover:
             out += self._recover(given, now_s)
         return out
