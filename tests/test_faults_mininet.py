@@ -1,8 +1,9 @@
 """Faults on a real Mininet network are recorded, and losses decide how a run ends: a
 broker killed from outside mid-run makes the run ``lossy`` (exit 3) with its death in its
-status file, the summary and the manifest; a CRASH the workload declares is recorded the
-same way and leaves the run ``ok``, its losses explained; an interface taken down is
-noticed by the brokers' keepalive on both sides within the stated timeout."""
+status file, the summary and the manifest, a declared rate change before it explaining
+none of its losses; a CRASH the workload declares is recorded the same way and leaves the
+run ``ok``, its losses explained; an interface taken down is noticed by the brokers'
+keepalive on both sides within the stated timeout."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ SPEC: dict[str, Any] = {
 }
 VICTIM = "a0"
 KILL_AT_S = 4.0  # on the workload's clock: publications run from 2 s to 6 s
+# A declared rate change before the kill, as the shipped demo has: it delays, and must not
+# explain the kill's losses.
+RATE_CHANGE = {"at_s": 3.0, "a": "a1", "b": "b1", "bw_mbps": 10.0}
 
 
 def _plan() -> RunPlan:
@@ -78,7 +82,7 @@ def _check_death(out: Path, declared: bool) -> dict[str, Any]:
 
 def test_a_broker_killed_from_outside_makes_the_run_lossy(tmp_path: Path) -> None:
     spec = tmp_path / "faults.yaml"
-    spec.write_text(yaml.safe_dump(SPEC))
+    spec.write_text(yaml.safe_dump({**SPEC, "link_schedule": [RATE_CHANGE]}))
     proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "run", str(spec),
                              "--out", str(tmp_path / "runs"), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -100,7 +104,8 @@ def test_a_broker_killed_from_outside_makes_the_run_lossy(tmp_path: Path) -> Non
     assert result["status"] == "lossy"
     run_dir = Path(result["run_dir"])
     summary = _check_death(run_dir / "flood", declared=False)
-    assert summary["faults"]["declared"] == []
+    assert summary["faults"]["declared"] == [
+        {"kind": "link_rate", "a": "a1", "b": "b1", "bw_mbps": 10.0, "t_s": 3.0}]
     assert summary["faults"]["unexplained"] == {"missing": summary["missing"],
                                                 "duplicates": summary["duplicates"]}
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -103,6 +103,43 @@ def path_links(g: nx.Graph, a: str, b: str) -> list[tuple[str, str]]:
     return list(itertools.pairwise(path))
 
 
+class SimplePaths:
+    """Which vertices of ``g`` lie on some simple path between two others
+    (:meth:`between`), from the graph's block-cut tree, built once.
+
+    A vertex lies on some simple a-b path exactly when it belongs to a biconnected block
+    on the path from ``a`` to ``b`` in the block-cut tree: inside a block any vertex lies
+    on a simple path between any two others, and between blocks every path passes the
+    same cut vertices. Building the tree is one linear pass, where listing the simple
+    paths is exponential in the graph's cycles.
+    """
+
+    def __init__(self, g: nx.Graph) -> None:
+        self._g = g
+        self._blocks = [frozenset(c) for c in nx.biconnected_components(g)]
+        self._cuts = set(nx.articulation_points(g))
+        self._tree = nx.Graph()
+        self._block_of: dict[str, int] = {}
+        for i, block in enumerate(self._blocks):
+            self._tree.add_node(("block", i))
+            self._tree.add_edges_from((("block", i), ("cut", v)) for v in block & self._cuts)
+            # a cut vertex is in several blocks, any other vertex of a path in exactly one
+            self._block_of.update((v, i) for v in block - self._cuts)
+
+    def between(self, a: str, b: str) -> frozenset[str]:
+        """The vertices on at least one simple path from ``a`` to ``b``, both ends
+        included (``{a, b}`` when no path joins them)."""
+        if a == b:
+            return frozenset({a})
+        if not nx.has_path(self._g, a, b):
+            return frozenset({a, b})
+        on_path = nx.shortest_path(self._tree, self._tree_node(a), self._tree_node(b))
+        return frozenset().union(*(self._blocks[i] for kind, i in on_path if kind == "block"))
+
+    def _tree_node(self, v: str) -> tuple[str, Any]:
+        return ("cut", v) if v in self._cuts else ("block", self._block_of[v])
+
+
 def parse_edges(text: str, what: str = "edges") -> list[tuple[str, str]]:
     """Parse ``"a-b,b-c"`` (also ``+`` or blanks between edges) into name pairs."""
     if not isinstance(text, str):

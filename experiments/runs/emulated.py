@@ -48,6 +48,7 @@ from experiments.runs.faults import (
     declared_faults,
     delivery_faults,
     link_downs,
+    notification_routes,
 )
 from experiments.runs.manifest import node_names
 from experiments.runs.summaries import log_extras
@@ -221,7 +222,7 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     summary["manual_throttles"] = [{**t, "t_s": round(t["t_wall"] - t0_wall, 3)}
                                    for t in manual if t["t_wall"] >= t_begin]
     summary["faults"] = delivery_faults(out_dir, workload, summary, expected,
-                                        declared_faults(plan))
+                                        declared_faults(plan), notification_routes(plan))
     if any(summary["faults"]["unexplained"].values()):
         log(f"WARNING {algorithm}: deliveries not exactly once, unexplained by a declared "
             f"fault: {summary['faults']['unexplained']}")

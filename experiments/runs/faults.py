@@ -18,19 +18,32 @@ meets is recorded in each algorithm's summary:
   such closes are listed too.
 
 **Losses and status.** An algorithm's deliveries are exactly once when no expected
-delivery is missing and none arrived twice; each missing or duplicate delivery is a
-loss. A declared fault *explains* a loss if the notification was published no earlier
-than :data:`IN_FLIGHT_S` before the fault: a fault cannot touch a notification
-delivered before it, and that bound covers one still on its way. It is a necessary
-condition, not a proof (a crash in one cluster does not explain a loss in another),
-so "explained" means "not excluded". The summary's ``faults`` gives the declared faults
-and the losses they do not explain (all of them when nothing is declared;
-:func:`delivery_faults`). A run in which some algorithm has an unexplained loss ends
-with status :data:`LOSSY` and ``pubsublab run`` exits :data:`EXIT_LOSSY`
-(:func:`run_faults`). Unexpected deliveries (``unexpected``, pairs the oracle did not
-expect) are reported as before and do not change the status. A bulk run's losses are
-those of its rounds without a failure (``by_subscribers``); its failure round is the
-declared fault and reports its own figures.
+delivery is missing and none arrived twice; each missing or duplicate delivery of a
+notification to a subscriber is a loss. A declared fault *explains* a loss only when it
+can have caused it (:func:`delivery_faults`):
+
+- a CRASH of broker ``c`` at ``t`` explains the loss when the notification was published
+  no earlier than :data:`IN_FLIGHT_S` before ``t`` (a crash cannot touch a notification
+  delivered before it; the bound covers one still on its way) **and** the notification
+  could pass ``c``: ``c`` is the publisher's broker, the subscriber's, or on some simple
+  path between them in the overlay (every broker, with links opened on demand;
+  :func:`notification_routes`, :class:`topologies.graph.SimplePaths`). Both are
+  necessary conditions, not a proof, so "explained" means "not excluded". A rendezvous
+  off every such path (an LBDD tree's root hanging beyond the subscriber, say) is not
+  counted: a loss it causes shows as unexplained, for the logs to settle;
+- a ``link_schedule`` rate change explains nothing: the overlay runs over TCP, so a
+  slower link delays notifications and never loses one (queues that drop count their
+  drops by reason in the summary);
+- a bulk run's failure round reports its own figures: its losses are those of its
+  rounds without a failure (``by_subscribers``).
+
+The summary's ``faults`` gives the declared faults and the losses they do not explain
+(all of them when no crash is declared). A run in which some algorithm has an
+unexplained loss ends with status :data:`LOSSY` and ``pubsublab run`` exits
+:data:`EXIT_LOSSY` (:func:`run_faults`): a broker killed from outside, or a link that
+went down, with losses and no declared crash to explain them, ends a run ``lossy``.
+Unexpected deliveries (``unexpected``, pairs the oracle did not expect) are reported as
+before and do not change the status.
 """
 
 from __future__ import annotations
@@ -43,6 +56,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
+
 from experiments.plan import RunPlan
 from experiments.runs.brokers import BrokerRun
 from nodes.logs import Ev, iter_jsonl
@@ -51,6 +66,7 @@ from nodes.metrics.log_summary import client_receipts
 from nodes.metrics.summary import MsgKey
 from nodes.runfolder import log_path
 from nodes.workloads.ops import Workload
+from topologies.graph import SimplePaths
 
 LOSSY = "lossy"  # the run status when deliveries were lost and no declared fault explains it
 EXIT_LOSSY = 3  # pubsublab run's exit code then (2: an error, 130: interrupted)
@@ -141,28 +157,49 @@ def link_downs(out_dir: Path, brokers: Iterable[str], t0_wall: float, until_wall
     return sorted(downs, key=lambda d: d["t_s"])
 
 
+def notification_routes(plan: RunPlan) -> nx.Graph:
+    """The brokers and links a notification of ``plan`` may cross: the overlay, or, with
+    links opened on demand, every pair of brokers."""
+    if plan.links == "on-demand":
+        return nx.complete_graph(plan.overlay.nodes)
+    return plan.overlay
+
+
 def delivery_faults(out_dir: Path, workload: Workload, summary: Mapping[str, Any],
                     expected: Mapping[MsgKey, frozenset[str]],
-                    declared: list[dict[str, Any]]) -> dict[str, Any]:
+                    declared: list[dict[str, Any]], routes: nx.Graph) -> dict[str, Any]:
     """The summary's ``faults`` (see the module docstring): ``declared``, ``exactly_once``
-    and the losses no declared fault explains, ``unexplained`` (``missing``,
-    ``duplicates``). The clients' logs in ``out_dir`` are read again only when there
-    are both losses and declared faults."""
+    and the losses no declared crash explains, ``unexplained`` (``missing``,
+    ``duplicates``); ``routes`` is the graph notifications may cross
+    (:func:`notification_routes`). The clients' logs in ``out_dir`` are read again only
+    when there are both losses and declared crashes."""
     losses = {"missing": summary["missing"], "duplicates": summary["duplicates"]}
-    timed = [f["t_s"] for f in declared if "t_s" in f]
+    crashes = [(f["broker"], f["t_s"]) for f in declared if f["kind"] == "crash"]
     unexplained = dict(losses)
-    if any(losses.values()) and timed:
-        published_s = {op.msg.key: op.t_s for op in workload.ops
-                       if op.msg.type is MsgType.PUBLISH}
-        since_s = min(timed) - IN_FLIGHT_S
+    if any(losses.values()) and crashes:
+        published = {op.msg.key: (op.t_s, op.broker) for op in workload.ops
+                     if op.msg.type is MsgType.PUBLISH}
+        simple = SimplePaths(routes)
+        paths: dict[tuple[str, str], frozenset[str]] = {}
+
+        def explained(key: MsgKey, sub: str) -> bool:
+            if key not in published:
+                return False
+            t_s, src = published[key]
+            ends = (src, workload.clients[sub])
+            if ends not in paths:
+                paths[ends] = simple.between(*ends)
+            return any(t_s >= t_crash - IN_FLIGHT_S and broker in paths[ends]
+                       for broker, t_crash in crashes)
+
         got = {key: Counter(subs) for key, subs in
                client_receipts(out_dir, workload)["deliveries"].items()}
-        before = {key for key, t_s in published_s.items() if t_s < since_s}
         unexplained = {
-            "missing": sum(1 for key in before & set(expected)
-                           for sub in expected[key] if not got.get(key, {}).get(sub)),
-            "duplicates": sum(n - 1 for key in before & set(got)
-                              for n in got[key].values() if n > 1)}
+            "missing": sum(1 for key, subs in expected.items() for sub in subs
+                           if not got.get(key, {}).get(sub) and not explained(key, sub)),
+            "duplicates": sum(n - 1 for key, counts in got.items()
+                              for sub, n in counts.items()
+                              if n > 1 and not explained(key, sub))}
     return {"declared": declared, "exactly_once": not any(losses.values()),
             "unexplained": unexplained}
 
