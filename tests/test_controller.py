@@ -26,6 +26,7 @@ from controller.tables import MacTable, TokenBucket
 from experiments.bench.controller import (
     ping_rtts_ms,
     port_stats_accuracy,
+    reach_all_pairs,
     switch_counters,
 )
 from experiments.emulation.controller import ControllerProcess, read_registry
@@ -264,6 +265,7 @@ class TestOnTheGigabitCluster:
         emu, ctl = cluster
         print(f"controller start-up {ctl.startup_s:.3f} s, switch connected "
               f"{ctl.connect_s:.3f} s after start")
+        assert reach_all_pairs(emu.net) == []
         assert emu.net.pingAll(timeout="2") == 0
         flows = _dump_flows("s1")
         learned = [f for f in flows if "priority=1," in f and "dl_src=" in f and "dl_dst=" in f]
@@ -319,6 +321,8 @@ class TestOnTheGigabitCluster:
                        check=True)
         _eventually("s1 to reconnect", lambda: dpid in read_registry(out)["connected"]
                     and read_registry(out)["switches"][dpid]["connections"] == 2)
+        # the flows went with the old connection: each pair's first packet is a packet-in
+        assert reach_all_pairs(emu.net) == []
         assert emu.net.pingAll(timeout="2") == 0
         log = _log_text(out)
         assert f"switch {dpid} disconnected" in log and "(connection 2)" in log
@@ -334,12 +338,13 @@ def test_pingall_on_scot_switch_topologies(tmp_path: Path, topo: str, params: di
     emu, ctl = _emulation(topo, params, tmp_path / "controller", bw_mbps=None)
     try:
         emu.start()
+        unreached = reach_all_pairs(emu.net)
         loss = emu.net.pingAll(timeout="2")
         registered = read_registry(ctl.out_dir)["connected"]
     finally:
         emu.stop()
     assert len(registered) == n_switches
-    assert loss == 0
+    assert unreached == [] and loss == 0
 
 
 # -- the runner -------------------------------------------------------------------------

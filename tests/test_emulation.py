@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from experiments.bench.controller import reach_all_pairs
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import iperf_pair
 from experiments.emulation.network import Emulation
@@ -54,10 +55,11 @@ def test_switched_cluster_pingall(switch: str) -> None:
     emu = _emulation("gigabit-cluster", {"n": 4}, 1000, switch=switch)
     try:
         emu.start()
+        unreached = reach_all_pairs(emu.net)
         loss = emu.net.pingAll(timeout="2")
     finally:
         emu.stop()
-    assert loss == 0
+    assert unreached == [] and loss == 0
 
 
 def test_compute_node_placement_in_mininet() -> None:

@@ -57,6 +57,19 @@ def ping_rtts_ms(net: Any, a: str, b: str, count: int,
     return [got.get(i) for i in range(1, count + 1)]
 
 
+def reach_all_pairs(net: Any, settle_s: float = 30.0) -> list[tuple[str, str]]:
+    """Ping every ordered pair of ``net``'s hosts until each has had one reply, for at most
+    ``settle_s`` seconds in all; the pairs still unanswered then. A pair's first packet may
+    need an ARP, a packet-in and a flow before it is forwarded, which takes longer than a
+    ping's timeout on a loaded machine: wait for that, then require zero loss."""
+    hosts = [h.name for h in net.hosts]
+    waiting = [(a, b) for a in hosts for b in hosts if a != b]
+    deadline = time.monotonic() + settle_s
+    while waiting and time.monotonic() < deadline:
+        waiting = [(a, b) for a, b in waiting if ping_rtts_ms(net, a, b, 1)[0] is None]
+    return waiting
+
+
 def static_arp(net: Any, a: str, b: str) -> None:
     """Give a and b each other's ARP entry, so their first packet is IP, not ARP."""
     for x, y in ((a, b), (b, a)):
