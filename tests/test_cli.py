@@ -116,3 +116,16 @@ def test_a_bad_flag_value_is_a_one_line_error(args: tuple[str, ...], says: str) 
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith(f"pubsublab: error: {says}"), res.stderr
     assert res.stderr.count("\n") == 1 and "usage:" not in res.stderr, res.stderr
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
+    # `pubsublab plan codd-nodes --json | head -c 10`: the JSON line is far longer than a
+    # pipe holds, so the write after the reader left fails
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "plan", "codd-nodes",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

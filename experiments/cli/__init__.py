@@ -10,6 +10,7 @@ too). Emulated commands need root and say so in one line when run without it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from types import ModuleType
@@ -51,6 +52,7 @@ Start here:
   docs/guide/                        one page per task"""
 
 WIDTH = 80  # the help reads at 80 columns whatever the terminal
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a tool its reader left (128 + SIGPIPE)
 NAME_COLUMN = 14
 
 
@@ -90,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv), run the command, return its exit status: the
-    command's own, 2 after a one-line error, 130 if interrupted."""
+    command's own, 2 after a one-line error, 130 if interrupted, 141 (quietly) when the
+    reader of its output left."""
     from experiments.interrupts import interrupt_once
 
     args = build_parser().parse_args(argv)
@@ -103,3 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pubsublab: interrupted; cleaned up", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output left (`pubsublab plan X | head`): stop quietly, as
+        # other Unix tools do, and point stdout at /dev/null so that the interpreter's
+        # final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
