@@ -75,12 +75,13 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
 
-    def check(self, attack: str) -> None:
-        """Print the figures (``pytest -s`` shows them) and assert the bound."""
+    def check(self, attack: str, growth_mib: float = RSS_GROWTH_MIB) -> None:
+        """Print the figures (``pytest -s`` shows them) and assert the bound (the growth
+        over idle allowed, MiB)."""
         after = rss_mib(self.pid)
         print(f"[{attack}] broker RSS idle {self.idle_mib:.1f} MiB, peak "
               f"{self.peak_mib:.1f} MiB, after {after:.1f} MiB")
-        assert self.peak_mib <= self.idle_mib + RSS_GROWTH_MIB, (attack, self.peak_mib)
+        assert self.peak_mib <= self.idle_mib + growth_mib, (attack, self.peak_mib)
 
 
 class Raw:
@@ -314,6 +315,54 @@ def test_a_subscriber_that_never_reads_is_disconnected(tmp_path: Path, spawn: Sp
     assert result["admission"]["disconnected"]["slow_consumer"] == 1
 
 
+def test_proven_connections_that_pin_large_frames(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
+    """40 connections proven with the secret each send most of a 16 MiB frame and stall
+    (before the read budget: 40 frames pinned, RSS 34 to 690 MB). At the default limits
+    the broker holds at most its stated read bound, cuts the stallers (body_timeout, or
+    read_budget for those that never got a share), and a fresh client pair is admitted
+    and served meanwhile."""
+    from nodes.emulated.admission import Limits, read_bound_bytes
+
+    ov = Overlay(tmp_path, [("a", "b")])
+    broker = start_broker(ov, spawn)
+    pinners = 40
+    body = b"\x01" * (16 * 1024 * 1024 - 64 * 1024)
+    conns = [Raw(ov.addr["b"]) for _ in range(pinners)]
+
+    def pin(conn: Raw) -> None:
+        with contextlib.suppress(OSError):  # cut off while sending: what it should do
+            conn.sock.sendall(struct.pack("!I", 16 * 1024 * 1024) + body)
+
+    with PeakRss(broker.pid) as rss:
+        for i, conn in enumerate(conns):
+            assert conn.hello(f"pin{i}") is not None
+        threads = [threading.Thread(target=pin, args=(c,), daemon=True) for c in conns]
+        for t in threads:
+            t.start()
+        try:
+            pub, sub = pub_sub(ov, spawn, "b", "b", count=20, rate_per_s=20)
+            wait_for(lambda: len(records(tmp_path, "b", "link", state="down",
+                                         role="client")) >= pinners + 2, 20,
+                     "every pinner cut off")
+        finally:
+            for conn in conns:
+                conn.close()
+            for t in threads:
+                t.join()
+    assert broker.poll() is None
+    bound_mib = read_bound_bytes(Limits(max_connections=1026), pinners + 2) / 2**20
+    print(f"[pinned frames] stated read bound {bound_mib:.1f} MiB over idle")
+    rss.check("pinned frames", bound_mib)
+    assert got(tmp_path, sub, pub) == Counter(range(1, 21))
+    reasons = Counter(r["reason"] for r in records(tmp_path, "b", "link", state="down",
+                                                   role="client") if r["link"] not in (pub, sub))
+    assert set(reasons) == {"body_timeout", "read_budget"} and sum(reasons.values()) == pinners
+    stop_all([broker])
+    disconnected = summary(tmp_path, {pub: "b", sub: "b"}, {})["admission"]["disconnected"]
+    assert (disconnected["body_timeout"], disconnected["read_budget"]) == (
+        reasons["body_timeout"], reasons["read_budget"])
+
+
 # ---- part 3: peers that lie about who they are ---------------------------------------------
 
 
@@ -445,10 +494,11 @@ def test_limits_are_checked_in_the_config(tmp_path: Path) -> None:
     config = ov.config("b")
     assert BrokerConfig.from_json(config).limits == Limits(
         max_connections=1024 + 2, hello_frame_bytes=4096, client_queue_bytes=4 * 1024 * 1024,
-        max_filters_per_client=1000)
+        max_filters_per_client=1000, read_budget_bytes=64 * 1024 * 1024, body_timeout_s=5.0)
     assert "secret" not in repr(BrokerConfig.from_json(config))
     for bad in ({"max_connections": 0}, {"hello_frame_bytes": 100},
                 {"client_queue_bytes": 1.5}, {"max_filters_per_client": "many"},
+                {"read_budget_bytes": 1 << 20}, {"body_timeout_s": 0}, {"body_timeout_s": True},
                 {"secret": SECRET[:30]}, {"secret": SECRET + "g"}, {"secret": 42}):
         with pytest.raises(ValueError) as err:
             BrokerConfig.from_json({**config, **bad})

@@ -35,7 +35,8 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     a fixed neighbour listed here stays a fixed link
     dormant            bool = false start dormant, until a local client's JOIN; only for a
                                     broker without fixed neighbours
-    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client
+    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client,
+    read_budget_bytes, body_timeout_s
                                     admission limits, defaults and meaning in
                                     nodes.emulated.admission
     queue_high_water_msgs int = 10000  an output queue this long stops the broker
@@ -99,8 +100,10 @@ from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
 from nodes.emulated.overlay_link import OverlayLink
 from nodes.emulated.overload import ClientGate
+from nodes.emulated.read_budget import ReadBudget
 from nodes.emulated.runtime import (
     Backoff,
+    BodyBound,
     HelloCounter,
     ProtocolError,
     Refused,
@@ -317,6 +320,9 @@ class Broker:
         self._hello = HelloCounter(self.name, "broker", config.secret)
         self._nonces = NonceLog()
         self._accepted = 0  # accepted connections open, whatever their stage
+        # Large frame bodies from every connection share one budget (admission limits).
+        self._body_bound = BodyBound(ReadBudget(config.limits.read_budget_bytes),
+                                     config.limits.body_timeout_s)
         self._links: dict[str, OverlayLink] = {}
         # Overload policy: reading from the clients waits while a queue is past its mark.
         self._gate = ClientGate(log, self._links)
@@ -540,7 +546,7 @@ class Broker:
         else:
             self._attach_peer(name, writer, dialled)
         reason = await read_frames(name, reader, writer, self._log,
-                                   partial(self._from_link, name, link))
+                                   partial(self._from_link, name, link), bound=self._body_bound)
         if link.writer is writer:
             self._link_down(name, reason)
 
@@ -708,7 +714,7 @@ class Broker:
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._from_client, client),
-                                   gate=self._gate.open)
+                                   gate=self._gate.open, bound=self._body_bound)
         if self._clients.get(name) is client:
             self._client_gone(name, reason)
 
