@@ -210,6 +210,11 @@ class JsonlLog:
                 return
         self._put(ev, t_mono, t_wall, fields)
 
+    @property
+    def full(self) -> bool:
+        """Whether the log holds its bound (``max_bytes``) already."""
+        return self._max_bytes is not None and self._bytes >= self._max_bytes
+
     def _put(self, ev: Ev, t_mono: float, t_wall: float, fields: dict[str, Any]) -> None:
         rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev}
         rec.update(fields)

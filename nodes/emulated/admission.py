@@ -62,6 +62,9 @@ Codes: a refused connection is a ``link`` record ``state: refused`` with ``peer`
 a connection cut off for what it did is a ``link`` record ``state: down`` with the
 reason (and, for a broken rule, an ``error`` record with the details). The reasons'
 names are part of the log schema (:mod:`nodes.logs`): the summary counts by them.
+Refusals and handshake errors are rate-limited (:mod:`nodes.emulated.admission_log`):
+past a burst the rest are counted in ``admission_suppressed`` records, which the summary
+adds in.
 """
 
 from __future__ import annotations
