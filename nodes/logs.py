@@ -146,7 +146,10 @@ REFUSALS = (CONNECTION_CAP, UNAUTHENTICATED, REPLAYED, WRONG_ADDRESS, NAME_TAKEN
 SLOW_CONSUMER = "slow_consumer"
 FORGED_ORIGIN = "forged_origin"  # a message whose origin is not the client's own name
 FILTER_CAP = "filter_cap"
-DISCONNECTIONS = (SLOW_CONSUMER, FORGED_ORIGIN, FILTER_CAP)
+# Connections (a client's or a broker link) cut while reading a large frame body.
+READ_BUDGET = "read_budget"  # no room in the broker's read budget in time
+BODY_TIMEOUT = "body_timeout"  # the body did not arrive in time
+DISCONNECTIONS = (SLOW_CONSUMER, FORGED_ORIGIN, FILTER_CAP, READ_BUDGET, BODY_TIMEOUT)
 # The fields every record has, whatever its event (the rest of a record payload, for
 # ev == record, is the core's own).
 COMMON_FIELDS = ("t_mono", "t_wall", "node", "ev")
@@ -206,6 +209,11 @@ class JsonlLog:
                 self.skipped[ev] = self.skipped.get(ev, 0) + 1
                 return
         self._put(ev, t_mono, t_wall, fields)
+
+    @property
+    def full(self) -> bool:
+        """Whether the log holds its bound (``max_bytes``) already."""
+        return self._max_bytes is not None and self._bytes >= self._max_bytes
 
     def _put(self, ev: Ev, t_mono: float, t_wall: float, fields: dict[str, Any]) -> None:
         rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev}

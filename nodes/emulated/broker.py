@@ -35,7 +35,8 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     a fixed neighbour listed here stays a fixed link
     dormant            bool = false start dormant, until a local client's JOIN; only for a
                                     broker without fixed neighbours
-    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client
+    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client,
+    read_budget_bytes, body_timeout_s
                                     admission limits, defaults and meaning in
                                     nodes.emulated.admission
     queue_high_water_msgs int = 10000  an output queue this long stops the broker
@@ -95,12 +96,15 @@ from nodes.cores.interface import (
     TimerFired,
 )
 from nodes.emulated.admission import LIMIT_KEYS, Limits
+from nodes.emulated.admission_log import AdmissionLog
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
 from nodes.emulated.overlay_link import OverlayLink
 from nodes.emulated.overload import ClientGate
+from nodes.emulated.read_budget import ReadBudget
 from nodes.emulated.runtime import (
     Backoff,
+    BodyBound,
     HelloCounter,
     ProtocolError,
     Refused,
@@ -317,6 +321,11 @@ class Broker:
         self._hello = HelloCounter(self.name, "broker", config.secret)
         self._nonces = NonceLog()
         self._accepted = 0  # accepted connections open, whatever their stage
+        self._admission_log = AdmissionLog(log)  # refusals, rate-limited
+        self._counts_due_s = 0.0  # time.monotonic() before which its counts wait
+        # Large frame bodies from every connection share one budget (admission limits).
+        self._body_bound = BodyBound(ReadBudget(config.limits.read_budget_bytes),
+                                     config.limits.body_timeout_s)
         self._links: dict[str, OverlayLink] = {}
         # Overload policy: reading from the clients waits while a queue is past its mark.
         self._gate = ClientGate(log, self._links)
@@ -410,8 +419,7 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         if self._accepted >= self.config.limits.max_connections:
-            log_now(self._log, Ev.LINK, state="refused", reason=CONNECTION_CAP,
-                    peer=peer_label(writer))
+            self._admission_log.refused(reason=CONNECTION_CAP, peer=peer_label(writer))
             writer.transport.abort()
             return
         self._accepted += 1
@@ -472,13 +480,12 @@ class Broker:
             elif name in self._clients:
                 refusal = NAME_TAKEN
         except Violation as exc:
-            log_now(self._log, Ev.LINK, link=name, role=role, state="refused",
-                    reason=exc.code, peer=addr)
+            self._admission_log.refused(link=name, role=role, reason=exc.code, peer=addr)
             writer.close()
             return None
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
-            log_now(self._log, Ev.ERROR, peer=addr, addr=addr, stage="handshake",
-                    reason=str(exc) or type(exc).__name__)
+            self._admission_log.handshake_error(peer=addr, addr=addr,
+                                                reason=str(exc) or type(exc).__name__)
             writer.close()
             return None
         log_now(self._log, Ev.RECV, link=name, **message_fields(first))
@@ -486,8 +493,7 @@ class Broker:
         writer.write(encode(reply))
         log_now(self._log, Ev.SEND, link=name, **message_fields(reply))
         if refusal is not None:
-            log_now(self._log, Ev.LINK, link=name, role=role, state="refused",
-                    reason=refusal, peer=addr)
+            self._admission_log.refused(link=name, role=role, reason=refusal, peer=addr)
             writer.close()  # after the refusal HELLO, which is buffered
             return None
         return name, role
@@ -540,7 +546,7 @@ class Broker:
         else:
             self._attach_peer(name, writer, dialled)
         reason = await read_frames(name, reader, writer, self._log,
-                                   partial(self._from_link, name, link))
+                                   partial(self._from_link, name, link), bound=self._body_bound)
         if link.writer is writer:
             self._link_down(name, reason)
 
@@ -708,7 +714,7 @@ class Broker:
         self._write_status()
         reason = await read_frames(name, reader, writer, self._log,
                                    partial(self._from_client, client),
-                                   gate=self._gate.open)
+                                   gate=self._gate.open, bound=self._body_bound)
         if self._clients.get(name) is client:
             self._client_gone(name, reason)
 
@@ -839,6 +845,9 @@ class Broker:
     def _tick(self) -> None:
         self._keepalives()
         window_ms, figures = self._windows.close(self._links, asyncio.get_running_loop().time())
+        if time.monotonic() >= self._counts_due_s:
+            self._admission_log.write_counts()
+            self._counts_due_s = time.monotonic() + 1.0
         self._log.flush()
         if self._status_stale and time.monotonic() >= self._status_due:
             self._write_status()
@@ -890,6 +899,7 @@ class Broker:
             client.close()
         self._clients.clear()
         self._windows.close(self._links, asyncio.get_running_loop().time())
+        self._admission_log.write_counts()
         self._write_status("stopped")
 
 

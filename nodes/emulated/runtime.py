@@ -39,10 +39,12 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodes.emulated.admission import HELLO_FRAME_BYTES
 from nodes.emulated.auth import is_nonce, is_proof, new_nonce, prove
+from nodes.emulated.read_budget import SMALL_BODY_BYTES, ReadBudget
 from nodes.frames import (
     MAX_FRAME_BYTES,
     PREFIX_BYTES,
@@ -51,7 +53,7 @@ from nodes.frames import (
     decode_body,
     encode,
 )
-from nodes.logs import Ev, JsonlLog, message_fields
+from nodes.logs import BODY_TIMEOUT, READ_BUDGET, Ev, JsonlLog, message_fields
 from nodes.messages import Message, MsgType
 
 Role = Literal["broker", "client"]
@@ -85,13 +87,26 @@ def log_now(log: JsonlLog, ev: Ev, **fields: Any) -> None:
     log.write(ev, time.monotonic(), time.time(), **fields)
 
 
-async def read_message(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES
-                       ) -> Message | None:
+@dataclass(frozen=True, slots=True)
+class BodyBound:
+    """What reading a large frame body may cost a broker: a share of ``budget`` (see
+    :mod:`nodes.emulated.read_budget`), waited for and then received within ``timeout_s``
+    each."""
+
+    budget: ReadBudget
+    timeout_s: float
+
+
+async def read_message(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES,
+                       bound: BodyBound | None = None) -> Message | None:
     """The next message on ``reader``; ``None`` when the stream ends between frames.
 
     Raises :class:`FrameError` for an undecodable or truncated frame, or one whose length
     prefix announces more than ``max_bytes`` (then none of its body is read); connection
-    errors (``ConnectionError``) pass through.
+    errors (``ConnectionError``) pass through. With ``bound``, a body over
+    :data:`~nodes.emulated.read_budget.SMALL_BODY_BYTES` is read only once it has its
+    reservation, and must arrive in time: :class:`Violation` ``read_budget`` or
+    ``body_timeout`` otherwise.
     """
     try:
         prefix = await reader.readexactly(PREFIX_BYTES)
@@ -102,11 +117,29 @@ async def read_message(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_
             ) from None
         return None
     n_bytes = body_length(prefix, max_bytes)
+    if bound is None or n_bytes <= SMALL_BODY_BYTES:
+        return decode_body(await _read_body(reader, n_bytes))
+    if not await bound.budget.reserve(n_bytes, bound.timeout_s):
+        raise Violation(READ_BUDGET, f"no room in the {bound.budget.total_bytes}-byte read "
+                                     f"budget for a {n_bytes}-byte frame within "
+                                     f"{bound.timeout_s:g} s")
     try:
-        body = await reader.readexactly(n_bytes)
+        try:
+            async with asyncio.timeout(bound.timeout_s):
+                body = await _read_body(reader, n_bytes)
+        except TimeoutError:
+            raise Violation(BODY_TIMEOUT, f"a {n_bytes}-byte frame body did not arrive "
+                                          f"within {bound.timeout_s:g} s") from None
+        return decode_body(body)
+    finally:
+        bound.budget.release(n_bytes)
+
+
+async def _read_body(reader: asyncio.StreamReader, n_bytes: int) -> bytes:
+    try:
+        return await reader.readexactly(n_bytes)
     except asyncio.IncompleteReadError as exc:
         raise FrameError(f"truncated frame: {len(exc.partial)} of {n_bytes} body bytes") from None
-    return decode_body(body)
 
 
 class HelloCounter:
@@ -175,18 +208,20 @@ async def read_frames(
     on_message: Callable[[Message], None],
     *,
     gate: asyncio.Event | None = None,
+    bound: BodyBound | None = None,
 ) -> str:
     """Hand every frame after the handshake to ``on_message`` until the connection ends;
     return why it ended. A bad frame (undecodable, truncated, or a second HELLO), or a
     :class:`Violation` raised by ``on_message``, is logged as an ``error`` record naming
     ``peer`` and ends the connection (the reason returned is then the violation's code);
     the connection is closed in every case. With ``gate``, no frame is read while it is
-    clear (the socket's buffers then fill and the peer's writes wait: backpressure)."""
+    clear (the socket's buffers then fill and the peer's writes wait: backpressure). With
+    ``bound``, large bodies are read as :func:`read_message` says."""
     try:
         while True:
             if gate is not None and not gate.is_set():
                 await gate.wait()
-            msg = await read_message(reader)
+            msg = await read_message(reader, bound=bound)
             if msg is None:
                 return "closed by peer"
             if msg.type is MsgType.HELLO:

@@ -93,7 +93,8 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     ``admission`` counts what the brokers turned away (:mod:`nodes.emulated.admission`), every
     code present: ``refused`` connections by code, clients ``disconnected`` by code
     (a slow consumer's missing notifications are among ``missing``), and
-    ``handshake_errors`` (connections whose first frame was no acceptable HELLO).
+    ``handshake_errors`` (connections whose first frame was no acceptable HELLO), both
+    with those the brokers counted instead of logging (:mod:`nodes.emulated.admission_log`).
     """
     names = set(broker_names)
     got = client_receipts(out_dir, workload)
@@ -130,6 +131,12 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
                 disconnected[r["reason"]] += 1
             elif r["ev"] == Ev.ERROR and r.get("stage") == "handshake":
                 handshake_errors += 1
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "admission_suppressed":
+                # refusals and handshake errors counted, not written (rate limit)
+                for reason, n in r["refused"].items():
+                    if reason in refused:
+                        refused[reason] += n
+                handshake_errors += r["handshake_errors"]
             elif r["ev"] == Ev.RECORD and r.get("kind") == "backpressure":
                 episodes += r.get("state") == "on"
             elif r["ev"] == Ev.RECORD and r.get("kind") == "log_limit" \
