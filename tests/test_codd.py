@@ -23,6 +23,7 @@ from experiments.plan import compile_plan
 from experiments.spec import SpecError, load_spec
 from nodes.cores import CORES, resolve_params
 from nodes.cores.codd import VARIANTS, CoddCore, overlay_params
+from nodes.cores.codd_changes import Changes
 from nodes.cores.codd_invariants import tree_problems
 from nodes.cores.interface import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.messages import Message, MsgType
@@ -45,14 +46,21 @@ class CheckedNode(CoddCore):
         super().__init__(broker, (), params)
         self.everyone = everyone
         self.crashes_s: Mapping[str, float] = params.get("crashes_s", {})
-        self.changes = 0
+        self.finished = 0
+        self.changes = CheckedChanges(self)  # in place of the plain queue, before any event
         everyone[broker] = self
 
-    def _finish(self, moved: bool) -> list[Action]:
-        self.changes += 1
-        dead = {x for x, t in self.crashes_s.items() if t <= self._now_s}
-        assert tree_problems(self.everyone, dead, settled=not dead) == []
-        return super()._finish(moved)
+
+class CheckedChanges(Changes):
+    """The root's queue of changes of a :class:`CheckedNode`."""
+
+    def finish(self, moved: bool) -> list[Action]:
+        node = self.core
+        assert isinstance(node, CheckedNode)
+        node.finished += 1
+        dead = {x for x, t in node.crashes_s.items() if t <= node._now_s}
+        assert tree_problems(node.everyone, dead, settled=not dead) == []
+        return super().finish(moved)
 
 
 def run(w: Workload, params: Mapping[str, Any], core: str = "codd"
@@ -135,7 +143,7 @@ def test_random_schedules_deliver_exactly_once_and_keep_the_tree(
         return
     joins, leaves = n - 1, len(w.meta["leaves_s"])
     granted = sum(x["outcome"] == "granted" for x in root.decisions)
-    assert root.changes >= joins + leaves + granted  # every change was checked
+    assert root.finished >= joins + leaves + granted  # every change was checked
     assert sum(c.rejoins for c in nodes.values()) == 0  # no false alarm
 
 
@@ -152,7 +160,7 @@ def test_siena_tree_is_a_balanced_server_tree_with_f_clients_per_server() -> Non
     w = codd_workload(peer_names(120), 200, seed=5)
     _, nodes = run(w, {"fanout": 3}, "codd-siena")
     root = nodes[w.meta["root"]]
-    servers = root._servers
+    servers = root.changes.servers
     assert 120 // 4 - 15 <= len(servers) <= 120 // 4 + 15  # p = 1/(f+1), 119 draws
     for k, s in enumerate(servers):  # breadth-first, f per level: server k under k-f // f
         assert nodes[s].parent == (root.broker if k < 3 else servers[(k - 3) // 3])

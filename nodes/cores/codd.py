@@ -20,6 +20,12 @@ first), **leave** (Figs. 5-6: the child of most overlap takes the node's place),
 emulation (``tree: siena``). Ours: the root serialises tree changes, nothing is lost or
 delivered twice while the tree changes, and failures are :mod:`nodes.cores.codd_repair`'s.
 
+The core holds the tree (children's filters, joins, the moves' filter changes) and the
+documents; each other protocol is a part it owns, with its own state: reorganization
+(:mod:`nodes.cores.codd_reorganize`), leaving (:mod:`nodes.cores.codd_leave`), failures
+(:mod:`nodes.cores.codd_repair`) and the root's queue of tree changes
+(:mod:`nodes.cores.codd_changes`). Every TREE op's handler is in :meth:`CoddCore._handlers`.
+
 Records: ``codd_node`` (per consumer, at the end) and ``codd_root`` (rounds and
 reorganization decisions); see :meth:`CoddCore.final_records`.
 
@@ -31,11 +37,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nodes.cores.actions import unhandled
-from nodes.cores.codd_repair import HEARTBEAT, MOVES, Repair
+from nodes.cores.codd_changes import Changes
+from nodes.cores.codd_leave import Leave
+from nodes.cores.codd_reorganize import Reorganization, popcount
+from nodes.cores.codd_repair import HEARTBEAT, Repair
 from nodes.cores.interface import (
     Action,
     Arrived,
@@ -47,7 +56,6 @@ from nodes.cores.interface import (
     SetTimer,
     TimerFired,
 )
-from nodes.cores.multicast_groups import unit_draw
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
@@ -117,9 +125,8 @@ def overlay_params(graph: nx.Graph) -> dict[str, dict[str, Any]]:
     return {b: {"root": names[0], "nodes": names} for b in names}
 
 
-def popcount(bits: int) -> int:
-    """Number of set bits."""
-    return bits.bit_count()
+# A TREE op's handler: (the link it came on, its payload) -> the actions it takes.
+Handler = Callable[[str, Mapping[str, Any]], list[Action]]
 
 
 @dataclass
@@ -132,25 +139,9 @@ class Child:
     sent: int = 0
 
 
-@dataclass
-class _Bfs:
-    """The root's search for a new parent of ``node`` (one at a time)."""
-
-    node: str
-    requester: str
-    overhead: float
-    recv: int = 0
-    current: int = 0
-    exclude: frozenset[str] = frozenset()
-    frontier: list[str] = field(default_factory=list)
-    replies: dict[str, tuple[int, bool, list[str]]] = field(default_factory=dict)
-    best: str | None = None
-    best_ov: float = math.inf
-    queried: int = 0
-
-
-class CoddCore(Repair):
-    """One CoDD node (see the module docstring)."""
+class CoddCore:
+    """One CoDD node (see the module docstring): the tree, the documents and the joins,
+    and the parts it owns (``reorg``, ``leave``, ``repair``, ``changes``)."""
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
         self.broker = broker
@@ -164,7 +155,6 @@ class CoddCore(Repair):
         # failures (docs/design/codd.md)
         self.heartbeat_s: float = params["heartbeat_s"]
         self.failure_periods: int = params["failure_periods"]
-        self._detect_s = (self.failure_periods + 1) * self.heartbeat_s
         self._ticking = False
         self._now_s = 0.0  # the time of the event being handled
         self._heard_parent_s = 0.0  # when the parent was last heard from
@@ -172,16 +162,10 @@ class CoddCore(Repair):
         self.rejoins = 0
         self._heard_child_s: dict[str, float] = {}  # when each child was last heard from
         self._lost: set[str] = set()  # children reported silent to the root
-        self._orphaned_from: str | None = None  # the parent found dead
-        self._served_upto: int | None = None  # cut off: the root served us up to here
         self.tree: str = params["tree"]
-        self.reorganize = bool(params["reorganize"]) and self.tree == "codd"
         self.forward_all = params["forward"] == "all"
-        # Without reorganization these only set the root's rounds (recorded, unused).
+        # Without reorganization this only sets the root's rounds (recorded, unused).
         self.timeout_docs: int = params["timeout_docs"]
-        self.threshold = params["threshold_pct"] / 100
-        self.cutoff: int = params["cutoff"]
-        self.delta = params["delta_pct"] / 100
         self._seq = 0  # msg_id of this node's TREE messages
         # membership and query
         self.client: str | None = None
@@ -200,41 +184,43 @@ class CoddCore(Repair):
         self.own_bits = 0
         self.last_seq = -1
         self.received = self.spurious = self.duplicates = self.delivered = 0
-        self.hops_sum = self.catchup = self.requests = self.moves = 0
+        self.hops_sum = self.catchup = self.moves = 0
         self.series: dict[int, list[int]] = {}
-        self._since = self._spur_since = 0
-        self._request_share: float | None = None  # share when asked; a move pending
-        self.ratios: list[list[float]] = []  # [share before, share after] per move
-        # leaving
+        # leaving: every part asks whether the node leaves, or has
         self._leaving = False
-        self._leave_rest: list[str] = []
-        self._heir: str | None = None  # the child that takes a leaving node's place
         self._left = False  # the leave protocol has ended (a leaf, removed)
-        self._leave_cid: int | None = None  # the root's number of this node's leave
-        self._leave_pending = False  # ask to leave again once re-joined
         self.departed = False  # the broker left the overlay (its LEAVE op)
         # the root
         self._window: deque[tuple[int, float, Any, Message]] = deque()
-        self._losses: deque[tuple[str, dict[str, Any]]] = deque()  # first
-        self._held: list[tuple[float, str, dict[str, Any]]] = []  # re-joins, when ready
-        self._ops: deque[tuple[str, dict[str, Any]]] = deque()  # joins and leaves
-        self._reorgs: deque[tuple[str, dict[str, Any]]] = deque()  # after them
-        self._busy: tuple[str, dict[str, Any]] | None = None
-        self._cid = 0  # the number of the root's current (or last) change
-        self._busy_since_s = 0.0  # when the root started its current change
-        self._busy_seq = -1  # the last document published when it started
-        self._moves_log: deque[tuple[int, int]] = deque()  # [first, last] seq of moves
-        self._waiting_s: dict[str, float] = {}  # nodes waiting for a place: last heard
-        self._served: dict[str, int] = {}  # cut-off subtrees: served up to this seq
-        self._batch: dict[str, dict[str, Any]] = {}
-        self._bfs: _Bfs | None = None
-        self._pumping = False  # the root is starting queued changes (no re-entry)
         self.published = 0
         self.rounds: list[list[int]] = []  # [round, requests, handled]
         self.decisions: list[dict[str, Any]] = []
-        self._servers: list[str] = []
-        self._gone: set[str] = set()  # nodes that asked to leave (no requests from them)
-        self._clients_of: dict[str, int] = {}
+        self.reorg = Reorganization(self, params)
+        self.leave = Leave(self)
+        self.repair = Repair(self)
+        self.changes = Changes(self)  # last: it starts the others' changes
+        self._tree_ops = self._handlers()
+
+    def _handlers(self) -> dict[str, Handler]:
+        """Every TREE op, by the name a message's payload gives it, with its handler."""
+        reorg, leave, repair = self.reorg, self.leave, self.repair
+        return {
+            # joins, moves and the filters along the tree
+            "add": self._on_add, "addresult": self._on_addresult,
+            "addchild": self._on_addchild, "add_query": self._on_add_query,
+            "moved": self._on_moved, "remove": self._on_remove, "done": self._on_done,
+            # reorganization
+            "reorganize": reorg.on_reorganize, "check": reorg.on_check,
+            "checked": reorg.on_checked, "getoverhead": reorg.on_getoverhead,
+            "overhead": reorg.on_overhead,
+            # leaving
+            "leave_req": leave.on_leave_req, "leave_go": leave.on_leave_go,
+            "leave_ready": leave.on_leave_ready,
+            # failures
+            "serve": repair.on_serve, "served": repair.on_served, "lost": repair.on_lost,
+            "purge": repair.on_purge, "purged": repair.on_purged,
+            "departed": repair.on_departed, "retry": repair.on_retry,
+        }
 
     # ---- plumbing ---------------------------------------------------------------------
 
@@ -280,6 +266,21 @@ class CoddCore(Repair):
             else:
                 self._index.add((name, 0), filter_from_json(q))
 
+    def _take_names(self, child: str, names: Sequence[str]) -> None:
+        """Drop ``names`` (members of ``child``'s entry) from the entry."""
+        ch = self.children[child]
+        for name in names:
+            q = ch.members.pop(name)
+            del self.where[name]
+            if q is None:
+                ch.mask &= ~(1 << self._bit_of[name])
+            else:
+                self._index.remove((name, 0))
+        if not ch.members:
+            del self.children[child]
+            self._heard_child_s.pop(child, None)
+            self._lost.discard(child)
+
     # ---- events -----------------------------------------------------------------------
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
@@ -291,14 +292,14 @@ class CoddCore(Repair):
             elif msg.type is MsgType.TREE:
                 out = self._tree_op(event.link, msg)
             elif msg.type is MsgType.HEARTBEAT:
-                self._heard(event.link, now_s)
+                self.repair.heard(event.link, now_s)
                 out = []
             else:
                 out = [unhandled(msg)]
         elif isinstance(event, FromClient):
             out = self._from_client(event.client, event.msg)
         elif isinstance(event, TimerFired) and event.name == HEARTBEAT:
-            return self._tick(now_s)
+            return self.repair.tick(now_s)
         else:
             return []  # statistics windows, links coming and going
         if self.heartbeat_s > 0 and not self._ticking:
@@ -322,7 +323,7 @@ class CoddCore(Repair):
             # held up the join)
             self.left_s = float(p.get("at_s", math.inf))
             self._leaving = True
-            return self._ask_leave()
+            return self.leave.ask()
         if t is MsgType.LEAVE:  # the broker leaves the overlay, once the tree let it go
             self.departed = True  # the runtime stops it now: its children will find it
             if self._left:
@@ -358,7 +359,7 @@ class CoddCore(Repair):
         out = self._forward(msg, seq, doc)
         self.published += 1
         if self.published % self.timeout_docs == 0:
-            out += self._close_round()
+            out += self.reorg.close_round()
         return out
 
     def _document(self, msg: Message) -> list[Action]:
@@ -383,16 +384,16 @@ class CoddCore(Repair):
                 out.append(Deliver(self.client, msg))
         else:
             self.spurious += 1
-            self._spur_since += 1
+            self.reorg.spur_since += 1
             counts[1] += 1
         if p.get("catchup"):
             self.catchup += 1
             return out
         self._tree_seq = max(self._tree_seq, seq)
         out += self._forward(msg, seq, doc)
-        self._since += 1
-        if self._since >= self.timeout_docs:
-            out += self._check()
+        self.reorg.since += 1
+        if self.reorg.since >= self.timeout_docs:
+            out += self.reorg.check()
         return out
 
     def _forward(self, msg: Message, seq: int, doc: Any) -> list[Action]:
@@ -414,68 +415,21 @@ class CoddCore(Repair):
             out.append(Send(c, copy))
         return out
 
-    # ---- reorganization requests (at any node) ------------------------------------------
-
-    def _check(self) -> list[Action]:
-        """Every ``timeout_docs`` documents: note a pending move's effect, and ask for a
-        move when the spurious share reached the threshold."""
-        share = self._spur_since / self._since
-        self._since = self._spur_since = 0
-        if self._request_share is not None and self._request_share < 0:
-            self.ratios.append([-self._request_share, share])  # the move happened
-        self._request_share = None
-        if (not self.reorganize or not self.children or self._leaving or share <= 0
-                or share < self.threshold):
-            return []
-        child = self._least_overlap()
-        if child is None:
-            return []
-        self.requests += 1
-        self._request_share = share
-        return [Send(self.root, self._tree_msg("reorganize", node=child,
-                                               requester=self.broker, overhead=share))]
-
-    def _least_overlap(self) -> str | None:
-        """The child to move: of those whose move would lower this node's overhead (it
-        receives documents for them alone), the one of least overlap with this node's
-        own documents (the share of what it was sent that this node wanted too); ties:
-        the one that costs most, then the name. None if no child costs anything alone."""
-        own = self._win(self.own_bits)
-        best: tuple[float, int, str] | None = None
-        for c, ch in self.children.items():
-            cost = self._current_cost(c)
-            if cost == 0:
-                continue
-            sent = self._win(ch.sent)
-            key = (popcount(sent & own) / popcount(sent), -cost, c)
-            if best is None or key < best:
-                best = key
-        return None if best is None else best[2]
-
-    def _current_cost(self, child: str) -> int:
-        """Documents this node receives only because of ``child`` (its spurious data
-        that moving the child would save)."""
-        others = self.own_bits
-        for c, ch in self.children.items():
-            if c != child:
-                others |= ch.sent
-        return popcount(self._win(self.children[child].sent & ~others))
-
     # ---- control messages -------------------------------------------------------------
 
     def _tree_op(self, link: str, msg: Message) -> list[Action]:
         p = msg.payload
         op = p["op"]
-        handler = getattr(self, f"_on_{op}", None)
+        handler = self._tree_ops.get(op)
         if handler is None:
             return [unhandled(msg, f"unknown tree op {op!r}")]
         return handler(link, p)
 
     def _on_add(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         if self.broker == self.root and p.get("purpose") == "rejoin" and "want" not in p:
-            return self._enqueue("rejoin", dict(p))
+            return self.changes.enqueue("rejoin", dict(p))
         if self.broker == self.root and "want" not in p:  # a join starts here
-            return self._enqueue("join", dict(p))
+            return self.changes.enqueue("join", dict(p))
         return self._descend(p)
 
     def _descend(self, p: Mapping[str, Any]) -> list[Action]:
@@ -514,9 +468,9 @@ class CoddCore(Repair):
             self.moves += 1
         out = [Send(parent, self._tree_msg("addchild", members=self.subtree(), purpose=purpose,
                                            cid=p.get("cid"), dead=p.get("dead")))]
-        if self._leave_pending:
-            self._leave_pending = False
-            out += self._ask_leave()
+        if self.leave.pending:
+            self.leave.pending = False
+            out += self.leave.ask()
         return out
 
     def _on_addchild(self, link: str, p: Mapping[str, Any]) -> list[Action]:
@@ -556,7 +510,7 @@ class CoddCore(Repair):
                                                         **change)))
             return out
         if self.broker == self.root and change["purpose"] in ("join", "rejoin"):
-            return out + self._complete(change["cid"], names=list(members))
+            return out + self.changes.complete(change["cid"], names=list(members))
         return out  # an orphan: its re-join carries these members up
 
     def _drop(self, child: str, names: Sequence[str], change: Mapping[str, Any]
@@ -572,11 +526,10 @@ class CoddCore(Repair):
         if not gone:
             return [Send(child, self._tree_msg("moved", names=list(names), **change))]
         if purpose == "reorganize":  # the old parent: the move is complete
-            if self._request_share is not None:
-                self._request_share = -abs(self._request_share)  # our request was granted
+            self.reorg.granted()  # our request was granted
             return self._done_remote(cid)
-        if purpose == "leave" and self._leaving and cid == self._leave_cid:
-            return self._leave_next()
+        if purpose == "leave" and self._leaving and cid == self.leave.cid:
+            return self.leave.next()
         return []
 
     def _take(self, child: str, names: Sequence[str]) -> None:
@@ -610,310 +563,18 @@ class CoddCore(Repair):
 
     def _done_remote(self, cid: int | None, **extra: Any) -> list[Action]:
         if self.broker == self.root:
-            return self._complete(cid, **extra)
+            return self.changes.complete(cid, **extra)
         return [Send(self.root, self._tree_msg("done", cid=cid, **extra))]
 
     def _on_done(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        return self._complete(p.get("cid"), names=p.get("names", ()))
-
-    # ---- the root's queue of tree changes ----------------------------------------------
-
-    def _enqueue(self, kind: str, p: dict[str, Any]) -> list[Action]:
-        if kind in ("join", "rejoin"):
-            self._waiting_s[p["node"]] = self._now_s
-        if kind == "rejoin":
-            self._held = [h for h in self._held if h[2]["node"] != p["node"]]
-            self._held.append((self._now_s + self._detect_s, kind, p))
-        else:
-            {"reorganize": self._reorgs, "lost": self._losses}.get(kind, self._ops).append(
-                (kind, p))
-        return self._next()
-
-    def _pop_change(self) -> tuple[str, dict[str, Any]] | None:
-        """Losses, then re-joins whose hold is over, then joins and leaves, then
-        reorganizations, but none while a re-join is held (a tree with a subtree cut off
-        is no basis for one, and the re-join must not wait behind it). A join or re-join
-        of a node that stopped beating while it waited is dropped."""
-        if self._losses:
-            return self._losses.popleft()
-        self._held = [h for h in self._held if not self._silent(h[2]["node"])]
-        ready = [h for h in self._held if h[0] <= self._now_s]
-        if ready:
-            self._held.remove(ready[0])
-            return ready[0][1], ready[0][2]
-        while self._ops and self._ops[0][0] == "join" and self._silent(self._ops[0][1]["node"]):
-            self._ops.popleft()
-        if self._ops:
-            return self._ops.popleft()
-        if self._reorgs and not self._held:
-            return self._reorgs.popleft()
-        return None
-
-    def _next(self) -> list[Action]:
-        out: list[Action] = []
-        if self._pumping:
-            return out
-        self._pumping = True
-        try:
-            while self._busy is None:
-                change = self._pop_change()
-                if change is None:
-                    break
-                self._busy = change
-                self._cid += 1
-                self._busy_since_s, self._busy_seq = self._now_s, self.last_seq
-                out += getattr(self, f"_start_{change[0]}")(change[1])
-        finally:
-            self._pumping = False
-        return out
-
-    def _complete(self, cid: int | None, names: Sequence[str] = ()) -> list[Action]:
-        """The current change ``cid`` has ended (a late message of a given-up change
-        ends nothing): a join's newcomer gets its catch-up, a re-joined subtree its
-        replay."""
-        if self._busy is None or cid != self._cid:
-            return []
-        kind, p = self._busy
-        out: list[Action] = []
-        if kind == "join":
-            out += self._catch_up(p)
-        elif kind == "rejoin":
-            out += self._replay({**self._known(names), **p["members"]}, self._rejoin_after(p))
-        return out + self._finish(moved=kind in MOVES)
-
-    def _finish(self, moved: bool) -> list[Action]:
-        """Log a move's span of documents (for replays) and start the next change."""
-        if moved:
-            self._moves_log.append((self._busy_seq, self.last_seq))
-            while self._moves_log and self._moves_log[0][1] < self.last_seq - self.window_docs:
-                self._moves_log.popleft()
-        self._busy = None
-        return self._next()
-
-    def _start_join(self, p: dict[str, Any]) -> list[Action]:
-        node = p["node"]
-        if self.tree == "siena":
-            return [Send(node, self._tree_msg("addresult", parent=self._siena_parent(node),
-                                              cid=self._cid))]
-        return self._descend({**p, "want": self._wanted({node: p["query"]}), "cid": self._cid})
-
-    def _wanted(self, members: Mapping[str, Any]) -> str:
-        """The window's documents some of ``members`` (name -> query) wants, as hex bits
-        over seq (the extensional statistics a descent compares children by)."""
-        queries = [(self._query_of(q), self._bit_of[m]) for m, q in members.items()]
-        want = 0
-        for seq, _t, doc, _msg in self._window:
-            if any(self._accepts(q, bit, doc) for q, bit in queries):
-                want |= 1 << seq
-        return format(want, "x")
-
-    def _siena_parent(self, node: str) -> str:
-        """The Siena emulation's place for a newcomer (docs/design/codd.md)."""
-        f = self.fanout
-        free = [s for s in self._servers if self._clients_of[s] < f]
-        if free and unit_draw(f"siena-server/{node}", 0) >= 1 / (f + 1):
-            server = free[int(unit_draw(f"siena-client/{node}", 0) * len(free))]
-            self._clients_of[server] += 1
-            return server
-        k = len(self._servers)
-        self._servers.append(node)
-        self._clients_of[node] = 0
-        return self.root if k < f else self._servers[(k - f) // f]
-
-    def _catch_up(self, join: Mapping[str, Any]) -> list[Action]:
-        """The documents a newcomer wants that were published from its ``from_s`` on
-        (after those served to it while it waited), sent straight to it (it keeps the
-        first copy of each)."""
-        node = join["node"]
-        return self._replay({node: join["query"]}, self._served.get(node, -1),
-                            float(join["from_s"]))
-
-    def _on_reorganize(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        if not self._gone.intersection((p["node"], p["requester"])):
-            self._batch.setdefault(p["node"], dict(p))
-        return []
-
-    def _close_round(self) -> list[Action]:
-        """The end of a round of ``timeout_docs`` documents: the round's requests,
-        heaviest first, ``cutoff`` of them, join the queue of tree changes."""
-        requests = sorted(self._batch.values(), key=lambda r: (-r["overhead"], r["node"]))
-        admitted = requests[: self.cutoff] if self.cutoff else requests
-        self.rounds.append([len(self.rounds), len(requests), len(admitted)])
-        self._batch = {}
-        out: list[Action] = []
-        for r in admitted:
-            out += self._enqueue("reorganize", r)
-        return out
-
-    def _start_reorganize(self, p: dict[str, Any]) -> list[Action]:
-        if self._gone.intersection((p["node"], p["requester"])):  # asked before leaving
-            return self._finish(moved=False)
-        self._bfs = _Bfs(p["node"], p["requester"], p["overhead"])
-        return [Send(p["requester"], self._tree_msg("check", node=p["node"], cid=self._cid))]
-
-    def _on_check(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        node, cid = p["node"], p["cid"]
-        if node not in self.children or self._leaving or node in self._lost:
-            return [Send(link, self._tree_msg("checked", ok=False, cid=cid))]
-        return [Send(link, self._tree_msg(
-            "checked", ok=True, recv=format(self._win(self.children[node].sent), "x"),
-            current=self._current_cost(node), members=sorted(self.children[node].members),
-            cid=cid))]
-
-    def _current(self, p: Mapping[str, Any]) -> _Bfs | None:
-        """The search a reply belongs to (None: a late reply to a given-up one)."""
-        return self._bfs if p.get("cid") == self._cid else None
-
-    def _on_checked(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        b = self._current(p)
-        if b is None:
-            return []
-        if not p["ok"]:
-            self._decided(b, "stale")
-            return self._finish(moved=False)
-        b.recv, b.current = int(p["recv"], 16), p["current"]
-        b.exclude = frozenset(p["members"])
-        b.frontier = [self.broker]
-        return self._bfs_level()
-
-    def _bfs_level(self) -> list[Action]:
-        b = self._bfs
-        assert b is not None
-        b.replies = {}
-        b.queried += len(b.frontier)
-        out: list[Action] = []
-        recv = format(b.recv, "x")
-        for x in b.frontier:
-            if x == self.broker:
-                b.replies[x] = self._overhead_for(b.recv)
-            else:
-                out.append(Send(x, self._tree_msg("getoverhead", recv=recv, cid=self._cid)))
-        if len(b.replies) == len(b.frontier):
-            out += self._bfs_decide_level()
-        return out
-
-    def _overhead_for(self, recv: int) -> tuple[int, bool, list[str]]:
-        """compute_overhead(this node, n) for a node n that received ``recv``: the
-        documents n would newly bring here; whether there is room; the children."""
-        ov = popcount(recv & ~self._win(self.received_bits))
-        return ov, len(self.children) < self.fanout and not self._leaving, sorted(
-            c for c in self.children if c not in self._lost)
-
-    def _on_getoverhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        ov, spare, kids = self._overhead_for(int(p["recv"], 16))
-        return [Send(link, self._tree_msg("overhead", ov=ov, spare=spare, kids=kids,
-                                          cid=p["cid"]))]
-
-    def _on_overhead(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        b = self._current(p)
-        if b is None or link not in b.frontier:
-            return []
-        b.replies[link] = (p["ov"], p["spare"], p["kids"])
-        if len(b.replies) < len(b.frontier):
-            return []
-        return self._bfs_decide_level()
-
-    def _bfs_decide_level(self) -> list[Action]:
-        """Fig. 7 over one level, in queue order: a node with room is a candidate (not
-        the current parent); a full one's children are searched when ``2 ov`` is below
-        the best overhead so far."""
-        b = self._bfs
-        assert b is not None
-        nxt: list[str] = []
-        for x in b.frontier:
-            ov, spare, kids = b.replies[x]
-            if spare:
-                if x != b.requester and ov < b.best_ov:
-                    b.best, b.best_ov = x, ov
-            elif 2 * ov < b.best_ov:
-                nxt += [k for k in kids if k not in b.exclude]
-        b.frontier = nxt
-        if nxt:
-            return self._bfs_level()
-        granted = b.best is not None and b.best_ov < b.current and (
-            b.best_ov <= (1 - self.delta) * b.current)
-        self._decided(b, "granted" if granted else "refused")
-        if not granted:
-            return self._finish(moved=False)
-        assert self._busy is not None
-        self._busy[1]["members"] = sorted(b.exclude)  # replayed to if it is given up
-        return [Send(b.node, self._tree_msg("addresult", parent=b.best,
-                                            purpose="reorganize", cid=self._cid))]
-
-    def _decided(self, b: _Bfs, outcome: str) -> None:
-        self.decisions.append({
-            "node": b.node, "requester": b.requester, "overhead": b.overhead,
-            "current": b.current, "new": None if b.best is None else b.best_ov,
-            "parent": b.best, "outcome": outcome, "queried": b.queried,
-            "round": len(self.rounds) - 1})
-        self._bfs = None
-
-    # ---- leaving ----------------------------------------------------------------------
-
-    def _ask_leave(self) -> list[Action]:
-        if self.parent is None:  # not placed yet, or an orphan: once (re-)placed
-            self._leave_pending = True
-            return []
-        self._leave_rest = []
-        return [Send(self.root, self._tree_msg("leave_req", node=self.broker,
-                                               members=sorted(self.subtree())))]
-
-    def _on_leave_req(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        self._gone.add(p["node"])
-        return self._enqueue("leave", dict(p))
-
-    def _start_leave(self, p: dict[str, Any]) -> list[Action]:
-        return [Send(p["node"], self._tree_msg("leave_go", cid=self._cid))]
-
-    def _on_leave_go(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        self._leave_cid = p["cid"]
-        if self.parent is None:  # orphaned since it asked: again once re-joined
-            self._leave_pending = True
-            return [Send(self.root, self._tree_msg("done", cid=p["cid"]))]
-        live = [c for c in self.children if c not in self._lost]
-        if not live:
-            return self._leave_ready()
-        if self._heir is not None and self._heir not in self.children:
-            # Asked again after a failure held up the first try, whose heir has taken
-            # this node's place already: the rest re-join under it (a second heir would
-            # leave the parent a child over its fanout).
-            self._leave_rest = sorted(live)
-            return self._leave_next()
-        own = self._win(self.own_bits)
-        heir = max(live, key=lambda c: (popcount(self._win(self.children[c].sent) & own),
-                                        len(self.children[c].members), c))
-        self._leave_rest = sorted(c for c in live if c != heir)
-        self._heir = heir
-        return [Send(heir, self._tree_msg("addresult", parent=self.parent, purpose="leave",
-                                          cid=self._leave_cid))]
-
-    def _leave_next(self) -> list[Action]:
-        """The next child re-joins with seed set {the heir}; when none is left, this
-        node, now a leaf (but for children found silent), is removed."""
-        while self._leave_rest:
-            c = self._leave_rest.pop(0)
-            if c not in self.children:  # purged meanwhile (it failed)
-                continue
-            want = format(self._win(self.children[c].sent), "x")
-            return [Send(self._heir, self._tree_msg("add", node=c, want=want,
-                                                    purpose="leave", cid=self._leave_cid))]
-        return self._leave_ready()
-
-    def _leave_ready(self) -> list[Action]:
-        self._left = True
-        return [Send(self.root, self._tree_msg("leave_ready", node=self.broker,
-                                               cid=self._leave_cid))]
-
-    def _on_leave_ready(self, link: str, p: Mapping[str, Any]) -> list[Action]:
-        return self._on_remove(link, p)
-
+        return self.changes.complete(p.get("cid"), names=p.get("names", ()))
 
     # ---- results ----------------------------------------------------------------------
 
     def counters(self) -> Mapping[str, int]:
         """Plain counts (summed over nodes by the summary)."""
         return {"received": self.received, "spurious": self.spurious,
-                "duplicates": self.duplicates, "requests": self.requests,
+                "duplicates": self.duplicates, "requests": self.reorg.requests,
                 "moves": self.moves, "catchup": self.catchup, "rejoins": self.rejoins}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
@@ -924,7 +585,7 @@ class CoddCore(Repair):
         if self.broker == self.root:
             return [("codd_root", {"published": self.published, "rounds": self.rounds,
                                    "decisions": self.decisions, "children": len(self.children),
-                                   "servers": len(self._servers)})]
+                                   "servers": len(self.changes.servers)})]
         if self.client is None:
             return []
         return [("codd_node", {
@@ -934,7 +595,7 @@ class CoddCore(Repair):
             "delivered": self.delivered, "duplicates": self.duplicates,
             "catchup": self.catchup, "hops_sum": self.hops_sum,
             "series": [[k, *v] for k, v in sorted(self.series.items())],
-            "series_docs": self.series_docs, "requests": self.requests, "moves": self.moves,
+            "series_docs": self.series_docs, "requests": self.reorg.requests, "moves": self.moves,
             "rejoins": self.rejoins,
-            "ratios": self.ratios, "from_s": self.from_s if self.from_s < math.inf else None,
+            "ratios": self.reorg.ratios, "from_s": self.from_s if self.from_s < math.inf else None,
             "left_s": self.left_s if self.left_s < math.inf else None})]
