@@ -46,13 +46,14 @@ from typing import Any
 import networkx as nx
 
 from experiments.emulation.capture import plan_capture
+from experiments.runs.resources import physical_memory_bytes
 from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
 from nodes.cores import CORES, core_info, resolve_params
 from nodes.emulated.runtime import BROKER_PORT
 from nodes.sim.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
-from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind
+from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind, workload_size
 from nodes.workloads.ops import Workload
 from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
@@ -227,6 +228,33 @@ def emulation_fits(plan: RunPlan, cores: int, mem_mb: float) -> str | None:
         return (f"{n} brokers need about {n * HOST_MB} MB; allowed: half of this machine's "
                 f"{mem_mb:.0f} MB")
     return None
+
+
+def workload_fits(kind: WorkloadKind, p: Mapping[str, Any], run: RunContext,
+                  mem_mb: float) -> str | None:
+    """Why this machine cannot hold the workload about to be built (None if it can): its
+    estimated operations (:func:`nodes.workloads.kinds.workload_size`) need more than
+    half of ``mem_mb``, the same budget as :func:`emulation_fits`'s."""
+    key, ops, size = workload_size(kind, p, run)
+    if key is None or size <= mem_mb / 2 * 2**20:
+        return None
+    if key == "topology":
+        name = f"topology {run.topology!r} ({len(brokers(run.graph))} brokers)"
+    else:
+        value: Any = p
+        for part in key.split("."):
+            value = value[part]
+        name = f"workload.{key}={value}"
+    return (f"{name} would build about {ops:.2g} operations (~{_bytes(size)}); this "
+            f"machine holds about {_bytes(mem_mb / 2 * 2**20)} (half of its memory)")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if n < 1000 or unit == "EB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} EB"
 
 
 def netem_in_kernel() -> bool:
@@ -531,9 +559,13 @@ def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPla
                     rate_bin_s=float(p["rate_bin_s"]), stream_mbps=p["stream_mbps"])
 
 
-def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
+def compile_plan(spec: Spec, *, netem: bool | None = None,
+                 allow_large: bool = False) -> RunPlan:
     """Compile ``spec`` (see the module docstring); ``netem`` says whether the kernel has
-    netem (default: :func:`netem_in_kernel`); only the recorded mechanisms depend on it."""
+    netem (default: :func:`netem_in_kernel`); only the recorded mechanisms depend on it.
+    Unless ``allow_large``, a workload this machine cannot hold (:func:`workload_fits`:
+    its estimated operations at ``OP_BYTES`` each within half the physical memory) is
+    refused before it is built."""
     if netem is None:
         netem = netem_in_kernel()
     graph = topology_graph(spec)
@@ -573,9 +605,19 @@ def compile_plan(spec: Spec, *, netem: bool | None = None) -> RunPlan:
                              duration_s=spec.duration_s)
             try:
                 kind.check(wparams, run)
+                if not allow_large:
+                    too_big = workload_fits(kind, wparams, run,
+                                            physical_memory_bytes() / 2**20)
+                    if too_big:
+                        raise SpecError(f"{too_big}; lower it or pass --allow-large")
                 workload = kind.build(wparams, run)
             except ValueError as exc:  # one line naming the field
                 raise SpecError(str(exc)) from None
+            except OverflowError as exc:
+                raise SpecError(f"workload: a size too large to build ({exc})") from None
+            except MemoryError:  # only with allow_large: the estimate refuses it otherwise
+                raise SpecError("workload: ran out of memory building it; lower its "
+                                "sizes") from None
         algorithms = run_derived(algorithms, overlay, workload, graph.graph.get("latency_ms"))
         capture = CaptureSpec(**{**vars(capture), "enabled": capture.enabled is not False})
         if capture.enabled and kind is not None and kind.capture_checked:

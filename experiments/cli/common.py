@@ -85,7 +85,8 @@ def plan_of(args: argparse.Namespace) -> Any:
     """The compiled plan of the command's spec (every check done, nothing started)."""
     from experiments.plan import compile_plan
 
-    return compile_plan(load_spec(args.spec, args.set))
+    return compile_plan(load_spec(args.spec, args.set),
+                        allow_large=getattr(args, "allow_large", False))
 
 
 def out_dir(path: Path) -> Path:

@@ -22,6 +22,9 @@ def add_parser(sub: Any) -> None:
                                           "Every error a run would meet in its spec is "
                                           "reported here, in one line.")
     spec_arguments(pl, with_spec=True, with_out=False)
+    pl.add_argument("--allow-large", action="store_true",
+                    help="build even a workload larger than this machine holds (its "
+                         "estimated operations at 200 B each within half the memory)")
     json_flag(pl)
     pl.set_defaults(func=run)
 

@@ -28,8 +28,9 @@ def add_emulated_parser(sub: Any, name: str, helptext: str,
     r.add_argument("--cli", action="store_true",
                    help="open the Mininet CLI on the live network before teardown")
     r.add_argument("--allow-large", action="store_true",
-                   help="emulate even an overlay larger than this machine holds "
-                        "(64 brokers per core, 60 MB each within half the memory)")
+                   help="emulate even an overlay or workload larger than this machine "
+                        "holds (64 brokers per core, 60 MB each within half the memory; "
+                        "a workload's estimated operations at 200 B each within half)")
     json_flag(r)
     r.set_defaults(func=func)
 

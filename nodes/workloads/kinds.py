@@ -44,6 +44,37 @@ class RunContext:
 
 
 Check = Callable[[Mapping[str, Any], RunContext], None]
+Estimate = Callable[[Mapping[str, Any], RunContext], Mapping[str, int]]
+
+OP_BYTES = 200
+"""About what one built client operation holds in memory (the op, its attributes and
+the builder's working lists), in bytes: the unit of :func:`workload_size`'s bytes."""
+
+
+def _count(p: Mapping[str, Any], key: str) -> int:
+    """A size field as a count (0 when it is not a number: the builder refuses it)."""
+    v = p.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return 0
+    return max(int(min(v, 10**30)), 0)
+
+
+def _no_estimate(p: Mapping[str, Any], ctx: RunContext) -> Mapping[str, int]:
+    return {}
+
+
+def workload_size(kind: WorkloadKind, p: Mapping[str, Any], ctx: RunContext
+                  ) -> tuple[str | None, int, int]:
+    """Before the build: the size field that adds the most operations (a dotted path
+    in the section, or ``topology``; None without one), about how many operations the
+    workload will hold, and their bytes (:data:`OP_BYTES` each); cheap arithmetic from
+    the kind's ``estimate``."""
+    parts = kind.estimate(p, ctx)
+    if not parts:
+        return None, 0, 0
+    key = max(parts, key=lambda k: parts[k])
+    ops = sum(parts.values())
+    return key, ops, ops * OP_BYTES
 
 
 def _no_check(p: Mapping[str, Any], ctx: RunContext) -> None:
@@ -58,6 +89,8 @@ class WorkloadKind:
     - ``fields``: keys whose value a function checks and normalises (ValueError if bad);
     - ``serves``: the workload the routing cores must serve (``CoreInfo.workload`` of
       :mod:`nodes.cores`): the Kyra example's filters are stock notifications;
+    - ``estimate`` (section, run) -> operations by size field, before the build (see
+      :func:`workload_size`): cheap arithmetic, within a small factor of the built ops;
     - ``check`` (section, run) -> None, then ``build`` (section, run) -> the workload;
       ``build`` None: bulk data in rounds (the run plan's ``BulkPlan``), no client
       operations;
@@ -81,6 +114,7 @@ class WorkloadKind:
     serves: str
     build: Callable[[Mapping[str, Any], RunContext], Workload] | None = None
     check: Check = _no_check
+    estimate: Estimate = _no_estimate
     fields: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     timers_bound_run: bool = False
     repairs: int = 0
@@ -134,13 +168,25 @@ def _stock(p: Mapping[str, Any], ctx: RunContext) -> Workload:
     return w
 
 
+def _stock_estimate(p: Mapping[str, Any], ctx: RunContext) -> Mapping[str, int]:
+    """Each publisher's advertisement and publications (twice with a calibration
+    sample), each subscriber's subscription."""
+    pubs = _count(p, "n_publishers")
+    sample = 2 if p.get("calibration_seed") is not None else 1
+    burst = p.get("burst") if isinstance(p.get("burst"), Mapping) else {}
+    return {"pubs_per_publisher": pubs * _count(p, "pubs_per_publisher") * sample,
+            "n_publishers": pubs, "n_subscribers": _count(p, "n_subscribers"),
+            "burst.count": _count(burst, "count"),
+            "burst.n_subscribers": _count(burst, "n_subscribers")}
+
+
 def _stock_line(w: Mapping[str, Any], phase_s: float | None) -> str:
     return (f"workload stock: {w['clients']} clients, {w['ops']} operations, phase "
             f"{phase_s:g} s; measured selectivity {w['meta'].get('selectivity', 0):.4f}")
 
 
 STOCK = WorkloadKind(
-    name="stock", serves="stock", build=_stock, line=_stock_line,
+    name="stock", serves="stock", build=_stock, line=_stock_line, estimate=_stock_estimate,
     fields={"burst": burst_settings}, routing_load="underlay", capture_checked=True,
     defaults={
         "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
@@ -186,6 +232,17 @@ def _meghdoot(p: Mapping[str, Any], ctx: RunContext) -> Workload:
     return w
 
 
+def _meghdoot_estimate(p: Mapping[str, Any], ctx: RunContext) -> Mapping[str, int]:
+    """A step per subscription and per event, a join per peer (``topology``: the peers
+    are its brokers), and the trading days the quotes are drawn over (a quote per
+    symbol and day for skewed events)."""
+    days = _count(p, "n_days") * (_count(p, "n_symbols") if p.get("events") == "skewed"
+                                  else 1)
+    return {"n_subscriptions": _count(p, "n_subscriptions"),
+            "n_events": _count(p, "n_events"), "topology": len(brokers(ctx.graph)),
+            "n_days": days}
+
+
 def _meghdoot_line(w: Mapping[str, Any], phase_s: float | None) -> str:
     m = w["meta"]
     return (f"workload meghdoot: {m['n_subscriptions']} subscriptions and {m['n_events']} "
@@ -197,7 +254,7 @@ def _meghdoot_line(w: Mapping[str, Any], phase_s: float | None) -> str:
 # 115,000 events scaled by 0.1, its 10 % join probability scaled to the stream's length
 # (the paper's events are ours over the spec's scale), 100 symbols over 1,154 days.
 MEGHDOOT = WorkloadKind(
-    name="meghdoot", serves="meghdoot", build=_meghdoot,
+    name="meghdoot", serves="meghdoot", build=_meghdoot, estimate=_meghdoot_estimate,
     check=_needs_on_demand("a meghdoot workload builds its overlay while it runs"),
     line=_meghdoot_line, timers_bound_run=True, block="meghdoot",
     defaults={
@@ -241,6 +298,15 @@ def _codd(p: Mapping[str, Any], ctx: RunContext) -> Workload:
     return w
 
 
+def _codd_estimate(p: Mapping[str, Any], ctx: RunContext) -> Mapping[str, int]:
+    """A publication per document, a join and subscriptions per node (one per bucket),
+    and a member set per interest class (``k``)."""
+    nodes = len(brokers(ctx.graph))
+    return {"n_documents": _count(p, "n_documents"),
+            "buckets_per_node": nodes * (1 + _count(p, "buckets_per_node")),
+            "k": _count(p, "k") if p.get("interest") == "classes" else 0}
+
+
 def _codd_line(w: Mapping[str, Any], phase_s: float | None) -> str:
     m = w["meta"]
     interest = (f"interest classes k {m['k']}, c {m['c']} every {m['cf']}, selectivity "
@@ -256,6 +322,7 @@ def _codd_line(w: Mapping[str, Any], phase_s: float | None) -> str:
 # documents, selectivity 0.2, k = 20 interest classes, a shuffle of c = 4 every 200.
 CODD = WorkloadKind(
     name="codd", serves="codd", check=_codd_check, build=_codd, line=_codd_line,
+    estimate=_codd_estimate,
     repairs=5, block="codd",
     defaults={
         "kind": "codd", "n_documents": 10000, "interest": "classes", "selectivity": 0.2,
