@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -62,7 +61,7 @@ from nodes.runfolder import (
     log_path,
     read_manifest,
 )
-from nodes.time_left import TimeLeft
+from nodes.time_left import TimeLeft, write_line
 
 BIN_S = 0.1
 # The stages' relative lengths, for the estimate of the time left: the demo's analysis
@@ -80,7 +79,7 @@ class RunFolderError(RuntimeError):
 
 def progress(msg: str) -> None:
     """Progress goes to standard error, so --json output stays clean."""
-    print(f"[analyze] {msg}", file=sys.stderr, flush=True)
+    write_line(f"[analyze] {msg}")
 
 
 def _read_json(path: Path) -> Any:

@@ -206,6 +206,12 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     except (OSError, ValueError) as exc:
         raise SpecError(f"--beside {folder}: not {want} that finished "
                         f"({type(exc).__name__}: {exc})") from None
+    # A hand-edited or foreign index fails here in one line, not deep in the page.
+    rows = result.get("rows") if isinstance(result, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "figure" in r
+                                             and "metric" in r for r in rows):
+        raise SpecError(f"--beside {folder / REPRODUCTION_INDEX}: not the index of {want} "
+                        "(its rows are not a list of rows); reproduce it again")
     if (result.get("paper"), bool(result.get("quick"))) != (paper_name, quick):
         scale = "--quick" if result.get("quick") else "full scale"
         raise SpecError(f"--beside {folder}: a reproduction of {result.get('paper')!r} at "
@@ -213,7 +219,7 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     if result.get("runtime") == runtime:
         raise SpecError(f"--beside {folder}: runtime {runtime} as this one; wanted the "
                         f"other runtime")
-    if [(r["figure"], r["metric"]) for r in result.get("rows", [])] != figures:
+    if [(r["figure"], r["metric"]) for r in rows] != figures:
         raise SpecError(f"--beside {folder}: its rows are not the paper data file's now "
                         f"(written from another version of it); reproduce it again")
     try:

@@ -16,19 +16,40 @@ event reaches more peers as peers join, so the pace since the start said "65 % d
 about 3.6 min left" twenty minutes before the end of a 10,000-peer run. Work whose pace
 is steady gets the same estimate either way.
 
-It lives below ``experiments`` and ``analysis`` because both use it; it only formats
-lines and hands them to the caller's ``log``.
+It lives below ``experiments`` and ``analysis`` because both use it: it formats lines
+and hands them to the caller's ``log``, and :func:`write_line` is how every ``log``
+puts one on standard error (whole, so a harness reading a pipe sees each line).
 """
 
 from __future__ import annotations
 
 import bisect
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 PROGRESS_EVERY_S = 10.0  # wall-clock seconds between two lines about one step, at least
 # The pace is measured over this share of the time worked, the most recent.
 RECENT_SHARE = 1 / 3
+# Re-entrant: a signal handler calling write_line in a thread that holds the lock would
+# hang on a plain lock (handlers use experiments.progress.log_from_signal_handler).
+_WRITING = threading.RLock()
+
+
+def write_line(text: str) -> None:
+    """Write ``text`` on standard error as one whole line: its line breaks made spaces,
+    then the text and its newline in one write, flushed, one thread at a time.
+
+    ``print`` writes the text and the newline in two calls, so two threads logging at
+    once (an emulated run's progress ticker, its fault thread and its main thread) glued
+    their lines on a pipe: ``A`` ``B`` then two newlines. A carriage return inside would
+    redraw on a terminal and hide a line from a reader of the pipe; no line holds one.
+    """
+    line = " ".join(text.splitlines()) + "\n"
+    with _WRITING:
+        sys.stderr.write(line)
+        sys.stderr.flush()
 
 
 def duration_text(seconds: float) -> str:

@@ -407,3 +407,21 @@ def test_a_runs_cost_reads_in_mib_or_gib_and_says_when_its_peak_is_an_upper_boun
     # Emulated runs, and runs from before the manifest said: two dashes.
     assert cost_cells(None) == cost_cells({}) == (
         "<td class='num'>-</td><td class='num'>-</td>")
+
+
+@pytest.mark.parametrize("index", [{"paper": "meghdoot", "quick": True, "runtime": "emulated",
+                                    "rows": "notalist"}, ["not", "an", "object"]])
+def test_beside_refuses_an_index_whose_rows_are_not_rows(tmp_path: Path, index: object) -> None:
+    """A --beside folder whose reproduction.json is damaged: one line, nothing started."""
+    beside = tmp_path / "20261202-000000-reproduce-meghdoot-emulated-quick"
+    beside.mkdir()
+    (beside / "reproduction.json").write_text(json.dumps(index))
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--beside", str(beside), "--out", str(out)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"pubsublab: error: --beside {beside / 'reproduction.json'}: not the index of a folder "
+        "of `reproduce meghdoot --quick` (its rows are not a list of rows); reproduce it again"]
+    assert not out.exists() or not any(out.iterdir())

@@ -1,8 +1,9 @@
 """Long work says how far it is and about how long is left (:mod:`nodes.time_left`): the
 estimate itself on a clock the test moves, then the lines a user reads on standard error
 of a simulated run (per algorithm), a sweep (per point) and an LBDD simulation (per
-round). The emulated run's and the analysis' lines are checked on the demo
-(tests/test_demo.py); reproduce's in tests/test_reproduce.py."""
+round), and that every line arrives whole on a pipe, from threads logging at once too.
+The emulated run's and the analysis' lines are checked on the demo (tests/test_demo.py);
+reproduce's in tests/test_reproduce.py."""
 
 from __future__ import annotations
 
@@ -142,3 +143,46 @@ def test_bulk_rounds_say_each_round_and_the_time_left(tmp_path: Path) -> None:
                                            "lbdd failure"]
     assert {m["n"] for m in found} == {"7"}
     assert found[0]["left"] is None and all(m["left"] for m in found[1:])
+
+
+# Four threads logging at once, as an emulated run's progress ticker, fault thread and
+# main thread do, with standard error a pipe.
+_THREADS = """
+import threading
+from experiments.progress import log
+def lines(i):
+    for j in range(2000):
+        log(f"thread {i} line {j}")
+threads = [threading.Thread(target=lines, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+log("carriage\\rreturn and\\nnewline")
+"""
+
+
+def test_threads_logging_at_once_write_whole_lines_on_a_pipe() -> None:
+    res = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, timeout=120,
+                         check=True)
+    *lines, last = res.stderr.decode().split("\n")
+    body = re.compile(r"^\[pubsublab\] thread (\d) line (\d+)$")
+    glued = [ln for ln in lines[:-1] if not body.match(ln)]
+    assert not glued, glued[:3]
+    assert sorted((m[1], int(m[2])) for m in map(body.match, lines[:-1])) == sorted(
+        (str(i), j) for i in range(4) for j in range(2000))
+    # A message's own line breaks do not split or redraw its line.
+    assert lines[-1] == "[pubsublab] carriage return and newline" and last == ""
+    assert b"\r" not in res.stderr
+
+
+def test_a_simulated_run_on_a_pipe_writes_whole_lines(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "sim", "flood-demo",
+                          "--out", str(tmp_path)], capture_output=True, timeout=300,
+                         check=True)
+    err = res.stderr.decode()
+    assert "\r" not in err and err.endswith("\n"), err
+    lines = err.splitlines()
+    assert all(ln.startswith("[pubsublab] ") for ln in lines), lines
+    assert [m["label"] for m in _progress(lines, "simulating flood-demo")] == ["flood"]
+    assert lines[-1].startswith("[pubsublab] took "), lines

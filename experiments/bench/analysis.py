@@ -29,13 +29,13 @@ import json
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from nodes.emulated.runtime import BROKER_PORT
+from nodes.time_left import write_line
 
 SCAPY_SAMPLE = 20_000
 FLOWS = 8
@@ -46,7 +46,7 @@ _T0 = 1_790_000_000.0
 
 
 def _log(msg: str) -> None:
-    print(f"[bench analysis] {msg}", file=sys.stderr, flush=True)
+    write_line(f"[bench analysis] {msg}")
 
 
 def _frames() -> list[bytes]:

@@ -30,7 +30,6 @@ import bisect
 import json
 import os
 import platform
-import sys
 import threading
 import time
 from collections import Counter
@@ -48,6 +47,7 @@ from nodes.logs import Ev, iter_jsonl
 from nodes.metrics.summary import percentile
 from nodes.runfolder import RUNS_BASE, new_run_dir
 from nodes.sim.processing import CALIBRATION_FILE
+from nodes.time_left import write_line
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
@@ -74,7 +74,7 @@ _LEAD_S, _SETTLE_S = 1.0, 0.2  # alternating_saturation: before the first window
 
 
 def _log(msg: str) -> None:
-    print(f"[bench broker] {msg}", file=sys.stderr, flush=True)
+    write_line(f"[bench broker] {msg}")
 
 
 def _start_broker(emu: Emulation, out: Path) -> BrokerRun:

@@ -23,7 +23,6 @@ knee, where the emulated delays hold the network's and the quota's pauses.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from nodes.metrics.summary import delay_stats_ms
 from nodes.runfolder import RUNS_BASE, new_run_dir
 from nodes.sim.engine import simulate
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime
+from nodes.time_left import write_line
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import STOCK_SCHEMA
 from topologies.links import LinkParams
@@ -50,7 +50,7 @@ BROKER = "pc2"
 
 
 def _log(msg: str) -> None:
-    print(f"[bench chain] {msg}", file=sys.stderr, flush=True)
+    write_line(f"[bench chain] {msg}")
 
 
 def chain_workload(rate_hz: float, step_s: float, *, start_s: float = 1.0) -> Workload:

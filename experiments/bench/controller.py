@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 from tempfile import mkdtemp
@@ -37,6 +36,7 @@ from experiments.emulation.controller import ControllerProcess, read_registry
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import iperf3_json
 from experiments.emulation.network import Emulation
+from nodes.time_left import write_line
 from topologies.links import LinkParams
 from topologies.registry import build_graph
 
@@ -46,7 +46,7 @@ RTT_RE = re.compile(r"icmp_seq=(\d+) ttl=\d+ time=([\d.]+) ms")
 
 
 def _log(msg: str) -> None:
-    print(f"[bench controller] {msg}", file=sys.stderr, flush=True)
+    write_line(f"[bench controller] {msg}")
 
 
 def ping_rtts_ms(net: Any, a: str, b: str, count: int,
