@@ -250,8 +250,10 @@ def workload_fits(kind: WorkloadKind, p: Mapping[str, Any], run: RunContext,
 
 
 def _bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
-        if n < 1000 or unit == "EB":
+    """``n`` bytes in decimal units, three significant digits (EB past that)."""
+    units = ("B", "kB", "MB", "GB", "TB", "PB")
+    for unit in units:
+        if n < 1000:
             return f"{n:.3g} {unit}"
         n /= 1000
     return f"{n:.3g} EB"

@@ -105,7 +105,8 @@ def path_links(g: nx.Graph, a: str, b: str) -> list[tuple[str, str]]:
 
 class SimplePaths:
     """Which vertices of ``g`` lie on some simple path between two others
-    (:meth:`between`), from the graph's block-cut tree, built once.
+    (:meth:`between`, each pair worked out once), from the graph's block-cut tree, built
+    once.
 
     A vertex lies on some simple a-b path exactly when it belongs to a biconnected block
     on the path from ``a`` to ``b`` in the block-cut tree: inside a block any vertex lies
@@ -120,6 +121,7 @@ class SimplePaths:
         self._cuts = set(nx.articulation_points(g))
         self._tree = nx.Graph()
         self._block_of: dict[str, int] = {}
+        self._between: dict[tuple[str, str], frozenset[str]] = {}  # asked pairs, kept
         for i, block in enumerate(self._blocks):
             self._tree.add_node(("block", i))
             self._tree.add_edges_from((("block", i), ("cut", v)) for v in block & self._cuts)
@@ -129,6 +131,11 @@ class SimplePaths:
     def between(self, a: str, b: str) -> frozenset[str]:
         """The vertices on at least one simple path from ``a`` to ``b``, both ends
         included (``{a, b}`` when no path joins them)."""
+        if (a, b) not in self._between:
+            self._between[a, b] = self._find(a, b)
+        return self._between[a, b]
+
+    def _find(self, a: str, b: str) -> frozenset[str]:
         if a == b:
             return frozenset({a})
         if not nx.has_path(self._g, a, b):

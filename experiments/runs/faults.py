@@ -180,16 +180,13 @@ def delivery_faults(out_dir: Path, workload: Workload, summary: Mapping[str, Any
         published = {op.msg.key: (op.t_s, op.broker) for op in workload.ops
                      if op.msg.type is MsgType.PUBLISH}
         simple = SimplePaths(routes)
-        paths: dict[tuple[str, str], frozenset[str]] = {}
 
         def explained(key: MsgKey, sub: str) -> bool:
             if key not in published:
                 return False
             t_s, src = published[key]
-            ends = (src, workload.clients[sub])
-            if ends not in paths:
-                paths[ends] = simple.between(*ends)
-            return any(t_s >= t_crash - IN_FLIGHT_S and broker in paths[ends]
+            on_path = simple.between(src, workload.clients[sub])
+            return any(t_s >= t_crash - IN_FLIGHT_S and broker in on_path
                        for broker, t_crash in crashes)
 
         got = {key: Counter(subs) for key, subs in
