@@ -174,14 +174,8 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     t0 = time.monotonic()
     run_dir = run_dir.resolve()
     metrics = run_dir / METRICS_DIR
-    inputs = discover(run_dir)
+    inputs = _inputs(run_dir, log)
     algorithms = inputs["algorithms"]
-    if not algorithms:
-        raise RunFolderError(f"{run_dir}: no algorithm folders with logs or pcaps "
-                             "(is it a run folder?)")
-    pcap_mb = sum(Path(p["path"]).stat().st_size for p in inputs["pcaps"]) / 1e6
-    log(f"{run_dir.name}: {', '.join(algorithms)}; {len(inputs['pcaps'])} pcap files "
-        f"({pcap_mb:.1f} MB), {len(inputs['logs'])} logs")
     problems_acc = T.set_accumulator(spark)
     timing: dict[str, float] = {}
     progress = TimeLeft(run_dir.name, STAGES if report else STAGES[:-1], log, seconds=False)
@@ -202,21 +196,13 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     log(f"packets: {n_packets} parsed in {timing['packets_s']} s -> metrics/packets")
     progress.start()
 
-    addresses = spark.createDataFrame(inputs["addresses"] or [],
-                                      "algorithm string, ip string, broker string")
-    segments = T.overlay_segments(spark, inputs["pcaps"], port=BROKER_PORT,
-                                  problems=problems_acc, chunk_bytes=chunk_bytes)
-    frames = T.label_brokers(spark, T.wire_frames(spark, segments, problems=problems_acc),
-                             addresses).persist(StorageLevel.MEMORY_AND_DISK)
-    _write(frames, metrics / "wire_frames", "algorithm")
+    addresses, frames = _wire_frames(spark, inputs, metrics, problems_acc, chunk_bytes)
     n_frames = frames.count()
     t = step("wire_s", t)
     log(f"wire: {n_frames} overlay frames reassembled in {timing['wire_s']} s")
     progress.start()
 
-    events = T.events_from_logs(spark, inputs["logs"], problems=problems_acc
-                                ).persist(StorageLevel.MEMORY_AND_DISK)
-    _write(events, metrics / "log_events", "algorithm")
+    events = _log_events(spark, inputs, metrics, problems_acc)
     n_events = events.count()
     t = step("logs_s", t)
     log(f"logs: {n_events} records in {timing['logs_s']} s")
@@ -228,38 +214,17 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     t = step("tables_s", t)
     log(f"tables: ims, link time series, queues, delays, deliveries in {timing['tables_s']} s")
 
-    type_rows = [r.asDict() for r in by_type.collect()]
-    mismatched = [r.asDict() for r in cross.where(~F.col("match")).collect()]
-    flows = _flows_of(frames, mismatched)
-    delivery = {r["algorithm"]: r.asDict() for r in
-                T.delivery_summary(spark, deliveries).collect()}
-    stats = {r["algorithm"]: r.asDict() for r in T.delay_stats(spark, delays).collect()}
-    per_file: dict[str, int] = defaultdict(int)
-    for p in parts:
-        per_file[p["path"]] += p["packets"]
-    packets_by_alg: dict[str, int] = defaultdict(int)
-    for p in inputs["pcaps"]:
-        packets_by_alg[p["algorithm"]] += per_file.get(p["path"], 0)
+    per_file = _packets_per_file(parts)
+    absent = missing_logs(run_dir, algorithms)
+    per_alg = _per_algorithm(spark, inputs, per_file, absent, cross, by_type, frames, delays,
+                             deliveries)
     for df in (frames, events, cross, delays):
         df.unpersist()
 
-    absent = missing_logs(run_dir, algorithms)
     problems = (_problem_rows(problems_acc.value) + other
                 + _absent_inputs(run_dir, absent, inputs["pcaps"], per_file))
-    per_alg = {}
-    for alg in algorithms:
-        per_alg[alg] = _algorithm_result(alg, inputs, type_rows, mismatched, flows,
-                                         delivery.get(alg), stats.get(alg),
-                                         packets_by_alg.get(alg, 0))
-        per_alg[alg]["missing_logs"] = absent[alg]
-    checks = {a["wire_check"] for a in per_alg.values()}
     result = {
-        "run_dir": str(run_dir), "metrics_dir": str(metrics),
-        "wire_ims_by_type": _sum_types(per_alg, "wire_ims_by_type"),
-        "log_ims_by_type": _sum_types(per_alg, "log_ims_by_type"),
-        "log_sends_by_type": _sum_types(per_alg, "log_sends_by_type"),
-        "wire_matches_logs": all(a["wire_matches_logs"] for a in per_alg.values()),
-        "wire_check": next(c for c in ("disagree", "incomplete", "agree") if c in checks),
+        "run_dir": str(run_dir), "metrics_dir": str(metrics), **_totals(per_alg),
         "algorithms": per_alg, "packets": n_packets, "wire_frames": n_frames,
         "log_records": n_events, "problems": problems, "timing_s": timing,
     }
@@ -279,6 +244,88 @@ def run_analysis(spark: SparkSession, run_dir: Path, *, report: bool = True,
     (metrics / "analysis.json").write_text(json.dumps(result, indent=1, sort_keys=True,
                                                       default=str) + "\n")
     return result
+
+
+def _inputs(run_dir: Path, log: Progress) -> dict[str, Any]:
+    """The run folder's inputs (:func:`discover`), said in one line; RunFolderError when
+    it holds no algorithm's logs or captures."""
+    inputs = discover(run_dir)
+    algorithms = inputs["algorithms"]
+    if not algorithms:
+        raise RunFolderError(f"{run_dir}: no algorithm folders with logs or pcaps "
+                             "(is it a run folder?)")
+    pcap_mb = sum(Path(p["path"]).stat().st_size for p in inputs["pcaps"]) / 1e6
+    log(f"{run_dir.name}: {', '.join(algorithms)}; {len(inputs['pcaps'])} pcap files "
+        f"({pcap_mb:.1f} MB), {len(inputs['logs'])} logs")
+    return inputs
+
+
+def _packets_per_file(parts: list[dict[str, Any]]) -> dict[str, int]:
+    """The packets parsed per capture file, from the packet table's parts."""
+    per_file: dict[str, int] = defaultdict(int)
+    for p in parts:
+        per_file[p["path"]] += p["packets"]
+    return per_file
+
+
+def _log_events(spark: SparkSession, inputs: dict[str, Any], metrics: Path,
+                problems: T.Acc) -> DataFrame:
+    """The records of every log (persisted; written to ``metrics/log_events``)."""
+    events = T.events_from_logs(spark, inputs["logs"], problems=problems
+                                ).persist(StorageLevel.MEMORY_AND_DISK)
+    _write(events, metrics / "log_events", "algorithm")
+    return events
+
+
+def _wire_frames(spark: SparkSession, inputs: dict[str, Any], metrics: Path, problems: T.Acc,
+                 chunk_bytes: int) -> tuple[DataFrame, DataFrame]:
+    """The brokers' addresses, and the overlay's frames reassembled from the captures and
+    labelled with their brokers (persisted; written to ``metrics/wire_frames``)."""
+    addresses = spark.createDataFrame(inputs["addresses"] or [],
+                                      "algorithm string, ip string, broker string")
+    segments = T.overlay_segments(spark, inputs["pcaps"], port=BROKER_PORT,
+                                  problems=problems, chunk_bytes=chunk_bytes)
+    frames = T.label_brokers(spark, T.wire_frames(spark, segments, problems=problems),
+                             addresses).persist(StorageLevel.MEMORY_AND_DISK)
+    _write(frames, metrics / "wire_frames", "algorithm")
+    return addresses, frames
+
+
+def _per_algorithm(spark: SparkSession, inputs: dict[str, Any], per_file: dict[str, int],
+                   absent: dict[str, dict[str, list[str]]], cross: DataFrame,
+                   by_type: DataFrame, frames: DataFrame, delays: DataFrame,
+                   deliveries: DataFrame) -> dict[str, dict[str, Any]]:
+    """Each algorithm's result (:func:`_algorithm_result`) from the tables, collected;
+    ``per_file``: the packets parsed per capture file; ``absent``: the missing logs."""
+    type_rows = [r.asDict() for r in by_type.collect()]
+    mismatched = [r.asDict() for r in cross.where(~F.col("match")).collect()]
+    flows = _flows_of(frames, mismatched)
+    delivery = {r["algorithm"]: r.asDict() for r in
+                T.delivery_summary(spark, deliveries).collect()}
+    stats = {r["algorithm"]: r.asDict() for r in T.delay_stats(spark, delays).collect()}
+    packets_by_alg: dict[str, int] = defaultdict(int)
+    for p in inputs["pcaps"]:
+        packets_by_alg[p["algorithm"]] += per_file.get(p["path"], 0)
+    per_alg = {}
+    for alg in inputs["algorithms"]:
+        per_alg[alg] = _algorithm_result(alg, inputs, type_rows, mismatched, flows,
+                                         delivery.get(alg), stats.get(alg),
+                                         packets_by_alg.get(alg, 0))
+        per_alg[alg]["missing_logs"] = absent[alg]
+    return per_alg
+
+
+def _totals(per_alg: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's IMs by type over its algorithms, and its wire check: the worst of
+    theirs."""
+    checks = {a["wire_check"] for a in per_alg.values()}
+    return {
+        "wire_ims_by_type": _sum_types(per_alg, "wire_ims_by_type"),
+        "log_ims_by_type": _sum_types(per_alg, "log_ims_by_type"),
+        "log_sends_by_type": _sum_types(per_alg, "log_sends_by_type"),
+        "wire_matches_logs": all(a["wire_matches_logs"] for a in per_alg.values()),
+        "wire_check": next(c for c in ("disagree", "incomplete", "agree") if c in checks),
+    }
 
 
 def _tables(spark: SparkSession, run_dir: Path, algorithms: list[str], packets: DataFrame,

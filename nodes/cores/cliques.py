@@ -71,24 +71,43 @@ def server_cliques(
     would merge, a merge updates one row of the distance matrix and pushes the pairs
     whose distance grew, stale entries are skipped, and an empty heap is Fig. 5's stop.
     """
-    import numpy as np
     servers, dist = _matrix(latency_ms)
     limit = _max_distance(max_distance_ms)
     size_bound = _max_size(max_size)
-    n = len(servers)
-    # Complete linkage only ever takes maxima of the original latencies, so the loop runs
-    # on their ranks (equal latencies, equal ranks; unreachable pairs and pairs beyond the
-    # bound rank above ``top``), and a heap entry is one integer, (rank * n + a) * n + b
-    # for the pair of cliques a < b, which orders by distance, then by a, then by b (below
-    # n**4, so int64 holds it up to ~55,000 servers, far past what O(n²) memory allows).
+    rank, top = _ranks(dist, limit)
+    members = _merge(rank, top, size_bound)
+    cliques = [sorted(servers[i] for i in m) for m in members if m]
+    return sorted(cliques, key=operator.itemgetter(0))
+
+
+def _ranks(dist: np.ndarray, limit: float) -> tuple[np.ndarray, int]:
+    """The latencies' ranks (equal latencies, equal ranks) and ``top``, the highest rank
+    within ``limit`` ms (unreachable pairs and pairs beyond the bound rank above it).
+
+    Complete linkage only ever takes maxima of the original latencies, so the merging
+    runs on their ranks."""
+    import numpy as np
+    n = len(dist)
     values, inverse = np.unique(dist, return_inverse=True)
     rank = inverse.reshape(n, n).astype(np.int64)
     top = int(np.searchsorted(values, limit, side="right")) - 1
     if top >= 0 and not np.isfinite(values[top]):
         top -= 1
-    # A clique lives in the slot of its smallest server (servers are in sorted order),
-    # so a slot number is also the clique's name for tie-breaking: merging b into a < b
-    # keeps the merged clique's name in slot a.
+    return rank, top
+
+
+def _merge(rank: np.ndarray, top: int, size_bound: int) -> list[list[int]]:
+    """Merge the cliques (one per server at first) by the heap of :func:`server_cliques`,
+    updating ``rank`` in place; each slot's members (empty for a clique merged away).
+
+    A heap entry is one integer, (rank * n + a) * n + b for the pair of cliques a < b,
+    which orders by distance, then by a, then by b (below n**4, so int64 holds it up to
+    ~55,000 servers, far past what O(n²) memory allows). A clique lives in the slot of its
+    smallest server (servers are in sorted order), so a slot number is also the clique's
+    name for tie-breaking: merging b into a < b keeps the merged clique's name in slot a.
+    """
+    import numpy as np
+    n = len(rank)
     alive = np.ones(n, dtype=bool)
     size = np.ones(n, dtype=np.int64)
     members: list[list[int]] = [[i] for i in range(n)]
@@ -123,8 +142,7 @@ def server_cliques(
         hi = np.maximum(fresh, a)
         for key in ((new[fresh] * n + lo) * n + hi).tolist():
             heapq.heappush(heap, key)
-    cliques = [sorted(servers[i] for i in m) for m in members if m]
-    return sorted(cliques, key=operator.itemgetter(0))
+    return members
 
 
 def _matrix(latency_ms: Mapping[str, Mapping[str, float]]) -> tuple[list[str], np.ndarray]:

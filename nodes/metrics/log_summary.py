@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,62 +99,82 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     """
     names = set(broker_names)
     got = client_receipts(out_dir, workload)
-    ims: dict[str, int] = defaultdict(int)
-    tables: dict[str, list[int]] = defaultdict(list)
-    reached_s: dict[OpKey, float] = {}
-    matching_s: list[float] = []
-    drops: dict[str, int] = defaultdict(int)
-    episodes = 0
-    truncated: dict[str, dict[str, int]] = {}
-    refused = dict.fromkeys(REFUSALS, 0)
-    disconnected = dict.fromkeys(DISCONNECTIONS, 0)
-    handshake_errors = 0
+    brokers = _BrokerFigures()
     for b in sorted(names):
-        seen: set[OpKey] = set()
-        for r in iter_jsonl(log_path(out_dir, b)):
-            if "matching_ms" in r:
-                matching_s.append(r["matching_ms"] / 1000.0)
-            if r["ev"] == Ev.SEND and r.get("link") in names and r.get("type") != "HELLO":
-                ims[r["type"]] += 1
-            elif r["ev"] == Ev.RECV and r.get("link") in names and r.get("type") in CARRIES:
-                key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
-                if key not in seen:  # a broker's log is in time order: this is the first
-                    seen.add(key)
-                    reached_s[key] = max(reached_s.get(key, -math.inf), r["t_wall"])
-            elif r["ev"] == Ev.DROP:
-                drops[r.get("reason", "?")] += 1
-            elif r["ev"] == Ev.RECORD and r.get("kind") == "tables":
-                for kind in ("srt", "prt"):
-                    tables[kind].append(int(r.get(kind, 0)))
-            elif r["ev"] == Ev.LINK and r.get("state") == "refused" and r["reason"] in refused:
-                refused[r["reason"]] += 1
-            elif r["ev"] == Ev.LINK and r.get("state") == "down" and r["reason"] in disconnected:
-                disconnected[r["reason"]] += 1
-            elif r["ev"] == Ev.ERROR and r.get("stage") == "handshake":
-                handshake_errors += 1
-            elif r["ev"] == Ev.RECORD and r.get("kind") == "admission_suppressed":
-                # refusals and handshake errors counted, not written (rate limit)
-                for reason, n in r["refused"].items():
-                    if reason in refused:
-                        refused[reason] += n
-                handshake_errors += r["handshake_errors"]
-            elif r["ev"] == Ev.RECORD and r.get("kind") == "backpressure":
-                episodes += r.get("state") == "on"
-            elif r["ev"] == Ev.RECORD and r.get("kind") == "log_limit" \
-                    and r.get("state") == "final":
-                truncated[b] = r["skipped"]
+        brokers.read(b, iter_jsonl(log_path(out_dir, b)), names)
+    truncated = brokers.truncated
     for client in sorted(workload.clients):
         for r in iter_jsonl(log_path(out_dir, client), Ev.RECORD):
             if r.get("kind") == "log_limit" and r.get("state") == "final":
                 truncated[client] = r["skipped"]
-    delays = {"notification": got["delays_s"], "matching": matching_s,
-              **propagation_delays(got["sent_s"], reached_s)}
+    delays = {"notification": got["delays_s"], "matching": brokers.matching_s,
+              **propagation_delays(got["sent_s"], brokers.reached_s)}
     summary = build_summary(
         algorithm=algorithm, runtime=runtime, scale=scale, published=got["published"],
         expected=expected, deliveries=got["deliveries"],
-        ims_by_type=ims, delays_s=delays, table_sizes=tables, duration_s=got["span_s"])
-    summary.update(drops_by_reason=dict(sorted(drops.items())),
-                   backpressure_episodes=episodes, logs_truncated=truncated)
-    summary["admission"] = {"refused": refused, "disconnected": disconnected,
-                            "handshake_errors": handshake_errors}
+        ims_by_type=brokers.ims, delays_s=delays, table_sizes=brokers.tables,
+        duration_s=got["span_s"])
+    summary.update(drops_by_reason=dict(sorted(brokers.drops.items())),
+                   backpressure_episodes=brokers.episodes, logs_truncated=truncated)
+    summary["admission"] = {"refused": brokers.refused, "disconnected": brokers.disconnected,
+                            "handshake_errors": brokers.handshake_errors}
     return summary
+
+
+@dataclass
+class _BrokerFigures:
+    """What the brokers' logs say, summed over the brokers read so far (the fields of
+    :func:`summarize_logs`): IMs sent by type, table sizes, when each client operation
+    reached its last broker, matching times, drops by reason, backpressure episodes,
+    truncated logs, and the admission's counts."""
+
+    ims: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    tables: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    reached_s: dict[OpKey, float] = field(default_factory=dict)
+    matching_s: list[float] = field(default_factory=list)
+    drops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    episodes: int = 0
+    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSALS, 0))
+    disconnected: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(DISCONNECTIONS, 0))
+    handshake_errors: int = 0
+
+    def read(self, broker: str, records: Iterable[dict[str, Any]], names: set[str]) -> None:
+        """Add broker ``broker``'s log (its ``records``, in time order); ``names``: the
+        brokers, whose links are the overlay's."""
+        seen: set[OpKey] = set()
+        for r in records:
+            if "matching_ms" in r:
+                self.matching_s.append(r["matching_ms"] / 1000.0)
+            if r["ev"] == Ev.SEND and r.get("link") in names and r.get("type") != "HELLO":
+                self.ims[r["type"]] += 1
+            elif r["ev"] == Ev.RECV and r.get("link") in names and r.get("type") in CARRIES:
+                key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
+                if key not in seen:  # a broker's log is in time order: this is the first
+                    seen.add(key)
+                    self.reached_s[key] = max(self.reached_s.get(key, -math.inf), r["t_wall"])
+            elif r["ev"] == Ev.DROP:
+                self.drops[r.get("reason", "?")] += 1
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "tables":
+                for kind in ("srt", "prt"):
+                    self.tables[kind].append(int(r.get(kind, 0)))
+            elif (r["ev"] == Ev.LINK and r.get("state") == "refused"
+                  and r["reason"] in self.refused):
+                self.refused[r["reason"]] += 1
+            elif (r["ev"] == Ev.LINK and r.get("state") == "down"
+                  and r["reason"] in self.disconnected):
+                self.disconnected[r["reason"]] += 1
+            elif r["ev"] == Ev.ERROR and r.get("stage") == "handshake":
+                self.handshake_errors += 1
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "admission_suppressed":
+                # refusals and handshake errors counted, not written (rate limit)
+                for reason, n in r["refused"].items():
+                    if reason in self.refused:
+                        self.refused[reason] += n
+                self.handshake_errors += r["handshake_errors"]
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "backpressure":
+                self.episodes += r.get("state") == "on"
+            elif r["ev"] == Ev.RECORD and r.get("kind") == "log_limit" \
+                    and r.get("state") == "final":
+                self.truncated[broker] = r["skipped"]

@@ -135,12 +135,52 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     """
     meta = dict(workload.meta)
     clusters = clusters_of(graph)
+    rng = random.Random(f"{seed}/burst")
+    broker, eligible = _place_hrp(workload, clusters, settings, rng)
+
+    # The regular workload's clock and calendar.
+    t_adv_s = meta["start_s"] + meta.get("advertise_spread_s", 0.0)
+    gap_s = meta["phase_gap_s"]
+    t_sub0_s = meta["start_s"] + gap_s
+    sub_spread_s = meta.get("subscribe_spread_s") or 0.0
+    t_pub0_s = meta["start_s"] + 2 * gap_s
+    regular = [op for op in workload.ops if op.msg.type is MsgType.PUBLISH]
+    days = sorted({op.msg.payload["attrs"]["Date"] for op in regular}) or trading_days(1)
+
+    count, rate_hz = settings["count"], settings["rate_hz"]
+    t_first_s = t_pub0_s + settings["start_s"]
+    # Under the "advertisements" reading of selectivity, every advertisement is tight.
+    tight = meta.get("selectivity_of") == "advertisements"
+    quotes, new_ops = _hrp_ops(broker, days, count, rate_hz, t_adv_s, t_first_s, tight,
+                               seed)
+    clients = dict(workload.clients)
+    clients[HRP] = broker
+    n_subs = settings["n_subscribers"]
+    placed, sub_ops = _hrp_subscriber_ops(rng, eligible, n_subs, t_sub0_s, sub_spread_s)
+    clients.update(placed)
+
+    ops = tuple(sorted([*workload.ops, *new_ops, *sub_ops], key=lambda op: op.t_s))
+    meta["burst"] = {
+        **{k: settings[k] for k in ("rate_hz", "count", "start_s", "n_subscribers")},
+        "hrp": HRP, "broker": broker, "cluster": overlay_of(graph).nodes[broker].get("cluster"),
+        "symbol": HRP_SYMBOL, "subscribers": placed,
+        "clusters": len(clusters),
+        "t_first_s": t_first_s, "t_last_s": t_first_s + (count - 1) / rate_hz,
+        "hrp_pairs": count * n_subs, "regular_pairs": _regular_pairs(workload, quotes),
+    }
+    return Workload(workload.schema, clients, ops, meta)
+
+
+def _place_hrp(workload: Workload, clusters: Mapping[Any, list[str]],
+               settings: Mapping[str, Any], rng: random.Random
+               ) -> tuple[str, dict[Any, list[str]]]:
+    """The HRP's broker (``settings["broker"]``, or drawn) and, per cluster, the brokers
+    its subscribers may sit on; ValueError naming the field when they do not fit."""
     all_brokers = [b for bs in clusters.values() for b in bs]
     names = [HRP, *(f"{HRP_SUBSCRIBER_PREFIX}{i}" for i in range(settings["n_subscribers"]))]
     taken = sorted(set(names) & (set(workload.clients) | set(all_brokers)))
     if taken:  # logs are named after nodes: a client cannot share a broker's name
         raise ValueError(f"{_WHERE}: HRP client name(s) already used: {', '.join(taken)}")
-    rng = random.Random(f"{seed}/burst")
     broker = settings["broker"]
     if broker is None:
         broker = rng.choice(all_brokers)
@@ -154,60 +194,53 @@ def add_burst(workload: Workload, graph: nx.Graph, settings: Mapping[str, Any], 
     if empty:
         raise _bad("broker", broker, f"a broker whose cluster {empty[0]!r} has another "
                                      f"broker for the HRP's subscribers")
+    return broker, eligible
 
-    # The regular workload's clock and calendar.
-    t_adv_s = meta["start_s"] + meta.get("advertise_spread_s", 0.0)
-    gap_s = meta["phase_gap_s"]
-    t_sub0_s = meta["start_s"] + gap_s
-    sub_spread_s = meta.get("subscribe_spread_s") or 0.0
-    t_pub0_s = meta["start_s"] + 2 * gap_s
-    regular = [op for op in workload.ops if op.msg.type is MsgType.PUBLISH]
-    days = sorted({op.msg.payload["attrs"]["Date"] for op in regular}) or trading_days(1)
 
+def _hrp_ops(broker: str, days: list[str], count: int, rate_hz: float, t_adv_s: float,
+             t_first_s: float, tight: bool, seed: int
+             ) -> tuple[list[dict[str, Any]], list[ClientOp]]:
+    """The HRP's quotes (its own stock over the regular calendar) and its operations: the
+    advertisement (``tight``: bounded by the quotes), then a quote every ``1 / rate_hz``
+    s from ``t_first_s``."""
     stock = draw_stock(HRP_SYMBOL, random.Random(f"{seed}/burst/stock"))
-    count, rate_hz = settings["count"], settings["rate_hz"]
     tick_dates = [days[k * len(days) // count] for k in range(count)]
     quotes = quote_series(stock, tick_dates, seed)
-    # Under the "advertisements" reading of selectivity, every advertisement is tight.
-    tight = meta.get("selectivity_of") == "advertisements"
     adv = stock_advertisement([stock], days[0], days[-1], quotes if tight else ())
-    clients = dict(workload.clients)
-    clients[HRP] = broker
-    new_ops = [ClientOp(t_adv_s, HRP, broker, Message(
+    ops = [ClientOp(t_adv_s, HRP, broker, Message(
         MsgType.ADVERTISE, 1, HRP, payload={"filter": filter_to_json(adv)}))]
-    t_first_s = t_pub0_s + settings["start_s"]
     for k, attrs in enumerate(quotes):
         t_s = t_first_s + k / rate_hz
-        new_ops.append(ClientOp(t_s, HRP, broker, Message(
+        ops.append(ClientOp(t_s, HRP, broker, Message(
             MsgType.PUBLISH, k + 2, HRP, payload={"attrs": dict(attrs), "t_pub": t_s})))
+    return quotes, ops
 
-    order = list(clusters)
-    n_subs = settings["n_subscribers"]
+
+def _hrp_subscriber_ops(rng: random.Random, eligible: Mapping[Any, list[str]], n_subs: int,
+                        t_sub0_s: float, sub_spread_s: float
+                        ) -> tuple[dict[str, str], list[ClientOp]]:
+    """The HRP's subscribers, placed round-robin over the clusters on a drawn broker,
+    subscribing across the regular subscription phase: their brokers by name, their
+    operations."""
+    order = list(eligible)
     sub_filter = filter_to_json((Predicate("Symbol", "=", HRP_SYMBOL),))
     placed: dict[str, str] = {}
+    ops: list[ClientOp] = []
     for i in range(n_subs):
         name = f"{HRP_SUBSCRIBER_PREFIX}{i}"
-        b = clients[name] = placed[name] = rng.choice(eligible[order[i % len(order)]])
+        b = placed[name] = rng.choice(eligible[order[i % len(order)]])
         # Offset by half a slot, so the last one still lies inside the phase's spread.
         t_s = t_sub0_s + sub_spread_s * (i + 0.5) / n_subs
-        new_ops.append(ClientOp(t_s, name, b, Message(
+        ops.append(ClientOp(t_s, name, b, Message(
             MsgType.SUBSCRIBE, 1, name, payload={"filter": sub_filter})))
+    return placed, ops
 
-    # Regular subscriptions matching HRP quotes: stated, not hidden.
+
+def _regular_pairs(workload: Workload, quotes: list[dict[str, Any]]) -> int:
+    """The (quote, subscriber) pairs the regular subscriptions add: stated, not hidden. A
+    client with two matching subscriptions counts once."""
     index = SubscriptionIndex()
     for op in workload.ops:
         if op.msg.type is MsgType.SUBSCRIBE:
             index.add((op.client, op.msg.msg_id), filter_from_json(op.msg.payload["filter"]))
-    # A pair is a (quote, subscriber): a client with two matching subscriptions counts once.
-    regular_pairs = sum(len({client for client, _ in index.match(q)}) for q in quotes)
-
-    ops = tuple(sorted([*workload.ops, *new_ops], key=lambda op: op.t_s))
-    meta["burst"] = {
-        **{k: settings[k] for k in ("rate_hz", "count", "start_s", "n_subscribers")},
-        "hrp": HRP, "broker": broker, "cluster": overlay_of(graph).nodes[broker].get("cluster"),
-        "symbol": HRP_SYMBOL, "subscribers": placed,
-        "clusters": len(clusters),
-        "t_first_s": t_first_s, "t_last_s": t_first_s + (count - 1) / rate_hz,
-        "hrp_pairs": count * n_subs, "regular_pairs": regular_pairs,
-    }
-    return Workload(workload.schema, clients, ops, meta)
+    return sum(len({client for client, _ in index.match(q)}) for q in quotes)

@@ -79,56 +79,28 @@ def codd_workload(
                 for x, a in first_doc.items()}
     subscribes = {x: _subscribe_s(a, step_s, settle_s) for x, a in first_doc.items()}
 
-    members: list[set[str]] = [set() for _ in range(k)] if interest == "classes" else []
-    queries: dict[str, tuple[str, Filter]] = {}
+    # The draws, in this order: interests, leaves, crashes, then each document's.
+    members: list[set[str]] = []
+    symbols: list[str] = []
+    queries: dict[str, tuple[str, Filter]] | None = None
     if interest == "classes":
-        for x in consumers:
-            for b in rng.sample(range(k), buckets_per_node):
-                members[b].add(x)
-        initial = [sorted(s) for s in members]
+        members = _class_members(rng, consumers, k, buckets_per_node)
     else:
-        stocks = sorted(rng.sample(stock_universe(seed), N_SYMBOLS), key=lambda s: s.symbol)
-        symbols = [s.symbol for s in stocks]
-        days = trading_days(N_DAYS)
-        queries = {x: uniform_subscription(rng, symbols) for x in consumers}
-
+        symbols, queries = _stock_queries(rng, seed, consumers)
     leaves = _leaves(rng, first_doc, d, step_s, leave_fraction)
     crashes = _leaves(rng, {x: a for x, a in first_doc.items() if x not in leaves}, d, step_s,
                       crash_fraction)
 
-    timed, clients = _consumer_ops(root, consumers, queries if interest != "classes" else None,
-                                   arrivals, subscribes, settle_s, leaves, crashes)
-
-    bit = {x: 1 << n for n, x in enumerate(names)}
-    j_buckets = max(1, round(selectivity * k))
-    masks = [sum(bit[x] for x in s) for s in members]
-    index = SubscriptionIndex()
-    for n, (_, f) in enumerate(queries.values()):
-        index.add(n, f)
-    document_buckets: list[list[int]] = []
-    shuffle_documents: list[int] = []
-    shuffle_buckets: list[list[list[Any]]] = []
-    reached = 0
-    for i in range(d):
-        t = _document_s(i, step_s)
-        if interest == "classes":
-            if i and c and i % cf == 0:
-                rebuilt = _shuffle(rng, members, c)
-                for b in rebuilt:
-                    masks[b] = sum(bit[x] for x in members[b])
-                shuffle_documents.append(i)
-                shuffle_buckets.append([[b, sorted(members[b])] for b in rebuilt])
-            picked = rng.sample(range(k), j_buckets)
-            document_buckets.append(picked)
-            to = 0
-            for b in picked:
-                to |= masks[b]
-            reached += to.bit_count()
-            payload = {"seq": i, "t_s": t, "to": format(to, "x")}
-        else:
-            event = uniform_event(rng, symbols, days)
-            reached += len(index.match(event))
-            payload = {"seq": i, "t_s": t, "attrs": event}
+    timed, clients = _consumer_ops(root, consumers, queries, arrivals, subscribes, settle_s,
+                                   leaves, crashes)
+    if queries is None:
+        payloads, reached, by_interest = _class_documents(
+            rng, members, names, d, step_s, c, cf, max(1, round(selectivity * k)))
+    else:
+        payloads, reached = _stock_documents(rng, queries, symbols, d, step_s)
+        by_interest = {"templates": _templates(queries)}
+    for i, payload in enumerate(payloads):
+        t = payload["t_s"]
         timed.append((t, _DOCUMENT, ClientOp(t, PRODUCER, root, Message(
             MsgType.PUBLISH, i + 1, PRODUCER, payload=payload))))
 
@@ -144,19 +116,89 @@ def codd_workload(
         "addressed": [None if x == root else f"q-{x}" for x in names],
         "membership": membership, "settle_s": settle_s,
         "arrivals_s": arrivals, "leaves_s": dict(sorted(leaves.items())),
+        **by_interest,
     }
-    if interest == "classes":
-        meta.update({"buckets_per_document": j_buckets, "buckets": initial,
-                     "document_buckets": document_buckets,
-                     "shuffle_documents": shuffle_documents,
-                     "shuffle_buckets": shuffle_buckets})
-    else:
-        templates: dict[str, int] = {}
-        for template, _ in queries.values():
-            templates[template] = templates.get(template, 0) + 1
-        meta["templates"] = dict(sorted(templates.items()))
     schema = Schema({}) if interest == "classes" else MEGHDOOT_SCHEMA
     return Workload(schema, clients, tuple(op for _, _, op in timed), meta)
+
+
+def _class_members(rng: random.Random, consumers: Sequence[str], k: int,
+                   buckets_per_node: int) -> list[set[str]]:
+    """The ``k`` interest classes' consumers: each consumer in ``buckets_per_node`` of
+    them, drawn at random."""
+    members: list[set[str]] = [set() for _ in range(k)]
+    for x in consumers:
+        for b in rng.sample(range(k), buckets_per_node):
+            members[b].add(x)
+    return members
+
+
+def _stock_queries(rng: random.Random, seed: int, consumers: Sequence[str]
+                   ) -> tuple[list[str], dict[str, tuple[str, Filter]]]:
+    """The stock interest's symbols and each consumer's query (Meghdoot's templates)."""
+    stocks = sorted(rng.sample(stock_universe(seed), N_SYMBOLS), key=lambda s: s.symbol)
+    symbols = [s.symbol for s in stocks]
+    return symbols, {x: uniform_subscription(rng, symbols) for x in consumers}
+
+
+def _class_documents(rng: random.Random, members: list[set[str]], names: Sequence[str],
+                     n_documents: int, step_s: float, c: int, cf: int, j_buckets: int
+                     ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    """The documents addressed to interest classes, shuffling ``members`` every ``cf``
+    documents: each one's payload, the consumers they reach in all, and the classes'
+    ``meta`` (the buckets at the start, each document's, the shuffles)."""
+    initial = [sorted(s) for s in members]
+    bit = {x: 1 << n for n, x in enumerate(names)}
+    masks = [sum(bit[x] for x in s) for s in members]
+    payloads: list[dict[str, Any]] = []
+    document_buckets: list[list[int]] = []
+    shuffle_documents: list[int] = []
+    shuffle_buckets: list[list[list[Any]]] = []
+    reached = 0
+    for i in range(n_documents):
+        if i and c and i % cf == 0:
+            rebuilt = _shuffle(rng, members, c)
+            for b in rebuilt:
+                masks[b] = sum(bit[x] for x in members[b])
+            shuffle_documents.append(i)
+            shuffle_buckets.append([[b, sorted(members[b])] for b in rebuilt])
+        picked = rng.sample(range(len(members)), j_buckets)
+        document_buckets.append(picked)
+        to = 0
+        for b in picked:
+            to |= masks[b]
+        reached += to.bit_count()
+        payloads.append({"seq": i, "t_s": _document_s(i, step_s), "to": format(to, "x")})
+    return payloads, reached, {
+        "buckets_per_document": j_buckets, "buckets": initial,
+        "document_buckets": document_buckets, "shuffle_documents": shuffle_documents,
+        "shuffle_buckets": shuffle_buckets}
+
+
+def _stock_documents(rng: random.Random, queries: Mapping[str, tuple[str, Filter]],
+                     symbols: list[str], n_documents: int, step_s: float
+                     ) -> tuple[list[dict[str, Any]], int]:
+    """The stock interest's documents (Meghdoot's uniform events): each one's payload,
+    and the queries they match in all."""
+    days = trading_days(N_DAYS)
+    index = SubscriptionIndex()
+    for n, (_, f) in enumerate(queries.values()):
+        index.add(n, f)
+    payloads: list[dict[str, Any]] = []
+    reached = 0
+    for i in range(n_documents):
+        event = uniform_event(rng, symbols, days)
+        reached += len(index.match(event))
+        payloads.append({"seq": i, "t_s": _document_s(i, step_s), "attrs": event})
+    return payloads, reached
+
+
+def _templates(queries: Mapping[str, tuple[str, Filter]]) -> dict[str, int]:
+    """How many queries each template made, by template name."""
+    templates: dict[str, int] = {}
+    for template, _ in queries.values():
+        templates[template] = templates.get(template, 0) + 1
+    return dict(sorted(templates.items()))
 
 
 def _consumer_ops(root: str, consumers: Sequence[str],

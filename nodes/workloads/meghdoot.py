@@ -52,6 +52,7 @@ from nodes.model import Filter, Predicate, Schema, filter_to_json
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import (
     MEGHDOOT_TEMPLATES,
+    Stock,
     meghdoot_subscription,
     quote_series,
     stock_universe,
@@ -109,57 +110,29 @@ def meghdoot_workload(
     n_days: int = N_DAYS,
 ) -> Workload:
     """The workload of the module docstring; ValueError (one line) for bad arguments."""
-    if events not in EVENT_SETS or order not in ORDERS:
-        raise ValueError(f"events must be one of {EVENT_SETS} and order one of {ORDERS}, "
-                         f"got {events!r}, {order!r}")
-    if not peers or len(set(peers)) != len(peers) or n_subscriptions < 0 or n_events < 0:
-        raise ValueError("need distinct peers (at least one), n_subscriptions >= 0, "
-                         "n_events >= 0")
-    steps = n_subscriptions + n_events
-    if not events_scale > 0:
-        raise ValueError(f"need events_scale > 0, got {events_scale}")
+    _check_args(peers, n_subscriptions, n_events, events, order, events_scale)
     if join_probability == "paper":
-        if order == "joins_with_events":
-            paper_steps, ours = n_events / events_scale, n_events
-        else:
-            paper_steps, ours = n_subscriptions + n_events / events_scale, steps
-        join_probability = min(1.0, PAPER_JOIN_PROBABILITY * paper_steps / max(1, ours))
+        join_probability = _paper_join_probability(order, n_subscriptions, n_events,
+                                                    events_scale)
     if (isinstance(join_probability, str) or not 0 < join_probability <= 1 or step_s <= 0
             or not 1 <= n_symbols <= 500 or n_days < 1):
         raise ValueError("need 0 < join_probability <= 1 (or 'paper'), step_s > 0, "
                          "1 <= n_symbols <= 500, n_days >= 1")
     rng = random.Random(f"{seed}/meghdoot")
     stocks = sorted(rng.sample(stock_universe(seed), n_symbols), key=lambda s: s.symbol)
-    symbols = [s.symbol for s in stocks]
     days = trading_days(n_days)
-    attrs = tuple(MEGHDOOT_SCHEMA)
-    quotes: list[dict[str, Any]] = []
-    by_symbol: dict[str, list[dict[str, Any]]] = {}
+    draws = _Draws(rng, [s.symbol for s in stocks], days)
     if events == "skewed":
-        for s in stocks:
-            by_symbol[s.symbol] = [{a: q[a] for a in attrs}
-                                   for q in quote_series(s, days, seed)]
-        pool = [q for qs in by_symbol.values() for q in qs]
-        quotes = sorted(rng.sample(pool, min(n_events, len(pool))),
-                        key=lambda q: (q["Date"], q["Symbol"]))
-        if n_events > len(pool):
-            raise ValueError(f"n_events {n_events} > the {len(pool)} quotes of "
-                             f"{n_symbols} symbols over {n_days} days")
-    volumes = [q["Volume"] for q in quotes] or [0]
+        draws.draw_quotes(stocks, seed, n_events)
 
-    first = min(peers)
-    joining = iter([p for p in peers if p != first])
-    n_peers = len(peers)
-    live = [first]
+    overlay = _Overlay(peers)
     clients: dict[str, str] = {}
     ops: list[ClientOp] = []
-    joins: list[float] = []
-    membership: dict[str, list[list[float | None]]] = {first: [[0.0, None]]}
     subs_left, events_left = n_subscriptions, n_events
     templates: dict[str, int] = {}
-    for step in range(steps):
+    for step in range(n_subscriptions + n_events):
         t = step * step_s
-        peer = rng.choice(live)
+        peer = rng.choice(overlay.live)
         if order != "interleaved":
             is_sub = subs_left > 0
         else:
@@ -167,39 +140,119 @@ def meghdoot_workload(
         if is_sub:
             k = n_subscriptions - subs_left
             subs_left -= 1
-            if events == "skewed":
-                template, f = meghdoot_subscription(rng, by_symbol, symbols, volumes)
-            else:
-                template, f = uniform_subscription(rng, symbols)
+            template, f = draws.subscription()
             templates[template] = templates.get(template, 0) + 1
             client = f"s{k:06d}"
-            clients[client] = peer
             msg = Message(MsgType.SUBSCRIBE, 1, client, payload={"filter": filter_to_json(f)})
         else:
             k = n_events - events_left
             events_left -= 1
-            event = quotes[k] if events == "skewed" else uniform_event(rng, symbols, days)
+            event = draws.event(k)
             client = f"e-{peer}"
-            clients[client] = peer
             msg = Message(MsgType.PUBLISH, k + 1, client, payload={"attrs": event})
+        clients[client] = peer
         ops.append(ClientOp(t, client, peer, msg))
-        if (len(live) < n_peers and not (is_sub and order == "joins_with_events")
+        if (len(overlay.live) < overlay.bound and not (is_sub and order == "joins_with_events")
                 and rng.random() < join_probability):
-            name = next(joining)
-            t_join = t + step_s / 2
-            boot = rng.choice(live)
-            clients[f"j-{name}"] = name
-            ops.append(ClientOp(t_join, f"j-{name}", name,
-                                Message(MsgType.JOIN, 1, f"j-{name}",
-                                        payload={"bootstrap": boot})))
-            live.append(name)
-            joins.append(t_join)
-            membership[name] = [[t_join, None]]
+            overlay.join(rng, t + step_s / 2, clients, ops)
     meta = {
         "system": "meghdoot", "seed": seed, "events": events, "order": order,
-        "n_peers_bound": n_peers, "n_peers": len(live), "n_subscriptions": n_subscriptions,
-        "n_events": n_events, "join_probability": join_probability, "step_s": step_s,
+        "n_peers_bound": overlay.bound, "n_peers": len(overlay.live),
+        "n_subscriptions": n_subscriptions, "n_events": n_events,
+        "join_probability": join_probability, "step_s": step_s,
         "n_symbols": n_symbols, "n_days": n_days, "templates": dict(sorted(templates.items())),
-        "membership": membership, "settle_s": step_s / 2, "join_times_s": joins,
+        "membership": overlay.membership, "settle_s": step_s / 2,
+        "join_times_s": overlay.joins,
     }
     return Workload(MEGHDOOT_SCHEMA, clients, tuple(ops), meta)
+
+
+def _check_args(peers: Sequence[str], n_subscriptions: int, n_events: int, events: str,
+                order: str, events_scale: float) -> None:
+    """ValueError (one line) for a bad event set, order, peer list, count or scale."""
+    if events not in EVENT_SETS or order not in ORDERS:
+        raise ValueError(f"events must be one of {EVENT_SETS} and order one of {ORDERS}, "
+                         f"got {events!r}, {order!r}")
+    if not peers or len(set(peers)) != len(peers) or n_subscriptions < 0 or n_events < 0:
+        raise ValueError("need distinct peers (at least one), n_subscriptions >= 0, "
+                         "n_events >= 0")
+    if not events_scale > 0:
+        raise ValueError(f"need events_scale > 0, got {events_scale}")
+
+
+def _paper_join_probability(order: str, n_subscriptions: int, n_events: int,
+                            events_scale: float) -> float:
+    """The paper's join probability per step, spread over our steps so that as many
+    peers join over the run as over the paper's (module docstring)."""
+    if order == "joins_with_events":
+        paper_steps, ours = n_events / events_scale, n_events
+    else:
+        paper_steps = n_subscriptions + n_events / events_scale
+        ours = n_subscriptions + n_events
+    return min(1.0, PAPER_JOIN_PROBABILITY * paper_steps / max(1, ours))
+
+
+class _Draws:
+    """The subscriptions and events of the run, drawn from its one generator: uniform,
+    or (after :meth:`draw_quotes`) the skewed set over real quotes."""
+
+    def __init__(self, rng: random.Random, symbols: list[str], days: list[str]) -> None:
+        self._rng, self._symbols, self._days = rng, symbols, days
+        self._by_symbol: dict[str, list[dict[str, Any]]] = {}
+        self._quotes: list[dict[str, Any]] = []
+        self._volumes = [0]
+        self._skewed = False
+
+    def draw_quotes(self, stocks: Sequence[Stock], seed: int, n_events: int) -> None:
+        """Draw the skewed set's ``n_events`` events from the symbols' quotes, in date
+        order; ValueError when the quotes are fewer."""
+        attrs = tuple(MEGHDOOT_SCHEMA)
+        for s in stocks:
+            self._by_symbol[s.symbol] = [{a: q[a] for a in attrs}
+                                         for q in quote_series(s, self._days, seed)]
+        pool = [q for qs in self._by_symbol.values() for q in qs]
+        self._quotes = sorted(self._rng.sample(pool, min(n_events, len(pool))),
+                              key=lambda q: (q["Date"], q["Symbol"]))
+        if n_events > len(pool):
+            raise ValueError(f"n_events {n_events} > the {len(pool)} quotes of "
+                             f"{len(stocks)} symbols over {len(self._days)} days")
+        self._volumes = [q["Volume"] for q in self._quotes] or [0]
+        self._skewed = True
+
+    def subscription(self) -> tuple[str, Filter]:
+        """The next subscription: (template, filter)."""
+        if self._skewed:
+            return meghdoot_subscription(self._rng, self._by_symbol, self._symbols,
+                                         self._volumes)
+        return uniform_subscription(self._rng, self._symbols)
+
+    def event(self, k: int) -> dict[str, Any]:
+        """Event ``k`` of the run."""
+        if self._skewed:
+            return self._quotes[k]
+        return uniform_event(self._rng, self._symbols, self._days)
+
+
+class _Overlay:
+    """The peers as they join: the first is there from 0, the others join in name order
+    through a live peer drawn at random; who is live, when each joined."""
+
+    def __init__(self, peers: Sequence[str]) -> None:
+        first = min(peers)
+        self.bound = len(peers)
+        self._joining = iter([p for p in peers if p != first])
+        self.live = [first]
+        self.joins: list[float] = []
+        self.membership: dict[str, list[list[float | None]]] = {first: [[0.0, None]]}
+
+    def join(self, rng: random.Random, t_s: float, clients: dict[str, str],
+             ops: list[ClientOp]) -> None:
+        """The next peer joins at ``t_s``: its joining client and JOIN operation."""
+        name = next(self._joining)
+        boot = rng.choice(self.live)
+        clients[f"j-{name}"] = name
+        ops.append(ClientOp(t_s, f"j-{name}", name, Message(
+            MsgType.JOIN, 1, f"j-{name}", payload={"bootstrap": boot})))
+        self.live.append(name)
+        self.joins.append(t_s)
+        self.membership[name] = [[t_s, None]]

@@ -42,6 +42,7 @@ subscribers, publishers, leaves, crashes and phase times.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from nodes.messages import Message, MsgType
@@ -73,32 +74,17 @@ def churn_workload(
     """A churn workload over ``n_nodes`` nodes (see the module docstring);
     ``n_subscribers`` ``None``: every node subscribes. ``ValueError`` when the counts
     do not fit (publishers and churners are distinct, seeds never churn or publish)."""
-    if n_nodes < 1 or not 1 <= n_seeds <= n_nodes:
-        raise ValueError(f"need n_nodes >= 1 and 1 <= n_seeds <= n_nodes, got {n_nodes}, "
-                         f"{n_seeds}")
-    churners = n_leave + n_crash
-    if min(n_publishers, n_leave, n_crash, pubs_per_publisher) < 0 or n_topics < 1:
-        raise ValueError("counts must be >= 0 and n_topics >= 1")
-    if churners + n_publishers > n_nodes - n_seeds:
-        raise ValueError(f"{n_nodes} nodes cannot hold {n_seeds} seeds, {n_leave} leaving, "
-                         f"{n_crash} crashing and {n_publishers} distinct publishers")
+    _check_counts(n_nodes, n_seeds, n_publishers, pubs_per_publisher, n_topics, n_leave,
+                  n_crash)
     if min(join_gap_s, publish_gap_s, churn_gap_s) <= 0 or settle_s < 0 or join_start_s < 0:
         raise ValueError("gaps must be > 0, settle_s and join_start_s >= 0")
     rng = random.Random(f"{seed}/membership")
     width = len(str(n_nodes - 1))
     nodes = [f"{prefix}{i:0{width}d}" for i in range(n_nodes)]
-    clients = {f"c{i:0{width}d}": nodes[i] for i in range(n_nodes)}
-    client_of = {b: c for c, b in clients.items()}
-    ids = dict.fromkeys(clients, 0)
-    ops: list[ClientOp] = []
-
-    def op(t_s: float, node: str, mtype: MsgType, payload: dict[str, Any]) -> None:
-        c = client_of[node]
-        ids[c] += 1
-        ops.append(ClientOp(round(t_s, 9), c, node, Message(mtype, ids[c], c, 0, payload)))
-
+    log = _OpLog({f"c{i:0{width}d}": nodes[i] for i in range(n_nodes)})
+    # Every draw happens here, in this order, so a seed always gives the same workload.
     seeds = nodes[:n_seeds]
-    churn = rng.sample(nodes[n_seeds:], churners)
+    churn = rng.sample(nodes[n_seeds:], n_leave + n_crash)
     leaving, crashing = churn[:n_leave], churn[n_leave:]
     publishers = sorted(rng.sample([b for b in nodes[n_seeds:] if b not in set(churn)],
                                    n_publishers))
@@ -107,55 +93,24 @@ def churn_workload(
     topic = {b: f"t{rng.randrange(n_topics)}" for b in nodes}
     group = {b: seeds[i % n_seeds] for i, b in enumerate(nodes)}
 
-    membership: dict[str, list[list[float | None]]] = {}
-    t = join_start_s
-    for b in nodes:
-        joined = 0.0
-        if b not in seeds:
-            joined = t
-            for boot in seeds if b in publishers else [group[b]]:
-                op(t, b, MsgType.JOIN, {"bootstrap": boot})
-                t += join_gap_s
-        membership[b] = [[round(joined, 9), None]]
-        if b in subscribers:
-            sub = filter_to_json((Predicate("topic", "=", topic[b]),))
-            op(joined, b, MsgType.SUBSCRIBE, {"filter": sub})
+    membership, t = _join_phase(log, nodes, seeds, publishers, subscribers, topic, group,
+                                join_start_s, join_gap_s)
     last_join = t - join_gap_s if n_nodes > n_seeds else 0.0
-
-    def publish_phase(start_s: float, base: int) -> float:
-        end = start_s
-        for p, b in enumerate(publishers):
-            for j in range(pubs_per_publisher):
-                t_p = start_s + (j + p / max(1, len(publishers))) * publish_gap_s
-                op(t_p, b, MsgType.PUBLISH, {"attrs": {"topic": f"t{(j + p) % n_topics}",
-                                                       "seq": base + j}})
-                end = max(end, t_p)
-        return end
-
+    publications = _Publications(publishers, pubs_per_publisher, n_topics, publish_gap_s)
     phases: dict[str, float] = {"last_join_s": last_join}
     phases["publish1_s"] = p1 = last_join + settle_s
-    end = publish_phase(p1, 0)
+    end = publications.phase(log, p1, 0)
     churn_at: dict[str, float] = {}
     if churn:
-        c = end + settle_s
-        for b in churn:
-            churn_at[b] = round(c, 9)
-            op(c, b, MsgType.LEAVE if b in leaving else MsgType.CRASH, {})
-            membership[b][-1][1] = round(c, 9)
-            c += churn_gap_s
-        end = c - churn_gap_s
+        churn_at, end = _churn_phase(log, membership, churn, set(leaving), end + settle_s,
+                                     churn_gap_s)
         if rejoin and leaving:
-            t = end + settle_s
-            for b in leaving:
-                op(t, b, MsgType.JOIN, {"bootstrap": group[b]})
-                membership[b].append([round(t, 9), None])
-                t += join_gap_s
-            end = t - join_gap_s
+            end = _rejoin_phase(log, membership, leaving, group, end + settle_s, join_gap_s)
         phases["publish2_s"] = p2 = end + settle_s
-        end = publish_phase(p2, pubs_per_publisher)
+        end = publications.phase(log, p2, pubs_per_publisher)
     phases["end_s"] = end
 
-    ordered = tuple(sorted(ops, key=lambda o: o.t_s))  # stable: a JOIN precedes its SUBSCRIBE
+    ordered = tuple(sorted(log.ops, key=lambda o: o.t_s))  # stable: JOIN before SUBSCRIBE
     meta = {
         "generator": "membership", "seed": seed, "n_nodes": n_nodes, "settle_s": settle_s,
         "membership": membership, "seeds": seeds, "subscribers": sorted(subscribers),
@@ -163,7 +118,110 @@ def churn_workload(
         "crashes": {b: churn_at[b] for b in crashing}, "rejoin": rejoin, "phases": phases,
         "published": sum(o.msg.type is MsgType.PUBLISH for o in ordered),
     }
-    return Workload(MEMBERSHIP_SCHEMA, clients, ordered, meta)
+    return Workload(MEMBERSHIP_SCHEMA, log.clients, ordered, meta)
+
+
+def _check_counts(n_nodes: int, n_seeds: int, n_publishers: int, pubs_per_publisher: int,
+                  n_topics: int, n_leave: int, n_crash: int) -> None:
+    """ValueError unless the counts fit: publishers and churners distinct, seeds apart."""
+    if n_nodes < 1 or not 1 <= n_seeds <= n_nodes:
+        raise ValueError(f"need n_nodes >= 1 and 1 <= n_seeds <= n_nodes, got {n_nodes}, "
+                         f"{n_seeds}")
+    if min(n_publishers, n_leave, n_crash, pubs_per_publisher) < 0 or n_topics < 1:
+        raise ValueError("counts must be >= 0 and n_topics >= 1")
+    if n_leave + n_crash + n_publishers > n_nodes - n_seeds:
+        raise ValueError(f"{n_nodes} nodes cannot hold {n_seeds} seeds, {n_leave} leaving, "
+                         f"{n_crash} crashing and {n_publishers} distinct publishers")
+
+
+class _OpLog:
+    """The operations issued so far; each node's client numbers its messages from 1."""
+
+    def __init__(self, clients: dict[str, str]) -> None:
+        self.clients = clients
+        self._client_of = {b: c for c, b in clients.items()}
+        self._ids = dict.fromkeys(clients, 0)
+        self.ops: list[ClientOp] = []
+
+    def add(self, t_s: float, node: str, mtype: MsgType, payload: dict[str, Any]) -> None:
+        c = self._client_of[node]
+        self._ids[c] += 1
+        self.ops.append(ClientOp(round(t_s, 9), c, node,
+                                 Message(mtype, self._ids[c], c, 0, payload)))
+
+
+def _join_phase(log: _OpLog, nodes: list[str], seeds: list[str], publishers: list[str],
+                subscribers: set[str], topic: dict[str, str], group: dict[str, str],
+                start_s: float, gap_s: float
+                ) -> tuple[dict[str, list[list[float | None]]], float]:
+    """Every non-seed node JOINs (a publisher through every seed), every subscriber
+    subscribes as it joins; returns the membership so far and the time after the last
+    join."""
+    membership: dict[str, list[list[float | None]]] = {}
+    t = start_s
+    for b in nodes:
+        joined = 0.0
+        if b not in seeds:
+            joined = t
+            for boot in seeds if b in publishers else [group[b]]:
+                log.add(t, b, MsgType.JOIN, {"bootstrap": boot})
+                t += gap_s
+        membership[b] = [[round(joined, 9), None]]
+        if b in subscribers:
+            sub = filter_to_json((Predicate("topic", "=", topic[b]),))
+            log.add(joined, b, MsgType.SUBSCRIBE, {"filter": sub})
+    return membership, t
+
+
+@dataclass(frozen=True)
+class _Publications:
+    """One publication phase's schedule: each publisher's notifications a gap apart,
+    publisher p shifted by ``p / len(publishers)`` of a gap."""
+
+    publishers: list[str]
+    per_publisher: int
+    n_topics: int
+    gap_s: float
+
+    def phase(self, log: _OpLog, start_s: float, base: int) -> float:
+        """Issue one phase from ``start_s``, sequence numbers from ``base``; returns the
+        time of its last publication (``start_s`` without any)."""
+        end = start_s
+        for p, b in enumerate(self.publishers):
+            for j in range(self.per_publisher):
+                t_p = start_s + (j + p / max(1, len(self.publishers))) * self.gap_s
+                log.add(t_p, b, MsgType.PUBLISH,
+                        {"attrs": {"topic": f"t{(j + p) % self.n_topics}", "seq": base + j}})
+                end = max(end, t_p)
+        return end
+
+
+def _churn_phase(log: _OpLog, membership: dict[str, list[list[float | None]]],
+                 churn: list[str], leaving: set[str], start_s: float, gap_s: float
+                 ) -> tuple[dict[str, float], float]:
+    """The churners LEAVE (those in ``leaving``) or CRASH one gap apart, ending their
+    membership; returns each one's time and the last one's."""
+    churn_at: dict[str, float] = {}
+    c = start_s
+    for b in churn:
+        churn_at[b] = round(c, 9)
+        log.add(c, b, MsgType.LEAVE if b in leaving else MsgType.CRASH, {})
+        membership[b][-1][1] = round(c, 9)
+        c += gap_s
+    return churn_at, c - gap_s
+
+
+def _rejoin_phase(log: _OpLog, membership: dict[str, list[list[float | None]]],
+                  leaving: list[str], group: dict[str, str], start_s: float,
+                  gap_s: float) -> float:
+    """The nodes that left JOIN again through their group's seed, one gap apart; returns
+    the last one's time."""
+    t = start_s
+    for b in leaving:
+        log.add(t, b, MsgType.JOIN, {"bootstrap": group[b]})
+        membership[b].append([round(t, 9), None])
+        t += gap_s
+    return t - gap_s
 
 
 MEMBERSHIP_OPS = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
