@@ -2,7 +2,8 @@
 
 A summary block is one key of an algorithm's ``summary.json`` with figures of its own
 (``burst``, ``meghdoot``, ``codd``; the workload kinds name theirs, see
-:mod:`nodes.metrics.blocks`). A run draws the blocks its summaries have, no other.
+:mod:`nodes.metrics.blocks`). A run draws the blocks its summaries have, no other; a
+sweep draws those of :data:`SWEEP_SERIES_BLOCKS` with one series per swept value.
 """
 
 from __future__ import annotations
@@ -27,4 +28,24 @@ def draw_blocks(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> li
     for name, draw in BLOCK_FIGURES.items():
         if any(name in s for s in summaries.values()):
             written += draw({a: s.get(name) for a, s in summaries.items()}, out_dir)
+    return written
+
+
+# The blocks a sweep draws with one series per swept value (Meghdoot's figures compare
+# the paper's 100, 1,000, ... peers). The others' sweep figures are points over the swept
+# value (analysis.paper_figures), drawn beside these.
+SWEEP_SERIES_BLOCKS = ("meghdoot",)
+
+
+def draw_sweep_blocks(results: Mapping[str, Mapping[str, Mapping[str, Any]]], x_label: str,
+                      out_dir: Path) -> list[Path]:
+    """Draw, into ``out_dir``, the figures of every block of :data:`SWEEP_SERIES_BLOCKS`
+    that some summary of ``results`` ({swept value: {algorithm: summary}}) has, one series
+    per value labelled ``"<x_label> <value>"``; returns the PNGs written."""
+    written = []
+    for name in SWEEP_SERIES_BLOCKS:
+        if any(name in s for summaries in results.values() for s in summaries.values()):
+            written += BLOCK_FIGURES[name]({f"{x_label} {v}": summaries[alg].get(name)
+                                            for v, summaries in results.items()
+                                            for alg in summaries}, out_dir)
     return written

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.block_figures import draw_blocks
-from analysis.meghdoot import draw_meghdoot
+from analysis.block_figures import draw_blocks, draw_sweep_blocks
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
 from experiments.plan import RunPlan, compile_plan, pair_figures
 from experiments.progress import log
@@ -402,10 +401,8 @@ def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
         results[str(value)] = summaries
         progress.finish()
     write_json(sweep_dir / SWEEP, {"key": key, "values": values, "summaries": results})
-    figures = draw(points, sweep_dir, x_label=key.rsplit(".", 1)[-1],
-                   figures=OCTOPIA_FIGURES + BURST_FIGURES)
-    # Meghdoot's figures have one series per swept value (the paper's 100, 1,000, ...).
-    figures += draw_meghdoot({f"{key.rsplit('.', 1)[-1]} {v}": s.get(alg, {}).get("meghdoot")
-                              for v, s in results.items() for alg in s}, sweep_dir)
+    x_label = key.rsplit(".", 1)[-1]
+    figures = draw(points, sweep_dir, x_label=x_label, figures=OCTOPIA_FIGURES + BURST_FIGURES)
+    figures += draw_sweep_blocks(results, x_label, sweep_dir)
     log(f"figures: {', '.join(str(f) for f in figures)}")
     return sweep_dir, results
