@@ -250,14 +250,36 @@ def iter_jsonl(path: Path, ev: Ev | None = None, *, contains: str = ""
     """The records of a JSON-lines log, streamed (none if the file is missing); with
     ``ev``, only the records of that event; with ``contains``, only the lines holding
     that text (as written: compact JSON, e.g. ``'"state":"down"'``), a cheaper filter
-    where the event's name is also a field's, as ``link`` is."""
+    where the event's name is also a field's, as ``link`` is. A last line without its
+    newline is a record cut short (a node killed mid-write, or one still writing) and is
+    not read: :func:`torn_tail_bytes` says how long it is."""
     if not path.exists():
         return
     tag = f'"{ev}"' if ev is not None else ""
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             # Cheap filters before parsing: runs have millions of lines.
-            if tag in line and contains in line and line.strip():
+            if tag in line and contains in line and line.endswith("\n") and line.strip():
                 r = json.loads(line)
                 if ev is None or r.get("ev") == ev:
                     yield r
+
+
+def torn_tail_bytes(path: Path) -> int:
+    """Bytes after the last newline of a log: a record cut short, which :func:`iter_jsonl`
+    skips (0 for a log that ends whole, or a missing one). A node killed with SIGKILL
+    leaves one when it dies with its write buffer half on disk."""
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        back = 0
+        while back < size:
+            step = min(4096, size - back)
+            fh.seek(size - back - step)
+            chunk = fh.read(step)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                return back + step - newline - 1
+            back += step
+        return size

@@ -192,7 +192,12 @@ class FrameReader:
         buf, pos, bodies = self._buf, 0, []
         end = len(buf)
         while end - pos >= PREFIX_BYTES:
-            n_bytes = body_length(bytes(buf[pos:pos + PREFIX_BYTES]))
+            try:
+                n_bytes = body_length(bytes(buf[pos:pos + PREFIX_BYTES]))
+            except FrameError:
+                if bodies:  # the frames before a bad prefix are handled first
+                    break
+                raise
             if self._bound is not None and n_bytes > SMALL_BODY_BYTES:
                 del buf[:pos]
                 return bodies, 0 if bodies else n_bytes
