@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from nodes.emulated.admission import Limits
-from nodes.emulated.runtime import Violation
+from nodes.emulated.runtime import WRITE_BATCH_BYTES, Violation
 from nodes.logs import FILTER_CAP, FORGED_ORIGIN
 from nodes.messages import Message, MsgType
 
@@ -23,7 +23,7 @@ class ClientLink:
         self._max_filters = limits.max_filters_per_client
         self._filters = 0  # SUBSCRIBE and ADVERTISE messages taken so far
         # Frames delivered in this turn of the event loop, written together at its end
-        # (one system call for a whole batch of arrivals).
+        # or once they make WRITE_BATCH_BYTES (one system call for a batch of arrivals).
         self._pending: list[bytes] = []
         self._pending_bytes = 0
 
@@ -57,6 +57,8 @@ class ClientLink:
             asyncio.get_running_loop().call_soon(self._flush)
         self._pending.append(frame)
         self._pending_bytes += len(frame)
+        if self._pending_bytes >= WRITE_BATCH_BYTES:
+            self._flush()  # on to the kernel now: a batch is waiting bytes too
         return True
 
     def _flush(self) -> None:
