@@ -5,11 +5,12 @@ Every message the routing core sends to neighbour N goes through::
     Send -> output queue --pump--> [loss] -> delay line --release--> socket
             (count_in)    (count_out, `send` record)
 
-- The output queue is an application-level FIFO whose pump awaits ``drain()`` after each
-  message, so congestion shows as queue length (``write_buffer_bytes`` caps the socket's
-  buffers so that it shows early). Past ``high_water_msgs`` the link tells the broker
-  (``on_pressure``); a message that finds ``max_queue_msgs`` queued is dropped
-  (``queue_full``).
+- The output queue is an application-level FIFO whose pump writes what is queued in
+  batches (one system call each, no larger than ``write_buffer_bytes``) and awaits
+  ``drain()`` after each batch, so congestion shows as queue length
+  (``write_buffer_bytes`` caps the socket's buffers so that it shows early). Past
+  ``high_water_msgs`` the link tells the broker (``on_pressure``); a message that finds
+  ``max_queue_msgs`` queued is dropped (``queue_full``).
 - ``send`` means "left the output queue onto the link"; with in-broker emulation the frame
   then waits ``delay_ms`` (ms) in the delay line, and loss is drawn as it leaves the queue
   (the link's own seeded ``random.Random``). ``rate_mbps`` (Mbit/s, None: none) paces the
@@ -71,6 +72,7 @@ class OverlayLink:
         self._loss_p = loss_pct / 100.0
         self._rng = rng
         self._write_buffer_bytes = write_buffer_bytes
+        self._batch_bytes = min(WRITE_BATCH_BYTES, write_buffer_bytes or WRITE_BATCH_BYTES)
         # Seconds per byte of the per-stream rate (0: unpaced), and the loop time before
         # which the next frame may not leave the queue.
         self._pace_s_per_byte = 0.0 if rate_mbps is None else 8.0 / (rate_mbps * 1e6)
@@ -285,7 +287,8 @@ class OverlayLink:
                         await asyncio.sleep(wait_s)
                         continue  # the queue may have been flushed meanwhile
                 # Unpaced, what is queued leaves in one write (one system call), up to
-                # WRITE_BATCH_BYTES before the socket's backpressure is asked again.
+                # WRITE_BATCH_BYTES (no more than the socket's capped buffer holds, so
+                # congestion still shows in the queue) before backpressure is asked again.
                 frames: list[bytes] = []
                 batch_bytes = 0
                 while True:
@@ -294,7 +297,7 @@ class OverlayLink:
                         frames.append(frame)
                         batch_bytes += len(frame)
                     if (self._pace_s_per_byte or not self._queue
-                            or batch_bytes >= WRITE_BATCH_BYTES):
+                            or batch_bytes >= self._batch_bytes):
                         break
                 if frames:
                     writer.writelines(frames)
