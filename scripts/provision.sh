@@ -11,12 +11,14 @@ VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
 # chromium and chromium-driver: the test that opens `pubsublab reproduce`'s page headless.
 # tmux: the tests of `pubsublab watch` read its screen from a tmux pane.
 # git: every run's manifest records the revision (a bare Debian 12 has no git).
+# mosquitto and mosquitto-clients: the peer of `pubsublab bench broker --peer mosquitto`
+# (started on its own port by the benchmark; its load generator is mosquitto_pub).
 # python3-networkx, -yaml, -numpy: `mn --custom topologies/custom.py` runs the topology
 # builders in the system Python, and they reach nodes.cores, which imports numpy.
 APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
               python3-venv python3-pip python3-networkx python3-yaml python3-numpy
-              chromium chromium-driver tmux git)
+              chromium chromium-driver tmux git mosquitto mosquitto-clients)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 

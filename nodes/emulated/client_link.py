@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from nodes.emulated.admission import Limits
-from nodes.emulated.runtime import Violation
+from nodes.emulated.runtime import WRITE_BATCH_BYTES, Violation
 from nodes.logs import FILTER_CAP, FORGED_ORIGIN
 from nodes.messages import Message, MsgType
 
@@ -22,6 +22,10 @@ class ClientLink:
         self._queue_bytes = limits.client_queue_bytes
         self._max_filters = limits.max_filters_per_client
         self._filters = 0  # SUBSCRIBE and ADVERTISE messages taken so far
+        # Frames delivered in this turn of the event loop, written together at its end
+        # or once they make WRITE_BATCH_BYTES (one system call for a batch of arrivals).
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def admit(self, msg: Message) -> None:
         """Check a message from the client before the core sees it; :class:`Violation`
@@ -40,14 +44,29 @@ class ClientLink:
         would exceed ``client_queue_bytes``: then drop the connection at once, with what
         waits (a slow consumer), and return False. A client with nothing waiting always
         takes the frame, however large."""
-        waiting = self.writer.transport.get_write_buffer_size()  # not yet in the kernel
+        # Not yet in the kernel: the transport's buffer and this turn's frames.
+        waiting = self.writer.transport.get_write_buffer_size() + self._pending_bytes
         if waiting and waiting + len(frame) > self._queue_bytes:
             # abort(), not close(): close() would keep the unsent bytes until the client
             # reads them, which a slow consumer may never do.
+            self._pending.clear()
+            self._pending_bytes = 0
             self.writer.transport.abort()
             return False
-        self.writer.write(frame)
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        if self._pending_bytes >= WRITE_BATCH_BYTES:
+            self._flush()  # on to the kernel now: a batch is waiting bytes too
         return True
 
+    def _flush(self) -> None:
+        if self._pending and not self.writer.transport.is_closing():
+            self.writer.writelines(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+
     def close(self) -> None:
+        self._flush()
         self.writer.close()

@@ -5,11 +5,12 @@ Every message the routing core sends to neighbour N goes through::
     Send -> output queue --pump--> [loss] -> delay line --release--> socket
             (count_in)    (count_out, `send` record)
 
-- The output queue is an application-level FIFO whose pump awaits ``drain()`` after each
-  message, so congestion shows as queue length (``write_buffer_bytes`` caps the socket's
-  buffers so that it shows early). Past ``high_water_msgs`` the link tells the broker
-  (``on_pressure``); a message that finds ``max_queue_msgs`` queued is dropped
-  (``queue_full``).
+- The output queue is an application-level FIFO whose pump writes what is queued in
+  batches (one system call each, no larger than ``write_buffer_bytes``) and awaits
+  ``drain()`` after each batch, so congestion shows as queue length
+  (``write_buffer_bytes`` caps the socket's buffers so that it shows early). Past
+  ``high_water_msgs`` the link tells the broker (``on_pressure``); a message that finds
+  ``max_queue_msgs`` queued is dropped (``queue_full``).
 - ``send`` means "left the output queue onto the link"; with in-broker emulation the frame
   then waits ``delay_ms`` (ms) in the delay line, and loss is drawn as it leaves the queue
   (the link's own seeded ``random.Random``). ``rate_mbps`` (Mbit/s, None: none) paces the
@@ -32,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 
 from nodes.cores.interface import LinkWindow
-from nodes.emulated.runtime import log_now
+from nodes.emulated.runtime import WRITE_BATCH_BYTES, log_now
 from nodes.frames import encode
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
@@ -71,6 +72,7 @@ class OverlayLink:
         self._loss_p = loss_pct / 100.0
         self._rng = rng
         self._write_buffer_bytes = write_buffer_bytes
+        self._batch_bytes = min(WRITE_BATCH_BYTES, write_buffer_bytes or WRITE_BATCH_BYTES)
         # Seconds per byte of the per-stream rate (0: unpaced), and the loop time before
         # which the next frame may not leave the queue.
         self._pace_s_per_byte = 0.0 if rate_mbps is None else 8.0 / (rate_mbps * 1e6)
@@ -284,32 +286,52 @@ class OverlayLink:
                     if wait_s > 0:
                         await asyncio.sleep(wait_s)
                         continue  # the queue may have been flushed meanwhile
-                msg, frame = self._queue.popleft()
-                if self._pace_s_per_byte:
-                    # Back to back, the next slot follows this one exactly (a timer that
-                    # fired a little late is not lost rate); after an idle spell it starts now.
-                    now = loop.time()
-                    start = self._free_at if now - self._free_at < PACE_SLACK_S else now
-                    self._free_at = start + len(frame) * self._pace_s_per_byte
-                self._count_out += 1
-                if self._pressed:
-                    self._eased()
-                fields = message_fields(msg, len(frame))
-                log_now(self._log, Ev.SEND, link=self.neighbour, **fields)
-                if self._loss_p and self._rng.random() < self._loss_p:
-                    log_now(self._log, Ev.DROP, link=self.neighbour, reason="loss", **fields)
-                    continue
-                if self._delay_s:
-                    self._line.append((loop.time() + self._delay_s, frame, msg))
-                    if self._release_timer is None:
-                        self._release_timer = loop.call_at(self._line[0][0], self._release)
-                else:
-                    writer.write(frame)
+                # Unpaced, what is queued leaves in one write (one system call), up to
+                # WRITE_BATCH_BYTES (no more than the socket's capped buffer holds, so
+                # congestion still shows in the queue) before backpressure is asked again.
+                frames: list[bytes] = []
+                batch_bytes = 0
+                while True:
+                    frame = self._take(loop)
+                    if frame is not None:
+                        frames.append(frame)
+                        batch_bytes += len(frame)
+                    if (self._pace_s_per_byte or not self._queue
+                            or batch_bytes >= self._batch_bytes):
+                        break
+                if frames:
+                    writer.writelines(frames)
                     self._written_s = time.monotonic()
                 await writer.drain()
         except ConnectionError:
             # The reader of this connection sees it end and reports the link down.
             writer.close()
+
+    def _take(self, loop: asyncio.AbstractEventLoop) -> bytes | None:
+        """Take the next message off the queue onto the link (its ``send`` record, and
+        the pace's next slot); its frame to write now, or ``None`` when the emulated wire
+        loses it or delays it (the delay line writes it later)."""
+        msg, frame = self._queue.popleft()
+        if self._pace_s_per_byte:
+            # Back to back, the next slot follows this one exactly (a timer that
+            # fired a little late is not lost rate); after an idle spell it starts now.
+            now = loop.time()
+            start = self._free_at if now - self._free_at < PACE_SLACK_S else now
+            self._free_at = start + len(frame) * self._pace_s_per_byte
+        self._count_out += 1
+        if self._pressed:
+            self._eased()
+        fields = message_fields(msg, len(frame))
+        log_now(self._log, Ev.SEND, link=self.neighbour, **fields)
+        if self._loss_p and self._rng.random() < self._loss_p:
+            log_now(self._log, Ev.DROP, link=self.neighbour, reason="loss", **fields)
+            return None
+        if self._delay_s:
+            self._line.append((loop.time() + self._delay_s, frame, msg))
+            if self._release_timer is None:
+                self._release_timer = loop.call_at(self._line[0][0], self._release)
+            return None
+        return frame
 
     def _release(self) -> None:
         loop = asyncio.get_running_loop()
