@@ -119,6 +119,29 @@ def test_log_summary_equals_the_in_memory_summary(tmp_path: Path) -> None:
         assert from_logs[alg.name]["delivered"] == memory["delivered"]
 
 
+def test_a_torn_log_is_read_to_its_last_record_and_named(tmp_path: Path) -> None:
+    """A broker killed mid-write leaves half a record at the end of its log: the summary
+    reads every whole record before it, gives the same figures, and names the torn tail."""
+    plan = compile_plan(load_spec("demo"))
+    run_dir, _ = run_simulation(plan, tmp_path)
+    w = workload_from_jsonl(run_dir / "workload.jsonl")
+    expected = expected_deliveries(w)
+    alg = plan.algorithms[0]
+
+    def summary() -> dict[str, Any]:
+        return summarize_logs(run_dir / alg.name, plan.overlay.nodes, w, alg.name,
+                              "simulated", plan.spec.scale, expected)
+
+    whole = summary()
+    assert "logs_torn" not in whole
+    broker = sorted(plan.overlay.nodes)[0]
+    with open(run_dir / alg.name / f"{broker}.jsonl", "ab") as fh:
+        fh.write(b'{"ev":"recv","hops":1,"lin')
+    torn = summary()
+    assert torn.pop("logs_torn") == {broker: len(b'{"ev":"recv","hops":1,"lin')}
+    assert torn == whole
+
+
 def test_simulated_logs_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
     """Two processes with different PYTHONHASHSEED write byte-identical logs."""
     logs = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodes.logs import DISCONNECTIONS, REFUSALS, Ev, iter_jsonl
+from nodes.logs import DISCONNECTIONS, REFUSALS, Ev, iter_jsonl, torn_tail_bytes
 from nodes.metrics.summary import (
     CARRIES,
     MATCHED_TYPES,
@@ -90,7 +90,9 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
     brokers saw: ``queue_full``, ``link_down``, ``loss``, ...); ``backpressure_episodes``
     the times a broker stopped reading its clients (the overload policy of
     docs/design/broker.md); ``logs_truncated`` the nodes whose log reached its bound, with
-    the records of single messages it skipped (the per-message figures above are then partial).
+    the records of single messages it skipped (the per-message figures above are then partial);
+    ``logs_torn``, present only then, the nodes whose log ends in a record cut short (a
+    node killed mid-write), with its length in bytes: the records before it are read.
     ``admission`` counts what the brokers turned away (:mod:`nodes.emulated.admission`), every
     code present: ``refused`` connections by code, clients ``disconnected`` by code
     (a slow consumer's missing notifications are among ``missing``), and
@@ -118,6 +120,10 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
                    backpressure_episodes=brokers.episodes, logs_truncated=truncated)
     summary["admission"] = {"refused": brokers.refused, "disconnected": brokers.disconnected,
                             "handshake_errors": brokers.handshake_errors}
+    torn = {node: n for node in sorted(names | set(workload.clients))
+            if (n := torn_tail_bytes(log_path(out_dir, node)))}
+    if torn:
+        summary["logs_torn"] = torn
     return summary
 
 
