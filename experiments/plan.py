@@ -49,11 +49,12 @@ from experiments.emulation.capture import plan_capture
 from experiments.runs.resources import physical_memory_bytes
 from experiments.spec import BrokerSpec, CaptureSpec, LinkChange, Spec, SpecError
 from nodes.cores import CORES, core_info, resolve_params
+from nodes.cores.params import ParamValueError, is_integer, short_repr
 from nodes.emulated.runtime import BROKER_PORT
 from nodes.sim.processing import DEFAULT_BUFFER_MSGS, Processing, ServiceTime, calibrated_service
 from nodes.workloads.bulk import GIB, BulkPlan
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
-from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind, workload_size
+from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind, check_types, workload_size
 from nodes.workloads.ops import Workload
 from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
@@ -484,11 +485,12 @@ def workload_params(spec: Spec) -> dict[str, Any]:
         raise SpecError(f"workload: unknown field(s) {', '.join(unknown)}; allowed: "
                         f"{', '.join(sorted(kind.defaults))}")
     resolved = {**kind.defaults, **spec.workload}
-    for key, checked in kind.fields.items():
-        try:
+    try:
+        check_types(kind, resolved)  # before anything derives from the values
+        for key, checked in kind.fields.items():
             resolved[key] = checked(resolved[key])
-        except ValueError as exc:  # names its field
-            raise SpecError(str(exc)) from None
+    except ValueError as exc:  # names its field
+        raise SpecError(str(exc)) from None
     return resolved
 
 
@@ -528,6 +530,8 @@ def run_derived(algorithms: Sequence[AlgorithmPlan], overlay: nx.Graph,
             try:
                 alg = replace(alg, derived=derive(latency, subscriptions, calibration,
                                                   alg.params))
+            except ParamValueError as exc:
+                raise SpecError(f"routing.params.{alg.name}.{exc.param}: {exc}") from None
             except ValueError as exc:
                 raise SpecError(f"routing.algorithms: {alg.name} cannot derive its routing "
                                 f"from this run: {exc}") from None
@@ -541,10 +545,12 @@ def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPla
     if publisher not in names:
         raise SpecError(f"workload.publisher: bad value {publisher!r}; allowed: {names}")
     others = tuple(b for b in names if b != publisher)
-    counts = tuple(p["subscriber_counts"] or [len(others)])
-    if not all(isinstance(n, int) and 1 <= n <= len(others) for n in counts):
-        raise SpecError(f"workload.subscriber_counts: bad value {counts!r}; allowed: "
-                        f"integers 1..{len(others)}")
+    counts = p["subscriber_counts"] or [len(others)]
+    if not isinstance(counts, list | tuple) or not all(
+            is_integer(n) and 1 <= n <= len(others) for n in counts):
+        raise SpecError(f"workload.subscriber_counts: bad value {short_repr(counts)}; "
+                        f"allowed: a list of integers 1..{len(others)}")
+    counts = tuple(counts)
     slice_bytes = int(p["slice_kb"] * 1024)
     data_bytes = max(slice_bytes, round(p["data_gb"] * GIB * spec.scale))
     failure = p["failure"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from nodes.cores.params import short_repr
+from nodes.cores.params import is_integer, is_number, short_repr
 from topologies.links import LinkParams
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -36,6 +36,7 @@ class SpecError(ValueError):
 MAX_SPEC_BYTES = 1_000_000
 MAX_ALIASES = 50  # YAML anchors a spec may refer to; an alias bomb needs many more
 MAX_NODES = 100_000  # values in a spec once its aliases are expanded
+MAX_DEPTH = 64  # nested lists and mappings; a spec's deepest holds a handful
 # Bounds of a changed link rate (Mbit/s), scheduled or by hand: tc parses "0.001Mbit"
 # but not the exponent "1e-05Mbit" that a smaller rate would print as.
 MIN_LINK_MBPS, MAX_LINK_MBPS = 1e-3, 100_000.0
@@ -47,10 +48,12 @@ def _fail(where: str, value: Any, allowed: str) -> SpecError:
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """YAML's safe loader that refuses duplicate keys (YAML keeps the last one silently)
-    and counts aliases (an alias bomb expands a few hundred bytes into gigabytes)."""
+    """YAML's safe loader that refuses duplicate keys (YAML keeps the last one silently),
+    counts aliases (an alias bomb expands a few hundred bytes into gigabytes) and nesting
+    (the composer recurses: thousands of levels end in Python's recursion limit)."""
 
     aliases = 0
+    depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -58,7 +61,15 @@ class _SpecLoader(yaml.SafeLoader):
             if self.aliases > MAX_ALIASES:
                 raise SpecError(f"spec: more than {MAX_ALIASES} YAML aliases; allowed: "
                                 f"at most {MAX_ALIASES} (write the values out)")
-        return super().compose_node(parent, index)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            line = self.peek_event().start_mark.line + 1
+            raise SpecError(f"spec line {line}: lists and mappings nested more than "
+                            f"{MAX_DEPTH} deep; allowed: at most {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
@@ -70,6 +81,13 @@ class _SpecLoader(yaml.SafeLoader):
                                 "one mapping; allowed: each key once")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 reads a float only with a dot and a signed exponent, so 1e-300 and 2.5e3 were
+# strings that no number field takes; they are floats here, as in YAML 1.2.
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def _count_nodes(data: Any, limit: int) -> int:
@@ -111,8 +129,8 @@ def _take(d: Mapping[str, Any], where: str, known: set[str]) -> dict[str, Any]:
 
 def _number(v: Any, where: str, *, lo: float, hi: float = float("inf"),
             integer: bool = False) -> float:
-    ok_type = isinstance(v, int) if integer else isinstance(v, int | float)
-    if isinstance(v, bool) or not ok_type or not lo <= v <= hi:
+    ok_type = is_integer(v) if integer else is_number(v)
+    if not ok_type or not lo <= v <= hi:
         kind = "an integer" if integer else "a number"
         raise _fail(where, v, f"{kind} in [{lo}, {hi}]")
     return v
@@ -469,6 +487,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     keys = path.strip().split(".")
     if not all(keys):
         raise SpecError(f"--set {assignment!r}: empty key in {path!r}")
+    if len(keys) > MAX_DEPTH:
+        raise SpecError(f"--set {short_repr(assignment)}: {len(keys)} keys; allowed: at "
+                        f"most {MAX_DEPTH}")
     node = data
     for k in keys[:-1]:
         nxt = node.setdefault(k, {})

@@ -278,7 +278,7 @@ def test_plan_builds_the_papers_defaults_over_the_brokers() -> None:
 
 @pytest.mark.parametrize(("field", "value", "allowed"), [
     ("n_documents", 0, "an integer >= 1"),
-    ("n_documents", 2.5, "an integer >= 1"),
+    ("n_documents", 2.5, r"an integer \(its default is 10000\)"),  # its type first
     ("interest", "xml", "one of classes, stock"),
     ("selectivity", 0, r"a number in \(0, 1\]"),
     ("selectivity", 1.5, r"a number in \(0, 1\]"),
@@ -288,7 +288,7 @@ def test_plan_builds_the_papers_defaults_over_the_brokers() -> None:
     ("buckets_per_node", 0, r"an integer 1..k \(20\)"),
     ("step_s", 0, "a number > 0"),
     ("leave_fraction", 1.5, r"a number in \[0, 1\]"),
-    ("leave_fraction", True, r"a number in \[0, 1\]"),
+    ("leave_fraction", True, r"a finite number \(its default is 0.0\)"),
     ("crash_fraction", -0.1, r"a number in \[0, 1\]"),
 ])
 def test_plan_refuses_bad_values_in_one_line(field: str, value: Any, allowed: str) -> None:

@@ -74,10 +74,13 @@ def test_access_links_carry_the_given_rate() -> None:
 
 
 @pytest.mark.parametrize("params, field", [({"preset": "ts9"}, "preset"),
-                                           ({"n_servers": 0}, "n"),
+                                           ({"n_servers": 0}, "n_servers"),
+                                           ({"n_servers": 385}, "n_servers"),
                                            ({"placement_seed": "x"}, "placement_seed")])
 def test_bad_parameters_are_one_line_errors(params: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=f"transit-stub.*{field}: bad value"):
+    """Each error names the parameter the spec set (``n_servers``, not the placement's
+    own ``n``)."""
+    with pytest.raises(ValueError, match=f"'transit-stub': {field}: bad value"):
         build_graph("transit-stub", {"preset": "ts400", **params})
 
 

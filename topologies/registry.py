@@ -95,6 +95,12 @@ def _overlay(link: LinkParams | None, *, edges: Any = DEFAULT_TREE) -> nx.Graph:
             for p in pairs):
         raise ValueError(f"edges: bad value {edges!r}; allowed: 'a-b,b-c' or a list of "
                          f"name pairs")
+    given: set[frozenset[str]] = set()
+    for a, b in pairs:  # a graph merges a repeated edge silently: refuse it instead
+        if frozenset((a, b)) in given:
+            raise ValueError(f"edges: edge {a}-{b} given twice (in either direction); "
+                             "allowed: each edge once")
+        given.add(frozenset((a, b)))
     overlay = nx.Graph()
     overlay.add_edges_from(pairs)
     return overlay_as_links_graph(overlay, link or UNSHAPED)

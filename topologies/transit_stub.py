@@ -207,17 +207,20 @@ def server_names(n: int) -> list[str]:
     return [f"s{i:0{width}d}" for i in range(n)]
 
 
-def place_servers(graph: nx.Graph, n: int, seed: int) -> dict[str, Hashable]:
+def place_servers(graph: nx.Graph, n: int, seed: int, *,
+                  names: tuple[str, str] = ("n", "seed")) -> dict[str, Hashable]:
     """``n`` servers (:func:`server_names`) on distinct stub routers drawn by
-    ``random.Random(seed)`` from the sorted stub routers: ``{server: router}``."""
+    ``random.Random(seed)`` from the sorted stub routers: ``{server: router}``. A bad
+    ``n`` or ``seed`` is a ValueError naming it as ``names`` say (the caller's fields)."""
+    n_name, seed_name = names
     if not _is_int(n) or n < 1:
-        raise ValueError(f"n: bad value {n!r}; allowed: an integer >= 1")
+        raise ValueError(f"{n_name}: bad value {n!r}; allowed: an integer >= 1")
     if not _is_int(seed):
-        raise ValueError(f"seed: bad value {seed!r}; allowed: an integer")
+        raise ValueError(f"{seed_name}: bad value {seed!r}; allowed: an integer")
     stubs = sorted(r for r, kind in graph.nodes(data="kind") if kind == STUB)
     if n > len(stubs):
-        raise ValueError(f"n: bad value {n!r}; allowed: at most {len(stubs)} (one server "
-                         f"per stub router)")
+        raise ValueError(f"{n_name}: bad value {n!r}; allowed: at most {len(stubs)} (one "
+                         f"server per stub router)")
     return dict(zip(server_names(n), random.Random(seed).sample(stubs, n), strict=True))
 
 
@@ -273,13 +276,11 @@ def transit_stub_servers_graph(n_servers: int, params: TransitStubParams, placem
     of a mesh); Kyra's cliques and trees and the multicast groups are derived from
     ``latency_ms`` and reach any server over links opened on demand
     (``routing.links: on-demand``)."""
-    if not _is_int(placement_seed):
-        raise ValueError(f"placement_seed: bad value {placement_seed!r}; allowed: an integer")
     underlay = generate(params)
     # "srv000" ...: the stock workload names its subscribers s0, s1, ..., and a client
     # may not share a broker's name (one log file each).
-    placement = {f"srv{name[1:]}": router for name, router
-                 in place_servers(underlay, n_servers, placement_seed).items()}
+    placement = {f"srv{name[1:]}": router for name, router in place_servers(
+        underlay, n_servers, placement_seed, names=("n_servers", "placement_seed")).items()}
     latency, hops = server_latency(underlay, placement)
     overlay = nx.Graph()
     overlay.add_nodes_from(placement)

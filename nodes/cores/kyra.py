@@ -42,7 +42,7 @@ from nodes.cores.interface import Action, Arrived, Deliver, Event, FromClient, S
 from nodes.cores.overlay import latency_mst, tree_neighbours
 from nodes.cores.params import Param
 from nodes.cores.siena import SienaCore
-from nodes.cores.zones import balanced_cuts, zone_filter, zone_index
+from nodes.cores.zones import balanced_cuts, require_attrs, zone_filter, zone_index
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Value, filter_from_json, filter_to_json, overlaps
 
@@ -109,11 +109,10 @@ def derive_layout(
 ) -> KyraLayout:
     """Cliques, zones and trees (docs/design/kyra-cores.md) for the servers of ``latency_ms`` (ms,
     all pairs), a ``calibration`` sample of events' attributes and the declared
-    ``params`` (:data:`PARAMS`, resolved). ValueError for an empty sample or an event of
-    it without ``zone_attr``."""
+    ``params`` (:data:`PARAMS`, resolved). ValueError for an empty sample,
+    ParamValueError for an event of it without ``zone_attr``."""
     attr = params["zone_attr"]
-    if any(attr not in ev for ev in calibration):
-        raise ValueError(f"a calibration event lacks the zone attribute {attr!r}")
+    require_attrs("zone_attr", attr, [attr], calibration)
     values = [ev[attr] for ev in calibration]
     cliques = tuple(tuple(c) for c in server_cliques(latency_ms, params["max_distance_ms"],
                                                      params["max_clique_size"]))

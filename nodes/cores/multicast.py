@@ -42,8 +42,8 @@ from nodes.cores.actions import fan_out, unhandled
 from nodes.cores.interface import Action, Arrived, Event, FromClient, Send
 from nodes.cores.multicast_groups import forgy_kmeans, interest_vectors, multicast_groups
 from nodes.cores.overlay import latency_mst, tree_neighbours
-from nodes.cores.params import Param
-from nodes.cores.zones import balanced_cuts, zone_index
+from nodes.cores.params import Param, ParamValueError
+from nodes.cores.zones import balanced_cuts, require_attrs, zone_index
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Interval, Value, filter_bounds, filter_from_json
@@ -157,15 +157,14 @@ def derive_layout(
     ``latency_ms`` (ms, all pairs), their ``subscriptions`` (every filter each server's
     clients will subscribe to), a ``calibration`` sample of events' attributes and the
     declared ``params`` (:data:`PARAMS`, resolved). ``grouping`` (lists of cells) replaces
-    K-means, for the paper's hand-made Fig. 3. ValueError for an event of the sample
-    without a cell attribute or an empty sample."""
+    K-means, for the paper's hand-made Fig. 3. ParamValueError for an event of the
+    sample without a cell attribute, ValueError for an empty sample."""
     servers = sorted(latency_ms)
     cell_attrs = tuple(a.strip() for a in str(params["cell_attrs"]).split(",") if a.strip())
     if not cell_attrs:
-        raise ValueError("cell_attrs names no attribute")
-    for ev in calibration:
-        if any(a not in ev for a in cell_attrs):
-            raise ValueError(f"a calibration event lacks a cell attribute {cell_attrs}: {ev}")
+        raise ParamValueError("cell_attrs", params["cell_attrs"],
+                              "comma-separated attribute names")
+    require_attrs("cell_attrs", params["cell_attrs"], cell_attrs, calibration)
     cuts = tuple(tuple(balanced_cuts([ev[a] for ev in calibration], params["cells_per_attr"]))
                  for a in cell_attrs)
     cells = list(itertools.product(*(range(len(c) + 1) for c in cuts)))

@@ -12,12 +12,38 @@ clusters, tree neighbours, addresses) are not declared: a spec cannot set them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_KINDS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,),
-                                       "str": (str,)}
+
+def is_integer(value: Any) -> bool:
+    """An int, not a bool (YAML's ``true`` is Python's 1, and no count is meant by it)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float, not a bool (``.nan`` and ``.inf`` are no setting)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # a huge int overflows isfinite
+
+
+# Each kind's test, and how an error message says what it wants.
+KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (is_integer, "an integer"),
+    "float": (is_number, "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def kind_of(value: Any) -> str | None:
+    """The kind of :data:`KINDS` a default ``value`` belongs to (None: none of them)."""
+    for kind in ("bool", "int", "float", "str"):  # bool first: a bool is an int too
+        if KINDS[kind][0](value):
+            return kind
+    return None
 
 
 @dataclass(frozen=True)
@@ -45,10 +71,9 @@ class Param:
         resolve again to themselves."""
         if value is None and self.default is None:
             return None
-        types = _KINDS[self.kind]
-        ok = isinstance(value, types) and not (self.kind != "bool" and isinstance(value, bool))
+        ok = KINDS[self.kind][0](value)
         if ok and self.kind in ("int", "float"):
-            ok = (math.isfinite(value) and (self.minimum is None or value >= self.minimum)
+            ok = ((self.minimum is None or value >= self.minimum)
                   and (self.maximum is None or value <= self.maximum))
         if ok and self.choices:
             ok = value in self.choices
@@ -69,6 +94,16 @@ class Param:
                 "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum,
                 **({"maximum": self.maximum} if self.maximum is not None else {}),
                 **({"choices": list(self.choices)} if self.choices else {})}
+
+
+class ParamValueError(ValueError):
+    """A declared param's value that this run cannot use, found only when the core derives
+    its routing from the run (a zone attribute its events lack): ``param`` names it, so
+    the run plan can name the spec field."""
+
+    def __init__(self, param: str, value: Any, allowed: str) -> None:
+        super().__init__(f"bad value {short_repr(value)}; allowed: {allowed}")
+        self.param = param
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -17,9 +17,25 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from nodes.cores.params import ParamValueError
 from nodes.model import Filter, Predicate, Value
+
+
+def require_attrs(param: str, value: object, attrs: Sequence[str],
+                  sample: Sequence[Mapping[str, Value]]) -> None:
+    """A :class:`ParamValueError` naming ``param`` (whose ``value`` names ``attrs``) unless
+    every event of the calibration ``sample`` carries each of ``attrs``: a zone needs its
+    attribute's value in every event it cuts."""
+    if not sample:
+        return
+    common = set.intersection(*(set(ev) for ev in sample))
+    missing = [a for a in attrs if a not in common]
+    if missing:
+        raise ParamValueError(param, value, f"attributes every calibration event has "
+                              f"({', '.join(sorted(common)) or 'none'}); {missing[0]!r} "
+                              "is not one")
 
 
 def balanced_cuts(sample: Sequence[Value], n: int) -> list[Value]:

@@ -4,11 +4,11 @@ for the simulator (:func:`bulk_workload`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.cores.params import is_integer, is_number, short_repr
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
 from nodes.workloads.bulkdata import data_messages, slice_count
@@ -61,11 +61,22 @@ def stream_cap_mbps(value: Any) -> float | None:
     number) or None (no cap); a ValueError with the one-line message otherwise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value < math.inf):
-        raise ValueError(f"workload.stream_mbps: bad value {value!r}; allowed: a positive "
-                         "number of Mbit/s (the per-connection rate cap) or null")
+    if not is_number(value) or value <= 0:
+        raise ValueError(f"workload.stream_mbps: bad value {short_repr(value)}; allowed: a "
+                         "positive number of Mbit/s (the per-connection rate cap) or null")
     return float(value)
+
+
+MAX_SLICE_KB = 2**20  # 1 GiB: a slice is one message, held whole in memory
+
+
+def slice_kb(value: Any) -> int:
+    """``workload.slice_kb`` checked: the slice size in KiB, an integer from 1 to
+    :data:`MAX_SLICE_KB`; a ValueError with the one-line message otherwise."""
+    if not is_integer(value) or not 1 <= value <= MAX_SLICE_KB:
+        raise ValueError(f"workload.slice_kb: bad value {short_repr(value)}; allowed: an "
+                         f"integer from 1 to {MAX_SLICE_KB} (KiB)")
+    return value
 
 
 def bulk_workload(plan: BulkPlan, subscribers: Sequence[str]) -> Workload:

@@ -50,13 +50,13 @@ The spec's ``workload.burst`` (``null`` or absent: no burst; missing fields take
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
 
+from nodes.cores.params import is_integer, is_number
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, filter_from_json, filter_to_json
@@ -93,9 +93,8 @@ def burst_settings(raw: Any) -> dict[str, Any] | None:
 
     def number(key: str, *, positive: bool, integer: bool) -> None:
         v = s[key]
-        ok = isinstance(v, int) if integer else isinstance(v, int | float)
-        if (isinstance(v, bool) or not ok or not math.isfinite(v)
-                or not (v > 0 if positive else v >= 0)):
+        ok = is_integer(v) if integer else is_number(v)
+        if not ok or not (v > 0 if positive else v >= 0):
             kind = "an integer" if integer else "a number"
             raise _bad(key, v, f"{kind} {'> 0' if positive else '>= 0'}")
 

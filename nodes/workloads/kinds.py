@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from nodes.workloads.bulk import stream_cap_mbps
+from nodes.cores.params import KINDS, is_number, kind_of, short_repr
+from nodes.workloads.bulk import slice_kb, stream_cap_mbps
 from nodes.workloads.burst import add_burst, burst_settings
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.interests import publication_attrs
@@ -54,7 +55,7 @@ the builder's working lists), in bytes: the unit of :func:`workload_size`'s byte
 def _count(p: Mapping[str, Any], key: str) -> int:
     """A size field as a count (0 when it is not a number: the builder refuses it)."""
     v = p.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+    if not is_number(v):
         return 0
     return max(int(min(v, 10**30)), 0)
 
@@ -121,6 +122,25 @@ class WorkloadKind:
     block: str | None = None
     routing_load: Literal["always", "underlay", "never"] = "never"
     capture_checked: bool = False
+
+
+def check_types(kind: WorkloadKind, p: Mapping[str, Any]) -> None:
+    """ValueError (one line naming the field) for the first value of section ``p`` that is
+    not of its default's type: an integer for an int default (``true`` is no count), a
+    finite number for a float one, a string, a bool or a list. Keys with a ``fields``
+    check, and keys whose default is None, are left to that check or to the builder."""
+    for key, default in kind.defaults.items():
+        if key in kind.fields or default is None:
+            continue
+        value = p[key]
+        if isinstance(default, list):
+            ok, allowed = isinstance(value, list), "a list"
+        else:
+            test, allowed = KINDS[kind_of(default)]
+            ok = test(value)
+        if not ok:
+            raise ValueError(f"workload.{key}: bad value {short_repr(value)}; allowed: "
+                             f"{allowed} (its default is {default!r})")
 
 
 def _needs_on_demand(why: str) -> Check:
@@ -200,7 +220,7 @@ STOCK = WorkloadKind(
 # --- bulk -------------------------------------------------------------------------------
 
 BULK = WorkloadKind(
-    name="bulk", serves="bulk", fields={"stream_mbps": stream_cap_mbps},
+    name="bulk", serves="bulk", fields={"stream_mbps": stream_cap_mbps, "slice_kb": slice_kb},
     line=lambda w, phase_s: f"workload bulk: {w.get('bulk') or 'depth sweep'}",
     defaults={
         "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
@@ -250,6 +270,14 @@ def _meghdoot_line(w: Mapping[str, Any], phase_s: float | None) -> str:
             f"peers joined, {w['ops']} operations, phase {phase_s:g} s")
 
 
+def _join_probability(v: Any) -> Any:
+    """``workload.join_probability``: ``paper`` or a probability; ValueError otherwise."""
+    if v == "paper" or (is_number(v) and 0 < v <= 1):
+        return v
+    raise ValueError(f"workload.join_probability: bad value {short_repr(v)}; allowed: paper "
+                     "or a number in (0, 1]")
+
+
 # Meghdoot's stream (nodes.workloads.meghdoot): the paper's 14,029 subscriptions, its
 # 115,000 events scaled by 0.1, its 10 % join probability scaled to the stream's length
 # (the paper's events are ours over the spec's scale), 100 symbols over 1,154 days.
@@ -257,6 +285,7 @@ MEGHDOOT = WorkloadKind(
     name="meghdoot", serves="meghdoot", build=_meghdoot, estimate=_meghdoot_estimate,
     check=_needs_on_demand("a meghdoot workload builds its overlay while it runs"),
     line=_meghdoot_line, timers_bound_run=True, block="meghdoot",
+    fields={"join_probability": _join_probability},
     defaults={
         "kind": "meghdoot", "n_subscriptions": 14029, "n_events": 11500,
         "events": "uniform", "join_probability": "paper", "order": "interleaved",
