@@ -26,14 +26,17 @@ def _sigterm(_signo: int, _frame: object) -> None:
 
 def analyze(run_dir: Path, master: str | None, *, report: bool) -> dict[str, Any]:
     """Start Spark (``master``, default local), analyse ``run_dir``, stop Spark; the
-    result. RuntimeError (one line) when ``run_dir`` is not a folder. ``pubsublab
+    result. RuntimeError (one line) when ``run_dir`` is not a folder or its manifest
+    cannot be read (analysis.run_manifest), both before Spark starts. ``pubsublab
     analyze`` calls this too."""
-    from analysis.pipeline import run_analysis
+    from analysis.pipeline import progress, run_analysis
+    from analysis.run_manifest import checked_manifest
     from analysis.session import spark_session
 
     if not run_dir.is_dir():
         raise RuntimeError(f"{run_dir} is not a folder (give a run folder, "
                            "e.g. runs/20260101-120000-demo)")
+    checked_manifest(run_dir, progress)  # before Spark's minute of startup
     spark = spark_session(master)
     try:
         return run_analysis(spark, run_dir, report=report)

@@ -110,6 +110,8 @@ def test_help_starts_with_where_to_start_and_groups_the_commands() -> None:
     (("reproduce", "octopia", "--runtime", "cloud"),
      "argument --runtime: invalid choice: 'cloud'"),
     (("nosuchcommand",), "argument COMMAND: invalid choice: 'nosuchcommand'"),
+    (("run", "demo", "--bogus"), "unrecognized arguments: --bogus (see pubsublab run --help)"),
+    (("topo", "show", "x", "--zz"), "unrecognized arguments: --zz (see pubsublab topo --help)"),
 ])
 def test_a_bad_flag_value_is_a_one_line_error(args: tuple[str, ...], says: str) -> None:
     res = _cli(*args)

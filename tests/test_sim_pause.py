@@ -368,3 +368,69 @@ def test_resume_refuses_a_received_state_and_runs_nothing_of_it(
     # Trusted, the author's state goes on to what one uninterrupted run makes.
     done = _last_json(_cli("resume", str(run), "--trust-paused-state", "--json"))
     assert _without_wall_time(done["meghdoot"]) == _without_wall_time(whole)
+
+
+# ---- a damaged paused run: one line naming the file, nothing started or changed -------------
+
+
+@pytest.fixture(scope="module")
+def paused_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small meghdoot-peers run paused once (the cases below damage copies of it)."""
+    out = tmp_path_factory.mktemp("paused-small")
+    sets = [a for s in SMALL for a in ("--set", s)]
+    return Path(_last_json(_cli("sim", "meghdoot-peers", *sets, "--no-logs", "--json",
+                                "--pause-after-min", "0.0001", "--out", str(out)))["paused"])
+
+
+def _signed_elsewhere(state: Path) -> None:
+    """Sign a state with another user's key, as a received folder would be."""
+    here = os.environ["PUBSUBLAB_KEY_DIR"]
+    os.environ["PUBSUBLAB_KEY_DIR"] = str(state.parent / "elsewhere-key")
+    try:
+        write_state({"heap": []}, state)
+    finally:
+        os.environ["PUBSUBLAB_KEY_DIR"] = here
+    shutil.rmtree(state.parent / "elsewhere-key")
+
+
+def _rewrite_pause(run: Path, **fields: object) -> None:
+    paused = json.loads((run / "paused.json").read_text())
+    (run / "paused.json").write_text(json.dumps({**paused, **fields}))
+
+
+STATE = "meghdoot/simulator.pickle"
+DAMAGES = {
+    "truncated state": (STATE, lambda run: (run / STATE).write_bytes(
+        (run / STATE).read_bytes()[:1000])),
+    "empty state": (STATE, lambda run: (run / STATE).write_bytes(b"")),
+    "random state": (STATE, lambda run: (run / STATE).write_bytes(os.urandom(4096))),
+    "foreign state": (STATE, lambda run: _signed_elsewhere(run / STATE)),
+    "state a folder": (STATE, lambda run: ((run / STATE).unlink(), (run / STATE).mkdir())),
+    "state missing": (STATE, lambda run: (run / STATE).unlink()),
+    "pause not JSON": ("paused.json", lambda run: (run / "paused.json").write_text("{")),
+    "pause a list": ("paused.json", lambda run: (run / "paused.json").write_text("[1]")),
+    "done a string": ("paused.json", lambda run: _rewrite_pause(run, done="x")),
+    "done past 1": ("paused.json", lambda run: _rewrite_pause(run, done=2)),
+    "set not a list": ("paused.json", lambda run: _rewrite_pause(run, set="scale=1")),
+    "parts of numbers": ("paused.json", lambda run: _rewrite_pause(run, parts=[1])),
+    "pause missing": ("paused.json", lambda run: (run / "paused.json").unlink()),
+}
+
+
+def _contents(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("how", sorted(DAMAGES))
+def test_a_damaged_paused_run_is_one_line_naming_the_file(
+        paused_small: Path, tmp_path: Path, how: str) -> None:
+    name, damage = DAMAGES[how]
+    run = tmp_path / paused_small.name
+    shutil.copytree(paused_small, run)
+    damage(run)
+    before = _contents(run)
+    res = _cli("resume", str(run))
+    _one_line_error(res, str(run / name), "run the point again")
+    assert "resuming" not in res.stderr, "nothing is started"
+    assert _contents(run) == before, "nothing in the folder is changed"

@@ -33,6 +33,24 @@ class Parser(argparse.ArgumentParser):
         message = " ".join(message.split())  # argparse's messages are one line; keep it so
         self.exit(2, f"pubsublab: error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """As argparse's, but an unknown flag is the command's error, pointing at that
+        command's --help: argparse hands a subcommand's unknown flags up to the root
+        parser, whose --help does not list the command's flags."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost (sub)command parser that ``parsed`` went through."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None))
+                if isinstance(chosen, Parser):
+                    return chosen._chosen(parsed)
+        return self
+
 
 def emit(args: argparse.Namespace, result: Any, text: str) -> None:
     """Print ``text``, or with --json ``result`` as one JSON object on one line."""

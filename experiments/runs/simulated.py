@@ -234,15 +234,22 @@ def _resume_state(state: Path, plan: RunPlan, paused: _Paused | None, progress: 
         raise SpecError(str(exc)) from None
 
 
+def _again(source: tuple[str, list[str]] | None) -> str:
+    """The command that runs a paused point again from its start (``source``: its spec
+    argument and overrides; None when the pause record that holds them is unreadable)."""
+    if source is None:
+        return "pubsublab sim SPEC --no-logs"
+    spec, overrides = source
+    return shlex.join(["pubsublab", "sim", spec,
+                       *[a for o in overrides for a in ("--set", o)], "--no-logs"])
+
+
 def _refused(exc: StateRefused, source: tuple[str, list[str]], trust: bool) -> SpecError:
     """The one line for a refused paused state: why, and what to do."""
-    spec, overrides = source
-    again = shlex.join(["pubsublab", "sim", spec,
-                        *[a for o in overrides for a in ("--set", o)], "--no-logs"])
     hint = ("" if trust else "; or, if you trust whoever made this folder, go on with "
             "--trust-paused-state (any code in the state then runs)")
     return SpecError(f"{exc}. A paused state is not a format for sharing: run the point "
-                     f"again ({again}){hint}")
+                     f"again ({_again(source)}){hint}")
 
 
 def resume_simulation(run_dir: Path, *, pause_after_s: float | None = None,
@@ -289,9 +296,12 @@ def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None, trust: b
             _check_pause_record(manifest, spec, overrides, algorithm, done, parts, code)
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"{run_dir / PAUSED}: unreadable ({type(exc).__name__}: {exc}); "
-                        "the run cannot go on") from None
+                        f"the run cannot go on: run the point again ({_again(None)})"
+                        ) from None
     if state is None:
-        raise SpecError(f"{run_dir}: not a paused run (no {PAUSED} in it)")
+        raise SpecError(f"{run_dir / PAUSED}: missing, so {run_dir} is not a paused run "
+                        f"(a finished run has none; else run the point again: "
+                        f"{_again(None)})")
     here = code_fingerprint()
     if here != code:
         git = manifest.get("git") or {}
@@ -312,7 +322,8 @@ def _resumed(run_dir: Path, cost: RunCost, pause_after_s: float | None, trust: b
         return _simulate(plan, run_dir, manifest, cost, log_messages=False,
                          pause_after_s=pause_after_s, paused=paused)
     if not (run_dir / algorithm / PAUSED_STATE).exists():
-        raise SpecError(f"{run_dir}: the paused state of {algorithm} is missing")
+        raise SpecError(f"{run_dir / algorithm / PAUSED_STATE}: missing, the paused state "
+                        f"of {algorithm}: run the point again ({_again((spec, overrides))})")
     try:  # before anything is said or started; the load checks again
         check_state(run_dir / algorithm / PAUSED_STATE, trust=trust)
     except StateRefused as exc:
