@@ -9,7 +9,8 @@ For each filter count and rate, A/B pairs (ours, mosquitto, ours, mosquitto, ...
 - **mosquitto**: ``mosquitto -c CONF`` (its own temporary config, TCP_NODELAY as on
   ours), ``mosquitto_sub`` on ``bench/match`` plus ``filters - 1`` topics nothing is
   published on, ``mosquitto_pub -l`` fed one line per message by this process (the send
-  time, padded to :data:`PAYLOAD_BYTES`), QoS 0: ours is TCP without acknowledgements, the closest match.
+  time, padded to :data:`PAYLOAD_BYTES`), QoS 0: ours is TCP without acknowledgements,
+  the closest match.
 
 Per step: the generator's achieved rate, delivered/sent, the broker's CPU time per
 delivered message (its whole CPU time from just before the first publication until the
