@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.bench.broker import MAX_DELAY_S, QUOTE, _median, machine, process_cpu_s
+from nodes.emulated.admission import MAX_FILTERS_PER_CLIENT
 from nodes.logs import iter_jsonl
 from nodes.metrics.summary import percentile
 from nodes.runfolder import (
@@ -161,7 +162,9 @@ def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
     broker = start("nodes.emulated.broker", "b", {
         "broker": "b", "listen": ["127.0.0.1", port], "neighbours": {},
         "core": {"name": "flood", "params": {"tree_neighbours": []}}, "log_dir": str(out),
-        "emulate_link": False, "seed": 0, "secret": secret})
+        "emulate_link": False, "seed": 0, "secret": secret,
+        # the default cap (1000 filters a client) would cut the subscriber off
+        "max_filters_per_client": max(MAX_FILTERS_PER_CLIENT, filters)})
     clients: list[subprocess.Popen[bytes]] = []
     try:
         deadline = time.time() + 20
