@@ -15,7 +15,10 @@ HELP = "benchmarks that print figures"
 BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "meghdoot"]
 # The options of bench broker, by dest; any of them given to another benchmark is refused.
 BROKER_OPTIONS = ("rates", "step_s", "max_delay_s", "sub_counts", "calibration_rate",
-                  "calibration_step_s", "calibration_repeats", "calibration_out")
+                  "calibration_step_s", "calibration_repeats", "calibration_out", "peer",
+                  "filters", "repeats")
+# With --peer only these apply (the Mininet steps' and calibration's do not).
+PEER_OPTIONS = ("rates", "step_s", "filters", "repeats")
 
 
 def add_parser(sub: Any) -> None:
@@ -56,6 +59,20 @@ def add_parser(sub: Any) -> None:
     bo.add_argument("--calibration-out", type=Path, metavar="PATH",
                     help="where the calibration goes (nodes/sim/calibration.json); 'none': "
                          "nowhere")
+    bo.add_argument("--peer", choices=["mosquitto"],
+                    help="instead: our broker beside this one on loopback (127.0.0.1, "
+                         "plain processes, no root), A/B pairs per filter count and rate: "
+                         "zero-loss rate, broker CPU per delivered message, delays, and "
+                         "the ratios ours/peer; ours with content-based filters, "
+                         "mosquitto with topics at QoS 0 (experiments.bench.broker_peer; "
+                         "needs the Debian packages mosquitto and mosquitto-clients). "
+                         "The Mininet three-host variant is bench broker without --peer. "
+                         "Takes --rates (2000,5000,10000,20000), --step-s (3), --filters, "
+                         "--repeats")
+    bo.add_argument("--filters", metavar="N,N,...", help="with --peer: the subscriber's "
+                    "filter counts, exactly one of them matching (1,100,5000)")
+    bo.add_argument("--repeats", type=int, metavar="N",
+                    help="with --peer: A/B pairs per filter count and rate (2)")
     json_flag(b)
     b.set_defaults(func=run)
 
@@ -82,6 +99,34 @@ def _run_other(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_peer(args: argparse.Namespace, given: dict[str, Any]) -> int:
+    """bench broker --peer: experiments.bench.broker_peer, the peer checked first."""
+    from experiments.bench import broker_peer
+
+    other = [k for k in given if k not in (*PEER_OPTIONS, "peer")]
+    if other:
+        raise SpecError(f"--{other[0].replace('_', '-')}: not with --peer")
+    problem = broker_peer.missing_peer(given["peer"])
+    if problem:
+        raise SpecError(problem)
+    kw: dict[str, Any] = {"peer": given["peer"]}
+    if "rates" in given:
+        kw["rates_hz"] = _ints(given["rates"], "--rates")
+    if "filters" in given:
+        kw["filter_counts"] = _ints(given["filters"], "--filters")
+    for key in ("step_s", "repeats"):
+        if key in given:
+            if given[key] <= 0:
+                raise SpecError(f"--{key.replace('_', '-')}: must be positive")
+            kw[key] = given[key]
+    if not kw.get("rates_hz", True) or not kw.get("filter_counts", True) or min(
+            kw.get("filter_counts", [1])) < 1:
+        raise SpecError("--peer needs at least one rate and filter counts of 1 or more")
+    result = broker_peer.run_peer(**kw)
+    emit(args, result, broker_peer.format_peer_result(result))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print its figures; bench broker's options only for it."""
     given = {k: v for k in BROKER_OPTIONS if (v := getattr(args, k)) is not None}
@@ -90,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--{next(iter(given)).replace('_', '-')}: only for "
                             "bench broker")
         return _run_other(args)
+    if "peer" in given:
+        return _run_peer(args, given)
     from experiments.bench import broker
 
     kw: dict[str, Any] = {}
