@@ -138,12 +138,14 @@ FIELDS_BY_NAME: dict[str, LogField] = {f.name: f for f in LOG_FIELDS}
 # The reasons of ``link`` records (nodes.emulated.admission holds the policy; the summary
 # counts by these names).
 # Refusals, before a connection is admitted.
-CONNECTION_CAP = "connection_cap"  # max_connections reached
+CONNECTION_CAP = "connection_cap"  # max_connections (proven connections) reached
+UNPROVEN_EVICTED = "unproven_evicted"  # evicted unproven to make room (max_unproven)
 UNAUTHENTICATED = "unauthenticated"  # no proof of the run's secret, or a wrong one
 REPLAYED = "replayed"  # a proof with a nonce this broker has accepted before
 WRONG_ADDRESS = "wrong_address"  # a neighbour's or peer's name from another address
 NAME_TAKEN = "name_taken"  # a client name that is connected already (the first stays)
-REFUSALS = (CONNECTION_CAP, UNAUTHENTICATED, REPLAYED, WRONG_ADDRESS, NAME_TAKEN)
+REFUSALS = (CONNECTION_CAP, UNPROVEN_EVICTED, UNAUTHENTICATED, REPLAYED, WRONG_ADDRESS,
+            NAME_TAKEN)
 # Disconnections of an admitted client.
 SLOW_CONSUMER = "slow_consumer"
 FORGED_ORIGIN = "forged_origin"  # a message whose origin is not the client's own name

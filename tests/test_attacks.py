@@ -129,6 +129,19 @@ class Raw:
     def close(self) -> None:
         self.sock.close()
 
+    def is_open(self) -> bool:
+        """Whether the broker has not closed (or reset) this connection, without waiting."""
+        timeout_s = self.sock.gettimeout()
+        self.sock.setblocking(False)  # a socket with a timeout would wait for data first
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            self.sock.settimeout(timeout_s)
+
     def __enter__(self) -> Raw:
         return self
 
@@ -311,30 +324,66 @@ def test_an_oversized_first_frame_is_refused_before_its_body(tmp_path: Path,
     stop_all([broker])
 
 
-def test_the_connection_cap(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
-    """With ``max_connections`` 16 held by silent connections, 300 more are closed at
-    once, each logged; once the silent ones go, an honest pair gets every notification."""
-    ov = Overlay(tmp_path, [("a", "b")], max_connections=16, connect_timeout_s=5.0)
+def test_silent_connections_cannot_crowd_out_the_run(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
+    """300 silent connections from one address against ``max_unproven`` 16 (and a HELLO
+    deadline longer than the test): each one past the 16th evicts the oldest, and so does
+    an honest client's, which then gets every notification; the summary counts every
+    eviction, and the ones still silent at the end are handshake errors."""
+    ov = Overlay(tmp_path, [("a", "b")], max_unproven=16, hello_timeout_s=30.0)
     broker = start_broker(ov, spawn)
     with PeakRss(broker.pid) as rss:
-        held = [Raw(ov.addr["b"]) for _ in range(16)]
-        time.sleep(0.3)  # all accepted by the broker
-        for _ in range(300):
-            with Raw(ov.addr["b"]) as extra:
-                assert extra.next_message() is None  # closed unread
-        for conn in held:
-            conn.close()
+        silent = [Raw(ov.addr["b"], source="127.0.0.99") for _ in range(300)]
+        # the 16 youngest stay; the broker evicts (resets) the others as it accepts them
+        wait_for(lambda: sum(not conn.is_open() for conn in silent) == 284, 10,
+                 "284 of 300 silent connections evicted")
         pub, sub = pub_sub(ov, spawn, "b", "b", count=20, rate_per_s=100)
+        for conn in silent:
+            conn.close()
     assert broker.poll() is None
-    rss.check("connection cap")
+    rss.check("silent connections")
     assert got(tmp_path, sub, pub) == Counter(range(1, 21))
     refused = records(tmp_path, "b", "link", state="refused")
     # rate-limited (admission_log): the summary below counts every one
-    assert 0 < len(refused) < 300 and {r["reason"] for r in refused} == {"connection_cap"}
-    assert all(r["peer"].startswith("127.0.0.1:") for r in refused)
+    assert 0 < len(refused) < 284 and {r["reason"] for r in refused} == {"unproven_evicted"}
+    assert all(r["peer"].startswith("127.0.0.99:") for r in refused)
     stop_all([broker])
     admission = summary(tmp_path, {pub: "b", sub: "b"}, {})["admission"]
-    assert admission["refused"]["connection_cap"] == 300
+    # the honest pair's connections evict one more each, unless the first has proven
+    # itself (and freed its slot) before the second arrives; every silent one is counted
+    evicted = admission["refused"]["unproven_evicted"]
+    assert 300 - 16 + 1 <= evicted <= 300 - 16 + 2
+    assert evicted + admission["handshake_errors"] == 300
+
+
+def test_the_connection_cap_counts_proven_connections(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
+    """With ``max_connections`` 2, a third proven HELLO is answered ``connection_cap``
+    while two clients are connected, and admitted once one leaves; a silent connection
+    is closed at the HELLO deadline, whatever the proven ones do."""
+    ov = Overlay(tmp_path, [("a", "b")], max_connections=2, hello_timeout_s=0.5)
+    broker = start_broker(ov, spawn)
+    with Raw(ov.addr["b"]) as c1, Raw(ov.addr["b"]) as c2, Raw(ov.addr["b"]) as silent:
+        began = time.monotonic()
+        assert c1.hello("c1") is not None and c2.hello("c2") is not None
+        with Raw(ov.addr["b"]) as c3:
+            answer = c3.hello("c3")
+            assert answer is not None and answer.payload["refused"] == "connection_cap"
+        c1.close()
+        # the broker frees c1's slot once it has read the close
+        wait_for(lambda: _admitted(ov, "c4"), 5, "c4 admitted in c1's slot")
+        assert silent.next_message() is None  # closed at the deadline
+        assert time.monotonic() - began < 5
+    stop_all([broker])
+    admission = summary(tmp_path, {"c1": "b", "c2": "b"}, {})["admission"]
+    assert admission["refused"]["connection_cap"] >= 1
+    deadline = records(tmp_path, "b", "error", stage="handshake", reason="TimeoutError")
+    assert len(deadline) == 1
+
+
+def _admitted(ov: Overlay, name: str) -> bool:
+    """Whether a client ``name`` is admitted now (its HELLO answered, not refused)."""
+    with Raw(ov.addr["b"]) as conn:
+        answer = conn.hello(name)
+        return answer is not None and "refused" not in answer.payload
 
 
 def test_a_subscriber_that_never_reads_is_disconnected(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
@@ -449,8 +498,8 @@ def test_a_client_name_cannot_be_taken_over(tmp_path: Path, spawn: Spawn) -> Non
     assert [r["reason"] for r in refused] == ["name_taken", "unauthenticated"]
     stop_all([broker])
     assert summary(tmp_path, {"p": "b", "s": "b"}, {})["admission"]["refused"] == {
-        "connection_cap": 0, "unauthenticated": 1, "replayed": 0, "wrong_address": 0,
-        "name_taken": 1}
+        "connection_cap": 0, "unproven_evicted": 0, "unauthenticated": 1, "replayed": 0,
+        "wrong_address": 0, "name_taken": 1}
 
 
 def test_a_neighbour_impostor_cannot_replace_the_link(tmp_path: Path, spawn: Spawn) -> None:  # noqa: F811
@@ -549,12 +598,14 @@ def test_limits_are_checked_in_the_config(tmp_path: Path) -> None:
     ov = Overlay(tmp_path, [("a", "b")])
     config = ov.config("b")
     assert BrokerConfig.from_json(config).limits == Limits(
-        max_connections=1024 + 2, hello_frame_bytes=4096, client_queue_bytes=4 * 1024 * 1024,
-        max_filters_per_client=1000, read_budget_bytes=64 * 1024 * 1024, body_timeout_s=5.0)
+        max_connections=1024 + 2, max_unproven=256, hello_frame_bytes=4096,
+        client_queue_bytes=4 * 1024 * 1024, max_filters_per_client=1000,
+        read_budget_bytes=64 * 1024 * 1024, body_timeout_s=5.0, hello_timeout_s=2.0)
     assert "secret" not in repr(BrokerConfig.from_json(config))
     for bad in ({"max_connections": 0}, {"hello_frame_bytes": 100},
                 {"client_queue_bytes": 1.5}, {"max_filters_per_client": "many"},
                 {"read_budget_bytes": 1 << 20}, {"body_timeout_s": 0}, {"body_timeout_s": True},
+                {"max_unproven": 0}, {"hello_timeout_s": float("nan")},
                 {"secret": SECRET[:30]}, {"secret": SECRET + "g"}, {"secret": 42}):
         with pytest.raises(ValueError) as err:
             BrokerConfig.from_json({**config, **bad})
@@ -634,3 +685,24 @@ def test_each_broker_run_draws_a_secret_that_only_its_config_files_hold(
     leaks = [p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "config"
              and run.secret.encode() in p.read_bytes()]
     assert not leaks
+
+
+def test_unproven_connections_evict_the_busiest_source_first() -> None:
+    from nodes.emulated.admission import UnprovenConnections
+
+    slots = UnprovenConnections(4)
+    assert [slots.admit(key, src) for key, src in
+            (("h1", "honest"), ("f1", "flood"), ("f2", "flood"), ("f3", "flood"))] == [None] * 4
+    assert slots.admit("h2", "honest") == "f1"  # the flood's oldest, not the honest one
+    slots.discard("h1")  # proven
+    slots.discard("h1")  # twice is harmless
+    assert slots.admit("f4", "flood") is None and len(slots) == 4
+    assert slots.admit("f5", "flood") == "f2"
+    slots.discard("f3")
+    slots.discard("f4")
+    slots.discard("f5")
+    # one each: the tie goes to the source present longest
+    assert [slots.admit(key, src) for key, src in
+            (("x", "other"), ("y", "late"), ("w", "third"))] == [None] * 3
+    assert slots.admit("z", "late") == "h2"
+    assert slots.admit("v", "late") == "y"  # late now holds the most

@@ -5,10 +5,22 @@ The HELLO proof (:mod:`nodes.emulated.auth`) keeps strangers out; these limits b
 peer, proven or not, can make a broker hold (config keys of :mod:`nodes.emulated.broker`)::
 
     max_connections        int = 1024 + 2 per neighbour and peer
-                           accepted connections open at once, whatever their stage; one
-                           more is closed at once (refused: connection_cap). The default
-                           is what the broker's descriptor budget counts on (see
-                           nodes.emulated.broker.nofile_needed); a larger one raises that budget
+                           proven connections (past their HELLO) open at once; one more
+                           proven HELLO is answered refused: connection_cap and closed.
+                           The default is what the broker's descriptor budget counts on
+                           (see nodes.emulated.broker.nofile_needed); a larger one raises
+                           that budget
+    max_unproven           int = 256
+                           accepted connections that have not yet proven a HELLO, a budget
+                           of their own so that they can never crowd out the run's
+                           clients and neighbours: one more evicts the oldest unproven
+                           connection of the source address that holds the most of them
+                           (refused: unproven_evicted). An honest peer sends its HELLO as
+                           it connects, so it is unproven for one read; a flood from one
+                           address evicts its own connections first
+    hello_timeout_s        float = 2
+                           an accepted connection whose HELLO has not arrived whole within
+                           this is closed (a handshake error)
     hello_frame_bytes      int = 4096
                            the largest frame read before a peer's HELLO is accepted (a
                            HELLO takes under 1.2 KB even with 255-byte names, 700 with
@@ -36,7 +48,7 @@ peer, proven or not, can make a broker hold (config keys of :mod:`nodes.emulated
                            nothing arriving for link_timeout_s goes down anyway)
 
 So a connection holds, before its HELLO, at most ``hello_frame_bytes`` of an unread
-frame (and asyncio's 64 KiB read buffer) for at most ``connect_timeout_s``; after it,
+frame (and asyncio's 64 KiB read buffer) for at most ``hello_timeout_s``; after it,
 the frame being read and, for a client, ``client_queue_bytes`` out. A frame body of up to
 64 KiB sits in asyncio's read buffer; a larger one holds a share of ``read_budget_bytes``
 for at most ``body_timeout_s``. The stated bound on what frames being read hold, all
@@ -69,7 +81,7 @@ adds in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +92,12 @@ CLIENT_QUEUE_BYTES = 4 * 1024 * 1024
 MAX_FILTERS_PER_CLIENT = 1000
 READ_BUDGET_BYTES = 64 * 1024 * 1024
 BODY_TIMEOUT_S = 5.0
+MAX_UNPROVEN = 256
+HELLO_TIMEOUT_S = 2.0
 READ_BUFFER_BYTES = 2 * 64 * 1024 + 256 * 1024  # asyncio's per connection, see above
-LIMIT_KEYS = {"max_connections", "hello_frame_bytes", "client_queue_bytes",
-        "max_filters_per_client", "read_budget_bytes", "body_timeout_s"}
+LIMIT_KEYS = {"max_connections", "max_unproven", "hello_frame_bytes", "client_queue_bytes",
+              "max_filters_per_client", "read_budget_bytes", "body_timeout_s",
+              "hello_timeout_s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +105,13 @@ class Limits:
     """A broker's admission limits (see the module docstring)."""
 
     max_connections: int
+    max_unproven: int = MAX_UNPROVEN
     hello_frame_bytes: int = HELLO_FRAME_BYTES
     client_queue_bytes: int = CLIENT_QUEUE_BYTES
     max_filters_per_client: int = MAX_FILTERS_PER_CLIENT
     read_budget_bytes: int = READ_BUDGET_BYTES
     body_timeout_s: float = BODY_TIMEOUT_S
+    hello_timeout_s: float = HELLO_TIMEOUT_S
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], max_connections: int) -> Limits:
@@ -102,6 +119,7 @@ class Limits:
         the rest (``max_connections``: the broker's, which depends on its links);
         ``ValueError`` names a bad value."""
         values = {"max_connections": obj.get("max_connections", max_connections),
+                  "max_unproven": obj.get("max_unproven", MAX_UNPROVEN),
                   "hello_frame_bytes": obj.get("hello_frame_bytes", HELLO_FRAME_BYTES),
                   "client_queue_bytes": obj.get("client_queue_bytes", CLIENT_QUEUE_BYTES),
                   "max_filters_per_client": obj.get("max_filters_per_client",
@@ -117,15 +135,55 @@ class Limits:
             raise ValueError(f"broker config: read_budget_bytes must be at least "
                              f"{MAX_FRAME_BYTES} (the largest frame), got "
                              f"{values['read_budget_bytes']}")
-        body_timeout_s = obj.get("body_timeout_s", BODY_TIMEOUT_S)
-        if (isinstance(body_timeout_s, bool) or not isinstance(body_timeout_s, int | float)
-                or not 0 < body_timeout_s < float("inf")):
-            raise ValueError("broker config: body_timeout_s must be a positive number, "
-                             f"got {body_timeout_s!r}")
-        return cls(**values, body_timeout_s=float(body_timeout_s))
+        timeouts = {key: obj.get(key, default) for key, default in
+                    (("body_timeout_s", BODY_TIMEOUT_S), ("hello_timeout_s", HELLO_TIMEOUT_S))}
+        for key, value in timeouts.items():
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not 0 < value < float("inf")):
+                raise ValueError(f"broker config: {key} must be a positive number, "
+                                 f"got {value!r}")
+        return cls(**values, **{key: float(value) for key, value in timeouts.items()})
 
 
 def read_bound_bytes(limits: Limits, connections: int) -> int:
     """The stated bound on the bytes that frames being read may hold in a broker with
     ``connections`` open (see the module docstring)."""
     return 2 * limits.read_budget_bytes + connections * READ_BUFFER_BYTES
+
+
+class UnprovenConnections:
+    """The accepted connections that have not yet proven a HELLO, at most ``limit`` of
+    them (``max_unproven`` above). Keys are the connections (any hashable); each is
+    admitted with its source address. When a new one finds the budget full, the oldest
+    connection of the source holding the most is evicted: whoever floods evicts their
+    own connections before anyone else's."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._source: dict[Hashable, str] = {}
+        self._by_source: dict[str, dict[Hashable, None]] = {}  # in order of acceptance
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def admit(self, key: Hashable, source: str) -> Hashable | None:
+        """Count ``key`` in; the connection it evicts to make room, if any."""
+        evicted = None
+        if len(self._source) >= self.limit:
+            # ties go to the source present longest (dicts keep insertion order)
+            busiest = max(self._by_source.values(), key=len)
+            evicted = next(iter(busiest))
+            self.discard(evicted)
+        self._source[key] = source
+        self._by_source.setdefault(source, {})[key] = None
+        return evicted
+
+    def discard(self, key: Hashable) -> None:
+        """Count ``key`` out (proven, failed or closed); a key not in is ignored."""
+        source = self._source.pop(key, None)
+        if source is None:
+            return
+        keys = self._by_source[source]
+        del keys[key]
+        if not keys:
+            del self._by_source[source]

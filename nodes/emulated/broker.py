@@ -24,7 +24,8 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
     seed               int = 0      seeds each link's loss draws (with both names)
     link_timeout_s     float = 5    an overlay link silent this long is down (keepalive)
     connect_timeout_s  float = 3    bound on one dial attempt (TCP connect + HELLO
-                                    exchange), and on an accepted peer's first HELLO
+                                    exchange); an accepted peer's first HELLO has
+                                    hello_timeout_s (nodes.emulated.admission)
     backoff_s          [0.1, 2.0]   first and largest redial delay
     write_buffer_bytes int | null   cap on overlay sockets' send buffers, so a slow link
                                     backs up into the output queue (see nodes.emulated.overlay_link)
@@ -35,8 +36,8 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     a fixed neighbour listed here stays a fixed link
     dormant            bool = false start dormant, until a local client's JOIN; only for a
                                     broker without fixed neighbours
-    max_connections, hello_frame_bytes, client_queue_bytes, max_filters_per_client,
-    read_budget_bytes, body_timeout_s
+    max_connections, max_unproven, hello_frame_bytes, client_queue_bytes,
+    max_filters_per_client, read_budget_bytes, body_timeout_s, hello_timeout_s
                                     admission limits, defaults and meaning in
                                     nodes.emulated.admission
     queue_high_water_msgs int = 10000  an output queue this long stops the broker
@@ -95,7 +96,7 @@ from nodes.cores.interface import (
     SetTimer,
     TimerFired,
 )
-from nodes.emulated.admission import LIMIT_KEYS, Limits
+from nodes.emulated.admission import LIMIT_KEYS, MAX_UNPROVEN, Limits, UnprovenConnections
 from nodes.emulated.admission_log import AdmissionLog
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
@@ -132,6 +133,7 @@ from nodes.logs import (
     REPLAYED,
     SLOW_CONSUMER,
     UNAUTHENTICATED,
+    UNPROVEN_EVICTED,
     WRONG_ADDRESS,
     Ev,
     JsonlLog,
@@ -151,9 +153,15 @@ LINK_TIMEOUT_S = 5.0  # an overlay link on which nothing arrived for this long (
 CONNECT_TIMEOUT_S = 3.0  # default bound on one dial attempt or an accepted peer's HELLO (s)
 
 
+def proven_connections(links: int) -> int:
+    """The default ``max_connections`` of a broker with ``links`` neighbours and peers."""
+    return NOFILE_PER_LINK * links + NOFILE_CLIENTS
+
+
 def nofile_needed(links: int) -> int:
-    """File descriptors a broker with ``links`` neighbours and peers may need at once."""
-    return NOFILE_BASE + NOFILE_PER_LINK * links + NOFILE_CLIENTS
+    """File descriptors a broker with ``links`` neighbours and peers may need at once, at
+    the default limits (unproven connections have a budget of their own)."""
+    return NOFILE_BASE + proven_connections(links) + MAX_UNPROVEN
 
 
 def raise_nofile(needed: int) -> dict[str, int]:
@@ -273,8 +281,7 @@ class BrokerConfig:
             log_dir=Path(obj["log_dir"]),
             secret=parse_secret(obj["secret"], "broker config"),
             # by default, the connections the descriptor budget counts on
-            limits=Limits.from_json(obj, nofile_needed(len(set(neighbours) | set(peers)))
-                                    - NOFILE_BASE),
+            limits=Limits.from_json(obj, proven_connections(len(set(neighbours) | set(peers)))),
             emulate_link=bool(obj.get("emulate_link", False)),
             window_ms=window_ms,
             seed=int(obj.get("seed", 0)),
@@ -320,7 +327,9 @@ class Broker:
         self._log = log
         self._hello = HelloCounter(self.name, "broker", config.secret)
         self._nonces = NonceLog()
-        self._accepted = 0  # accepted connections open, whatever their stage
+        self._proven = 0  # connections open past their HELLO (max_connections)
+        self._unproven = UnprovenConnections(config.limits.max_unproven)
+        self._evicted: set[asyncio.StreamWriter] = set()  # evicted, handshake not yet over
         self._admission_log = AdmissionLog(log)  # refusals, rate-limited
         self._counts_due_s = 0.0  # time.monotonic() before which its counts wait
         # Large frame bodies from every connection share one budget (admission limits).
@@ -376,7 +385,8 @@ class Broker:
         host, port = self.config.listen
         self._nofile = raise_nofile(
             max(nofile_needed(len(set(self.config.neighbours) | set(self.config.peers))),
-                NOFILE_BASE + self.config.limits.max_connections))
+                NOFILE_BASE + self.config.limits.max_connections
+                + self.config.limits.max_unproven))
         try:
             server = await asyncio.start_server(self._accept, host, port)
         except OSError as exc:
@@ -418,33 +428,45 @@ class Broker:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if self._accepted >= self.config.limits.max_connections:
-            self._admission_log.refused(reason=CONNECTION_CAP, peer=peer_label(writer))
-            writer.transport.abort()
-            return
-        self._accepted += 1
+        evicted = self._unproven.admit(writer, peer_host(writer))
+        if evicted is not None:
+            assert isinstance(evicted, asyncio.StreamWriter)
+            self._admission_log.refused(reason=UNPROVEN_EVICTED, peer=peer_label(evicted))
+            self._evicted.add(evicted)
+            evicted.transport.abort()
         self._tasks.add(task)
         try:
-            peer = await self._handshake(reader, writer)
+            try:
+                peer = await self._handshake(reader, writer)
+            finally:
+                self._unproven.discard(writer)
+                self._evicted.discard(writer)
             if peer is None:
                 return
-            name, role = peer
-            if role == "broker":
-                wait_s = 3 * self._handshake_delay_s(name)
-                if wait_s > 0:  # the dialler's ACK and HELLO crossing (docs/design/broker.md)
-                    link = self._links.get(name) or self._new_peer_link(name)
-                    if not link.up:
-                        link.hold()
-                    # Our own dial, if any, is superseded now, not once we are up: its
-                    # 'crossed' refusal must not outlast connect_timeout_s and fail the link.
-                    self._dialling.pop(name, None)
-                    await asyncio.sleep(wait_s)
-                await self._run_link(name, reader, writer)
-            else:
-                await self._run_client(name, reader, writer)
+            self._proven += 1
+            try:
+                await self._serve(*peer, reader, writer)
+            finally:
+                self._proven -= 1
         finally:
-            self._accepted -= 1
             self._tasks.discard(task)
+
+    async def _serve(self, name: str, role: Role, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        """Carry a proven connection: ``name``'s overlay link, or a local client."""
+        if role == "broker":
+            wait_s = 3 * self._handshake_delay_s(name)
+            if wait_s > 0:  # the dialler's ACK and HELLO crossing (docs/design/broker.md)
+                link = self._links.get(name) or self._new_peer_link(name)
+                if not link.up:
+                    link.hold()
+                # Our own dial, if any, is superseded now, not once we are up: its
+                # 'crossed' refusal must not outlast connect_timeout_s and fail the link.
+                self._dialling.pop(name, None)
+                await asyncio.sleep(wait_s)
+            await self._run_link(name, reader, writer)
+        else:
+            await self._run_client(name, reader, writer)
 
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -454,7 +476,7 @@ class Broker:
         name: str | None = None
         role: Role | None = None
         try:
-            async with asyncio.timeout(self.config.connect_timeout_s):
+            async with asyncio.timeout(self.config.limits.hello_timeout_s):
                 first = await read_message(reader, self.config.limits.hello_frame_bytes)
             if first is None:
                 raise ProtocolError("closed before sending HELLO")
@@ -479,11 +501,15 @@ class Broker:
                                         "the smaller name dials")
             elif name in self._clients:
                 refusal = NAME_TAKEN
+            if refusal is None and self._proven >= self.config.limits.max_connections:
+                refusal = CONNECTION_CAP
         except Violation as exc:
             self._admission_log.refused(link=name, role=role, reason=exc.code, peer=addr)
             writer.close()
             return None
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
+            if writer in self._evicted:
+                return None  # counted as refused: unproven_evicted when it was evicted
             self._admission_log.handshake_error(peer=addr, addr=addr,
                                                 reason=str(exc) or type(exc).__name__)
             writer.close()
