@@ -208,10 +208,11 @@ def test_run_refuses_cpu_limits_where_the_probe_says_no(runs_dir: Path,
 
 def test_timeouts_stretch_around_a_cpu_limited_broker(tmp_path: Path) -> None:
     """OctopiA's overwhelmed i1 runs on 0.007 core: it, its eight neighbours and its
-    clients wait 1/0.007 times the default dial and keepalive timeouts (at the defaults
+    clients wait 1/0.007 times the default dial, keepalive, HELLO and body timeouts (at the defaults
     its neighbours declared it dead and the notifications queued to it were lost); every
     other broker keeps the defaults, and the broker reads the keepalive timeout."""
     from experiments.runs.brokers import BrokerRun, broker_configs
+    from nodes.emulated.admission import BODY_TIMEOUT_S, HELLO_TIMEOUT_S
     from nodes.emulated.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, BrokerConfig
 
     plan = compile_plan(load_spec("octopia-burst-overwhelmed"))
@@ -223,6 +224,9 @@ def test_timeouts_stretch_around_a_cpu_limited_broker(tmp_path: Path) -> None:
                                                                abs=0.01)
     parsed = BrokerConfig.from_json({**configs["h1"], "secret": "00" * 16})
     assert parsed.link_timeout_s == configs["h1"]["link_timeout_s"]
+    # a HELLO or a large body is read as slowly as the rest
+    assert parsed.limits.hello_timeout_s == pytest.approx(HELLO_TIMEOUT_S / 0.007, abs=0.01)
+    assert parsed.limits.body_timeout_s == pytest.approx(BODY_TIMEOUT_S / 0.007, abs=0.01)
     default = BrokerConfig.from_json({**configs["a0"], "secret": "00" * 16})
     assert (default.link_timeout_s, default.connect_timeout_s) == (LINK_TIMEOUT_S,
                                                                    CONNECT_TIMEOUT_S)

@@ -25,6 +25,7 @@ from typing import Any
 from experiments.emulation.network import Emulation
 from experiments.plan import RunPlan, pair_figures
 from experiments.progress import log
+from nodes.emulated.admission import BODY_TIMEOUT_S, HELLO_TIMEOUT_S
 from nodes.emulated.auth import new_secret
 from nodes.emulated.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, read_status, wait_until_ready
 from nodes.emulated.client import read_group_status
@@ -71,15 +72,17 @@ def dormant_brokers(plan: RunPlan) -> frozenset[str]:
 
 
 def cpu_timeouts(share: float) -> dict[str, float]:
-    """A broker's dial and keepalive timeouts (s) when it or a neighbour runs on ``share``
-    of a core (``broker.cpu``): the defaults over the share. The timeouts bound how long
+    """A broker's dial, keepalive, HELLO and frame-body timeouts (s) when it or a neighbour
+    runs on ``share`` of a core (``broker.cpu``): the defaults over the share (a slow
+    broker reads a HELLO or a large body as slowly as it does the rest). The timeouts bound how long
     a peer may take to answer; a broker at a share f does everything 1/f times as slowly
     and stalls for whole CFS periods (143 ms at 0.007), so at the defaults OctopiA's
     overwhelmed i1 (0.007 core) was declared dead by its neighbours after 5 s of
     silence, could not finish a HELLO in 3 s, and lost the notifications queued on the
     dropped links, where the simulator's slow broker only delays them."""
-    return {"connect_timeout_s": round(CONNECT_TIMEOUT_S / share, 3),
-            "link_timeout_s": round(LINK_TIMEOUT_S / share, 3)}
+    return {key: round(default_s / share, 3) for key, default_s in
+            (("connect_timeout_s", CONNECT_TIMEOUT_S), ("link_timeout_s", LINK_TIMEOUT_S),
+             ("hello_timeout_s", HELLO_TIMEOUT_S), ("body_timeout_s", BODY_TIMEOUT_S))}
 
 
 def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir: Path
