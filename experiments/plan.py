@@ -291,13 +291,16 @@ def links_mode(spec: Spec, graph: nx.Graph) -> str:
     return mode
 
 
-def pair_figures(graph: nx.Graph, a: str, b: str) -> tuple[float | None, float, float]:
+def pair_figures(graph: nx.Graph, a: str, b: str, links: list[tuple[str, str]] | None = None
+                 ) -> tuple[float | None, float, float]:
     """Rate (Mbit/s, ``None``: unshaped), one-way delay (ms) and loss (%) of the path
-    between brokers ``a`` and ``b``, by the rules of the overlay edges (module doc): what
-    a link opened on demand between them meets. A topology that models an underlay it
-    does not emulate (``transit-stub``) gives the pairs' delays in ``graph['latency_ms']``;
-    they are added to the path's own."""
-    params = [graph.edges[u, v]["params"] for u, v in path_links(graph, a, b)]
+    between brokers ``a`` and ``b`` (``links``, if the caller has them), by the rules of
+    the overlay edges (module doc): what a link opened on demand between them meets. A
+    topology that models an underlay it does not emulate (``transit-stub``) gives the
+    pairs' delays in ``graph['latency_ms']``; they are added to the path's own."""
+    if links is None:
+        links = path_links(graph, a, b)
+    params = [graph.edges[u, v]["params"] for u, v in links]
     rates = [p.bw_mbps for p in params if p.bw_mbps is not None]
     keep = math.prod(1.0 - p.loss_pct / 100.0 for p in params)
     underlay_ms = graph.graph["latency_ms"][a][b] if "latency_ms" in graph.graph else 0.0
@@ -397,8 +400,9 @@ def overlay_edges(graph: nx.Graph, netem: bool) -> tuple[nx.Graph, tuple[Overlay
     ov.add_nodes_from((b, overlay.nodes[b]) for b in brokers(graph))
     edges = []
     for a, b, kind in sorted((min(u, v), max(u, v), k) for u, v, k in overlay.edges(data="type")):
-        links = tuple(path_links(graph, a, b))
-        bw_mbps, delay_ms, loss_pct = pair_figures(graph, a, b)
+        path = path_links(graph, a, b)
+        links = tuple(path)
+        bw_mbps, delay_ms, loss_pct = pair_figures(graph, a, b, path)
         edge = OverlayEdge(
             a=a, b=b, kind=kind or "overlay", bw_mbps=bw_mbps, delay_ms=delay_ms,
             loss_pct=loss_pct, links=links,

@@ -99,6 +99,8 @@ def endpoint_ip(g: nx.Graph, a: str, b: str) -> str:
 
 def path_links(g: nx.Graph, a: str, b: str) -> list[tuple[str, str]]:
     """The physical links on the shortest path from ``a`` to ``b``."""
+    if g.has_edge(a, b):  # the only shortest path; the search costs O(links) per pair
+        return [(a, b)]
     path = nx.shortest_path(g, a, b)
     return list(itertools.pairwise(path))
 
