@@ -61,6 +61,9 @@ from topologies.links import LinkParams
 from topologies.registry import build_graph
 
 SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no duration_s)
+# The longest workload a spec may ask for (s): no experiment here runs for a week (a whole
+# reproduction takes hours), so a later operation means a mistyped rate or gap.
+MAX_WORKLOAD_S = 7 * 24 * 3600.0
 
 
 
@@ -571,6 +574,18 @@ def bulk_plan(spec: Spec, names: Sequence[str], p: Mapping[str, Any]) -> BulkPla
                     rate_bin_s=float(p["rate_bin_s"]), stream_mbps=p["stream_mbps"])
 
 
+def _check_span(workload: Workload, wparams: Mapping[str, Any]) -> None:
+    """ValueError if ``workload``'s last operation comes after :data:`MAX_WORKLOAD_S`,
+    naming the params of rates and times it was built with."""
+    last_s = max((op.t_s for op in workload.ops), default=0.0)
+    if not last_s <= MAX_WORKLOAD_S:  # NaN too
+        timed = ", ".join(f"workload.{k}={v!r}" for k, v in sorted(wparams.items())
+                          if k.endswith(("_hz", "_s")) and isinstance(v, int | float))
+        raise ValueError(f"workload: its last operation would come at {last_s:.3g} s; "
+                         f"allowed: at most {MAX_WORKLOAD_S:.0f} s (a week); its rates and "
+                         f"times: {timed}")
+
+
 def compile_plan(spec: Spec, *, netem: bool | None = None,
                  allow_large: bool = False) -> RunPlan:
     """Compile ``spec`` (see the module docstring); ``netem`` says whether the kernel has
@@ -623,6 +638,7 @@ def compile_plan(spec: Spec, *, netem: bool | None = None,
                     if too_big:
                         raise SpecError(f"{too_big}; lower it or pass --allow-large")
                 workload = kind.build(wparams, run)
+                _check_span(workload, wparams)
             except ValueError as exc:  # one line naming the field
                 raise SpecError(str(exc)) from None
             except OverflowError as exc:

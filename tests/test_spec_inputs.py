@@ -68,6 +68,10 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
     ("kyra-example", "routing.params.multicast.cell_attrs=v,w",
      "routing.params.multicast.cell_attrs: bad value 'v,w'; allowed: attributes every "
      "calibration event has (v); 'w' is not one"),
+    # accepted, with a phase of about 3e301 s
+    ("demo", "workload.publish_rate_hz=1e-300",
+     "workload: its last operation would come at 2.97e+301 s; allowed: at most 604800 s"),
+    ("demo", "workload.phase_gap_s=1e300", "workload.phase_gap_s=1e+300"),
     # merged into one edge silently
     ("kyra-example-siena", f"topology.params.edges={SIENA_EDGES},c-a",
      "edges: edge c-a given twice (in either direction)"),
