@@ -48,6 +48,11 @@ def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: 
     for r in links:  # measured before the throttle: every link at its configured rate
         assert r["configured_mbps"] == 10 and 8.0 < r["achieved_mbps"] < 11.0, r
     assert manifest["fidelity"]["cpu_idle"]["per_second_pct"], "idle CPU was not sampled"
+    # which of the run's processes used the CPU: 9 brokers and 9 client groups per
+    # algorithm, and a capture per host
+    by_process = manifest["fidelity"]["cpu_idle"]["by_process"]
+    assert by_process["broker"]["processes"] == by_process["clients"]["processes"] == 18
+    assert by_process["broker"]["cpu_s"] > 0 and "tcpdump" in by_process
     for row in manifest["links"]:
         assert row["mechanism"]["bw_mbps"] == "htb"
         assert row["mechanism"]["delay_ms"] == manifest["probe"]["mechanisms"]["delay_loss"]

@@ -11,9 +11,12 @@ Two measurements, both written to the run manifest:
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from topologies.graph import endpoint_ip, overlay_of, path_links
 from topologies.links import LinkParams
 
 IPERF_PORT = 5201
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -32,21 +36,70 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(values)
 
 
+def process_kind(argv: Sequence[str]) -> str:
+    """What a run's process is, by its command line: ``broker``, ``clients`` (a client
+    group), or the program's name (``tcpdump``, ``iperf3``, ...)."""
+    for module, kind in (("nodes.emulated.broker", "broker"), ("nodes.emulated.client",
+                                                               "clients")):
+        if module in argv:
+            return kind
+    args = list(argv)
+    if args and Path(args[0]).name == "mnexec":  # mnexec [-flags] [-a pid] [-g grp] cmd
+        args.pop(0)
+        while args and args[0].startswith("-"):
+            flags = args.pop(0)
+            if flags[-1] in "agr" and args:  # the last flag takes the next word
+                args.pop(0)
+    return Path(args[0]).name if args else "?"
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """User plus system CPU seconds of process ``pid`` so far (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 class IdleSampler:
     """Samples the machine-wide idle CPU share once per ``period_s`` in a thread; with
     ``path``, appends each sample to it as it comes (a JSON line: ``t_wall``,
-    ``idle_pct``), for `pubsublab watch` to read during the run."""
+    ``idle_pct``), for `pubsublab watch` to read during the run.
 
-    def __init__(self, period_s: float = 1.0, path: Path | None = None) -> None:
+    With ``processes`` (a list that the run appends its ``Popen`` objects to), it also
+    reads each one's CPU seconds at every sample, so the summary says which kind of
+    process (:func:`process_kind`) used the CPU: a process's last reading is at most one
+    period before its end, so the figures are lower bounds by up to a period's use."""
+
+    def __init__(self, period_s: float = 1.0, path: Path | None = None,
+                 processes: list[subprocess.Popen[bytes]] | None = None) -> None:
         self.period_s = period_s
         self.path = path
         self.samples_pct: list[float] = []
+        self._processes = processes if processes is not None else []
+        self._cpu_s: dict[int, tuple[str, float]] = {}  # pid: (kind, CPU s at last read)
+        self._first_cpu_s: dict[int, float] = {}  # pid: CPU s when first seen
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="idle-sampler")
 
+    def _read_processes(self) -> None:
+        for proc in list(self._processes):
+            cpu_s = _process_cpu_s(proc.pid)
+            if cpu_s is None:
+                continue
+            args = proc.args if isinstance(proc.args, list | tuple) else [str(proc.args)]
+            self._cpu_s[proc.pid] = (process_kind([str(a) for a in args]), cpu_s)
+            # A process started before sampling began counts from its first reading.
+            self._first_cpu_s.setdefault(proc.pid, cpu_s)
+
     def _loop(self) -> None:
+        self._read_processes()
         idle0, total0 = _cpu_times()
         while not self._stop.wait(self.period_s):
+            self._read_processes()
             idle1, total1 = _cpu_times()
             if total1 > total0:
                 pct = round(100.0 * (idle1 - idle0) / (total1 - total0), 1)
@@ -64,6 +117,20 @@ class IdleSampler:
         self._stop.set()
         self._thread.join()
 
+    def process_cpu(self) -> dict[str, dict[str, float | int]]:
+        """CPU the run's processes used while sampled, by kind: ``cpu_s`` (s),
+        ``cores`` (the mean over the sampled time) and ``processes``."""
+        span_s = max(time.monotonic() - self._started, 1e-9)
+        by_kind: dict[str, dict[str, float | int]] = {}
+        for pid, (kind, cpu_s) in self._cpu_s.items():
+            row = by_kind.setdefault(kind, {"cpu_s": 0.0, "cores": 0.0, "processes": 0})
+            row["cpu_s"] += cpu_s - self._first_cpu_s[pid]
+            row["processes"] += 1
+        for row in by_kind.values():
+            row["cpu_s"] = round(row["cpu_s"], 2)
+            row["cores"] = round(row["cpu_s"] / span_s, 3)
+        return dict(sorted(by_kind.items()))
+
     def summary(self, min_idle_pct: float) -> dict[str, Any]:
         s = self.samples_pct
         below = sum(1 for x in s if x < min_idle_pct)
@@ -74,7 +141,16 @@ class IdleSampler:
             "min_pct": min(s) if s else None,
             "seconds_below": below,
             "ok": bool(s) and below == 0,
+            **({"by_process": self.process_cpu()} if self._cpu_s else {}),
         }
+
+
+def process_cpu_text(by_kind: dict[str, dict[str, float | int]]) -> str:
+    """``by_process`` of the idle summary in one line: mean cores and processes per kind,
+    busiest first (the rest of the machine's use is Mininet, the kernel and others)."""
+    rows = sorted(by_kind.items(), key=lambda kv: -kv[1]["cores"])
+    return "mean cores: " + ", ".join(f"{kind} {row['cores']:.2f} ({row['processes']})"
+                                      for kind, row in rows)
 
 
 def configured_rate_mbps(graph: nx.Graph, a: str, b: str) -> float | None:

@@ -27,7 +27,7 @@ import networkx as nx
 
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
-from experiments.emulation.fidelity import IdleSampler, iperf_pair, sample_links
+from experiments.emulation.fidelity import IdleSampler, iperf_pair, process_cpu_text, sample_links
 from experiments.emulation.network import Emulation
 from experiments.interrupts import at_prompt, teardown
 from experiments.plan import RunPlan, link_mechanisms
@@ -108,7 +108,7 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             manifest["timing"]["controller_start_s"] = manifest["controller"]["startup_s"]
         log(f"network up in {emu.build_s:.1f} s")
         # Idle CPU is sampled while the network carries traffic, not while it is built.
-        with IdleSampler(path=run_dir / CPU_IDLE) as idle:
+        with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle:
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()
@@ -178,3 +178,5 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
         log(f"FIDELITY WARNING: CPU idle fell below {spec.fidelity.min_idle_pct} % in "
             f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s (min "
             f"{idle['min_pct']} %): emulated timing in this run is not trustworthy")
+    if "by_process" in idle:
+        log(f"CPU of the run's own processes, {process_cpu_text(idle['by_process'])}")

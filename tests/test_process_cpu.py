@@ -1,0 +1,39 @@
+"""The run's CPU by kind of process (:class:`experiments.emulation.fidelity.IdleSampler`
+with ``processes``): a busy process is charged what it used, an idle one nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from experiments.emulation.fidelity import IdleSampler, process_cpu_text, process_kind
+
+BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
+
+
+def test_a_busy_process_is_charged_its_cpu_and_an_idle_one_nothing() -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    with IdleSampler(period_s=0.1, processes=procs) as sampler:
+        procs.append(subprocess.Popen([sys.executable, "-c", BUSY]))
+        procs.append(subprocess.Popen(["sleep", "3"]))
+        procs[0].wait(timeout=30)
+        time.sleep(0.3)
+    procs[1].kill()
+    procs[1].wait()
+    by_kind = sampler.summary(35.0)["by_process"]
+    assert set(by_kind) == {sys.executable.rsplit("/", 1)[1], "sleep"}
+    busy = by_kind[sys.executable.rsplit("/", 1)[1]]
+    # its last reading is at most a period (0.1 s) before it ended
+    assert busy["processes"] == 1 and 0.8 <= busy["cpu_s"] <= 1.1
+    assert by_kind["sleep"]["cpu_s"] <= 0.02
+    assert process_cpu_text(by_kind).startswith(f"mean cores: {sys.executable.rsplit('/', 1)[1]} ")
+
+
+def test_kinds_by_command_line() -> None:
+    assert process_kind([sys.executable, "-m", "nodes.emulated.broker", "--config", "b"]
+                        ) == "broker"
+    assert process_kind(["mnexec", "-g", "h1", "python3", "-m", "nodes.emulated.client"]
+                        ) == "clients"
+    assert process_kind(["mnexec", "-cd", "-a", "4242", "tcpdump", "-i", "any"]) == "tcpdump"
+    assert process_kind(["/usr/bin/iperf3", "-s"]) == "iperf3"
