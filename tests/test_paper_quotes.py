@@ -1,6 +1,8 @@
 """The paper data files quote their papers right: every row's source names a section
-its seed has, and every phrase in quotes that a source, a why or a conditions line gives
-as the paper's is in the seed, a source's inside the section it names.
+its seed has (and the part of it the source names, if any), and every phrase in quotes
+that a source, a why or a conditions line gives as the paper's is in the seed, a
+source's inside the section it names; and a page's scale line puts our x values beside
+the paper's own.
 
 The seeds are text extracted from the papers' PDFs, each in its own way: CoDD's two
 columns interleave and its ligatures are "?", Meghdoot lost its spaces and its ligatures,
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from analysis.reproduction import Point, headline_rows
+from experiments.reproduce import load_paper
 
 REPO = Path(__file__).resolve().parent.parent
 PAPERS_DIR = REPO / "experiments" / "papers"
@@ -45,6 +50,9 @@ HEADINGS = (
                r"(?=[A-Z]{2}|[A-Z][a-z])"),  # "III. KYRA DESIGN", "III-A Cartesian"
 )
 SECTION_CITED = re.compile(r"^(?:Section ([\dIVX]+(?:[.-][\dA-Z]+)*)|(Abstract))")
+# A part a source names after its section: "Section 4.2, 1) Data distribution delay:",
+# "Section VIII, Publisher Scalability:", "Section 5.4, Table 1:".
+PART_CITED = re.compile(r",? ((?:[A-Z]|\d\) )[^:\"(]*):")
 
 
 def section_id(text: str) -> tuple[int, ...]:
@@ -184,6 +192,9 @@ def test_every_source_names_a_section_of_its_seed_and_quotes_it(path: Path) -> N
         if section is None:
             failures.append(f"{where}: {paper['seed']} has no section {cited}")
             continue
+        part = PART_CITED.match(row["source"], m.end())
+        if part and not quoted_in(part.group(1), section):
+            failures.append(f"{where}: section {cited} has no {part.group(1)!r}")
         for quote in DOUBLE.findall(row["source"]):
             if not quoted_in(quote, section):
                 in_seed = "elsewhere in the seed" if quoted_in(quote, seed) else "not in the seed"
@@ -217,3 +228,14 @@ def test_the_section_reader_finds_the_seeds_headings() -> None:
     assert [h for h, _ in headings(kyra)] == [(0,), (1,), (2,), (3,)]
     assert quoted_in("Kyra significantly reduces the storage ... loads", kyra)
     assert not quoted_in("Kyra significantly reduces the latency", kyra)
+
+
+def test_meghdoots_events_rows_name_the_papers_event_counts_beside_ours() -> None:
+    """Ours are the paper's 200,000-500,000 events at 0.1: the scale line says so."""
+    paper = load_paper("meghdoot")
+    points = {name: [] for name in paper["experiments"]}
+    points["events"] = [Point(x, Path("."), {"scale": 0.1}, {}) for x in (20000, 50000)]
+    rows = [r for r in headline_rows(paper, points, "sim") if r["experiment"] == "events"]
+    assert rows
+    for row in rows:
+        assert "ours 20000, 50000 for the paper's 200000, 500000" in row["scale"], row["scale"]
