@@ -320,6 +320,9 @@ def test_a_reorganization_moves_a_child_to_the_parent_that_already_gets_its_docu
         p.publish(seq, ["c", "x"] if seq % 2 else ["a"])
     assert p.nodes["a"].spurious == before  # a no longer receives c's documents
     assert sorted(s for c, s in p.delivered if c == "q-c") == list(range(1, 16, 2))
+    # a's next check notes the move's effect (share 1/2 before, 0 after) and when it was
+    # done: after document 7, the last a had then
+    assert p.nodes["a"].reorg.ratios == [[0.5, 0.0, 7]]
 
 
 @pytest.mark.parametrize("delta_pct, granted", [(0.0, True), (60.0, False)])
@@ -418,6 +421,22 @@ def test_a_leave_stalled_by_a_failure_is_given_up_and_asked_again() -> None:
     assert outcomes == [("leave", "given up")]  # given up once b reported c lost
     assert p.nodes["b"]._left and not p.nodes["a"].children  # b's second try ended it
     assert tree_problems(p.nodes, dead={"c"}) == []
+
+
+def test_fig_18s_shares_split_the_moves_by_the_order_they_were_done_not_by_node() -> None:
+    """Ten moves: the first four in order (whichever node made them) did not help, the
+    later six did but one; the node list's order is not the moves' order."""
+    helped, worse = [0.5, 0.25], [0.5, 0.75]
+    a = {"ratios": [[*helped, 9], [*worse, 1], [*helped, 6], [*worse, 3], [*helped, 8]]}
+    b = {"ratios": [[*worse, 0], [*helped, 5], [*worse, 2], [*worse, 7], [*helped, 4]]}
+    nodes = [{"received": 0, "spurious": 0, "children": 0, "hops_sum": 0, "series": [],
+              "series_docs": 100, "delivered": 0, "duplicates": 0, "catchup": 0,
+              "requests": 5, "moves": 5, "rejoins": 0, **n} for n in (a, b)]
+    reorg = codd_metrics(nodes, None)["reorganization"]
+    assert reorg["ratio_below_1_pct"] == pytest.approx(50.0)
+    assert reorg["successful_first_40_pct"] == pytest.approx(0.0)  # orders 0-3
+    assert reorg["successful_later_60_pct"] == pytest.approx(500 / 6)  # 4-9: all but 7
+    assert reorg["successful_later_minus_first_pts"] == pytest.approx(500 / 6)
 
 
 def test_the_over_time_fifths_compare_the_end_of_the_stream_with_its_start() -> None:

@@ -58,7 +58,10 @@ class Reorganization:
         self.since = self.spur_since = 0
         self.requests = 0
         self._request_share: float | None = None  # share when asked; a move pending
-        self.ratios: list[list[float]] = []  # [share before, share after] per move
+        self._granted_seq = -1  # the last document this node had when its move was done
+        # [share before, share after, granted_seq] per move: the seq orders the moves of
+        # all nodes in the run (Fig. 18's "reorganization events")
+        self.ratios: list[list[float]] = []
         # the root
         self._batch: dict[str, dict[str, Any]] = {}
         self.bfs: _Bfs | None = None
@@ -72,7 +75,8 @@ class Reorganization:
         share = self.spur_since / self.since
         self.since = self.spur_since = 0
         if self._request_share is not None and self._request_share < 0:
-            self.ratios.append([-self._request_share, share])  # the move happened
+            # the move happened
+            self.ratios.append([-self._request_share, share, self._granted_seq])
         self._request_share = None
         if (not self.enabled or not core.children or core._leaving or share <= 0
                 or share < self.threshold):
@@ -90,6 +94,7 @@ class Reorganization:
         happened, and the next check notes its effect."""
         if self._request_share is not None:
             self._request_share = -abs(self._request_share)
+            self._granted_seq = self.core.last_seq
 
     def _least_overlap(self) -> str | None:
         """The child to move: of those whose move would lower this node's overhead (it
