@@ -26,7 +26,10 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
                    help="where to look for the run in progress (default ./runs)")
     w.add_argument("--speed", type=float, default=1.0, metavar="X",
-                   help="replay at X times the pace of the run (default 1)")
+                   help="replay at X times the pace of the run (default 1): a frame "
+                        "about every 0.5 s covers X x 0.5 s of it, whole statistics "
+                        "windows, and shows each link's longest queue and overloaded "
+                        "windows in them; no window is skipped")
     w.add_argument("--algorithm", metavar="NAME",
                    help="replay only this algorithm's part of the run")
     w.set_defaults(func=run)
