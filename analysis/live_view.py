@@ -1,11 +1,13 @@
 """The screen of `pubsublab watch`: one frame from a :class:`~analysis.live_state.Snapshot`.
 
 Left, one row per overlay link (one direction: a broker's output queue towards a
-neighbour): its queue length as a bar and a number, the longest queue of the last
-second, the congestion element CE of the last window, and OVERLOADED when a window of
-the last second was (with how many); a replay's frame covers more of the run when faster,
-and these figures cover all of it. Right: deliveries against the oracle, notification
-delay over the last seconds, IDR's decisions by case, and the CPU-idle fidelity figure.
+neighbour): the longest queue of the last second as a bar, the last window's queue
+length and the longest as numbers, the congestion element CE of the last window, and
+OVERLOADED when a window of the last second was (with how many); a replay's frame covers
+more of the run when faster, and the bar, the longest queue and the overloaded windows
+cover all of it (a queue that filled and drained within a frame still shows). Right:
+deliveries against the oracle, notification delay over the last seconds, IDR's decisions
+by case, and the CPU-idle fidelity figure.
 Rendering only: the figures come from :mod:`analysis.live_state`.
 
 In a terminal narrower than both sides at full width (about 160 columns for the demo),
@@ -56,8 +58,8 @@ class Frame:
 
 
 def _bar(row: LinkRow, scale: int, width: int, ascii_only: bool) -> Text:
-    n = 0 if scale <= 0 else math.ceil(width * min(row.queue_len, scale) / scale)
-    style = "bold red" if row.overloaded else ("yellow" if row.queue_len else "green")
+    n = 0 if scale <= 0 else math.ceil(width * min(row.peak_len, scale) / scale)
+    style = "bold red" if row.overloaded else ("yellow" if row.peak_len else "green")
     return Text(("#" if ascii_only else "█") * n, style=style)
 
 

@@ -200,6 +200,10 @@ def test_a_replay_at_speed_5_shows_an_overload_shorter_than_a_frame(
     assert len(snr) >= 2, "a paced replay, frame after frame"
     overloaded = [s for s in snr if (_status(s, "b0 -> b1") or "").startswith("OVERLOADED")]
     assert overloaded, "under SNR the throttled iLink b0 -> b1 overloads:\n" + snr[-1]
+    # Its bar draws the longest queue of the frame, drained or not by the frame's end.
+    (bar,) = [line.split("│")[3] for line in overloaded[0].splitlines()
+              if line.startswith("│b0 -> b1 ")]
+    assert bar.strip(" ") and set(bar.strip(" ")) == {"█"}, overloaded[0]
     # The frame says it covers 2.5 s of the run, and its clock moves by whole frames.
     assert "in a window of the last 2.5 s" in " ".join(overloaded[0].split())
     clocks = [float(re.search(r"t = ([\d.]+) s", s.splitlines()[0])[1]) for s in snr]
