@@ -16,8 +16,9 @@ A frame covers a whole number of the run's statistics windows (``window_ms``: ab
 ``speed`` x 0.5 s of the run, at least one window) and follows the last one by that span
 divided by ``speed``: speed changes the wall time a window takes, never which windows are
 shown. A frame shows, per link, the longest queue and the overloaded windows of all the
-windows it covers (the state's hold is the frame's span), so a congestion episode
-shorter than a frame still shows; pacing by the wall clock instead had the replay at
+windows it covers (the state's hold is the frame's span, and its recent delays and IDR
+decisions cover at least the frame too), so a congestion episode shorter than a frame
+still shows; pacing by the wall clock instead had the replay at
 ``--speed 5`` jump 2.5 s a frame and show only the last second of each, and the
 throttled link of the demo ok in every frame. A frame drawn late is followed a whole
 period later: a slow terminal slows the replay, it skips nothing.
@@ -258,6 +259,8 @@ def replay(info: RunInfo, console: Console, *, speed: float, algorithm: str | No
         raise ValueError(f"--algorithm {algorithm!r}: this run has "
                          f"{', '.join(info.started()) or 'no algorithm folder'}")
     span_s = frame_windows(speed, info.stats_window_s, refresh_s) * info.stats_window_s
+    # The recent delays and decisions cover at least the frame, as the queues do.
+    window_s = max(window_s, span_s)
     view = _View(info, console, f"replay x{speed:g}", window_s)
     expected = expected_of(info.run_dir)
     cpu_samples = list(iter_jsonl(info.run_dir / CPU_IDLE))
@@ -291,6 +294,8 @@ def watch(run_dir: Path | None, runs_base: Path, *, speed: float = 1.0,
     cannot be watched or no run in progress."""
     if not speed > 0:
         raise ValueError(f"--speed {speed:g}: must be above 0")
+    if math.isinf(speed):
+        raise ValueError("--speed inf: must be finite (a replay shows every window)")
     if run_dir is None:
         run_dir = find_live_run(runs_base)
         if run_dir is None:

@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
                                          "its output-queue length and whether it is "
                                          "overloaded, IDR's decisions by case, deliveries "
                                          "against the oracle, notification delay p50/p95 "
-                                         "over the last 5 s, the CPU-idle fidelity figure. "
+                                         "over the last 5 s (a replay frame's span if "
+                                         "longer), the CPU-idle fidelity figure. "
                                          "Reads the run's logs as they are written; a "
                                          "finished run (emulated or simulated) is replayed.")
     w.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
