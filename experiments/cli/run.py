@@ -13,7 +13,10 @@ HELP = "run an experiment spec in Mininet (root)"
 
 # What both emulated commands leave and how they exit (run's and demo's --help).
 LEAVES = (". Leaves a run folder with manifest.json (resolved spec, seed, git revision, "
-          "probe, link mechanisms, fidelity measurements, faults, status).")
+          "probe, link mechanisms, fidelity measurements, faults, status), and says "
+          "whether the run kept its fidelity: 'fidelity ok', or 'fidelity FAILED' with the "
+          "seconds under the CPU criterion and the links off their rate (--json: "
+          "fidelity_verdict).")
 EXIT_STATUS = ("exit status: 0 ok; 3 lossy: some delivery was missing or came twice and no "
                "fault the spec declares (a CRASH operation, a link_schedule change, a bulk "
                "failure round) explains it; 2 an error (one line on standard error); "
