@@ -1,27 +1,40 @@
 """The screen of `pubsublab watch`: one frame from a :class:`~analysis.live_state.Snapshot`.
 
 Left, one row per overlay link (one direction: a broker's output queue towards a
-neighbour): its queue length as a bar and a number, the longest queue of the last
-second, the congestion element CE of the last window, and OVERLOADED when a window of
-the last second was (with how many). Right: deliveries against the oracle, notification
-delay over the last seconds, IDR's decisions by case, and the CPU-idle fidelity figure.
+neighbour): the longest queue of the last second as a bar, the last window's queue
+length and the longest as numbers, the congestion element CE of the last window, and
+OVERLOADED when a window of the last second was (with how many); a replay's frame covers
+more of the run when faster, and the bar, the longest queue and the overloaded windows
+cover all of it (a queue that filled and drained within a frame still shows). Right:
+deliveries against the oracle, notification delay over the last seconds, IDR's decisions
+by case, and the CPU-idle fidelity figure.
 Rendering only: the figures come from :mod:`analysis.live_state`.
+
+In a terminal narrower than both sides at full width (about 160 columns for the demo),
+the bars shrink first, then the panels on the right (their text wraps), down to
+``MIN_BAR_WIDTH`` and ``MIN_RIGHT_WIDTH``: the link names, kinds and statuses stay whole,
+in 120 columns too, where leaving the layout to the table cut the names first.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from analysis.live_state import IDR_CASES, CpuIdle, LinkRow, Snapshot
 
-BAR_WIDTH = 28
+BAR_WIDTH = 28  # the queue bar's full width, in columns, when the terminal has room
+MIN_BAR_WIDTH = 8  # the heading "0..N" of a bar up to 10,000 msgs
 RIGHT_WIDTH = 64  # the panels beside the link table, in columns
+MIN_RIGHT_WIDTH = 44
+_GAP = 2  # columns between the link table and the panels
 # Rows the frame needs beside the link table (header, table head and borders, caption).
 _FRAME_ROWS = 8
 
@@ -44,16 +57,17 @@ class Frame:
     cpu_note: str = ""
 
 
-def _bar(row: LinkRow, scale: int, ascii_only: bool) -> Text:
-    n = 0 if scale <= 0 else math.ceil(BAR_WIDTH * min(row.queue_len, scale) / scale)
-    style = "bold red" if row.overloaded else ("yellow" if row.queue_len else "green")
+def _bar(row: LinkRow, scale: int, width: int, ascii_only: bool) -> Text:
+    n = 0 if scale <= 0 else math.ceil(width * min(row.peak_len, scale) / scale)
+    style = "bold red" if row.overloaded else ("yellow" if row.peak_len else "green")
     return Text(("#" if ascii_only else "█") * n, style=style)
 
 
 def _link_table(rows: list[LinkRow], theta: int, hold_s: float, max_rows: int,
-                ascii_only: bool) -> Table:
+                ascii_only: bool, bar_width: int = BAR_WIDTH) -> Table:
     """The links, all of them if they fit in ``max_rows``; else the overloaded ones and
-    the longest queues, in name order, with a caption saying how many were left out."""
+    the longest queues, in name order, with a caption saying how many were left out.
+    ``bar_width``: the queue bar's full width in columns."""
     shown = rows
     if len(rows) > max_rows:
         busiest = sorted(rows, key=lambda r: (not r.overloaded, -r.peak_len, r.broker,
@@ -66,7 +80,10 @@ def _link_table(rows: list[LinkRow], theta: int, hold_s: float, max_rows: int,
                   title_justify="left", pad_edge=False)
     table.add_column("link", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column(f"queue (bar 0..{scale} msgs)", width=BAR_WIDTH, no_wrap=True)
+    heading = f"queue (bar 0..{scale} msgs)"
+    # A narrow bar keeps a heading of one line, its unit beside it in "msgs".
+    table.add_column(heading if len(heading) <= bar_width else f"0..{scale}",
+                     width=bar_width, no_wrap=True)
     table.add_column("msgs", justify="right", no_wrap=True)
     table.add_column(f"peak {hold_s:g}s", justify="right", no_wrap=True)
     table.add_column("CE", justify="right", no_wrap=True)
@@ -75,7 +92,8 @@ def _link_table(rows: list[LinkRow], theta: int, hold_s: float, max_rows: int,
         ce = "inf" if math.isinf(r.ce) else f"{r.ce:.2f}"
         status = (Text(f"OVERLOADED x{r.overloaded_windows}", style="bold red")
                   if r.overloaded else Text("ok", style="green"))
-        table.add_row(f"{r.broker} -> {r.neighbour}", r.kind, _bar(r, scale, ascii_only),
+        table.add_row(f"{r.broker} -> {r.neighbour}", r.kind,
+                      _bar(r, scale, bar_width, ascii_only),
                       str(r.queue_len), str(r.peak_len), ce, status)
     if len(shown) < len(rows):
         table.caption = f"{len(rows) - len(shown)} quieter links not shown"
@@ -113,7 +131,7 @@ def _idr(s: Snapshot, algorithm: str | None, window_s: float) -> Panel:
                      title="IDR decisions", title_align="left")
     table = Table(show_header=True, box=None, pad_edge=False)
     table.add_column("case", no_wrap=True)
-    table.add_column("what IDR did", no_wrap=True)
+    table.add_column("what IDR did")  # wraps in a narrow terminal
     table.add_column("total", justify="right", no_wrap=True)
     table.add_column(f"last {window_s:g}s", justify="right", no_wrap=True)
     for case, what in IDR_CASES.items():
@@ -162,9 +180,30 @@ def render(frame: Frame, snap: Snapshot | None, cpu: CpuIdle | None, *, height: 
         return Group(head, Text(frame.waiting), _cpu(cpu, frame.cpu_note))
     right = Group(_deliveries(snap), _delay(snap, window_s),
                   _idr(snap, frame.algorithm, window_s), _cpu(cpu, frame.cpu_note))
-    body = Table.grid(padding=(0, 2))
-    body.add_column(no_wrap=True)
-    body.add_column(width=RIGHT_WIDTH)
-    body.add_row(_link_table(snap.links, frame.theta, hold_s, max(height - _FRAME_ROWS, 4),
-                             ascii_only), right)
-    return Group(head, body)
+    max_rows = max(height - _FRAME_ROWS, 4)
+    return Group(head, _Beside(lambda bar: _link_table(snap.links, frame.theta, hold_s,
+                                                       max_rows, ascii_only, bar), right))
+
+
+class _Beside:
+    """The link table (built by ``table`` for a bar width) with ``right`` beside it, the
+    widths chosen when rich knows the terminal's: bars first, then the panels, give up
+    columns (see the module docstring)."""
+
+    def __init__(self, table: Callable[[int], Table], right: RenderableType) -> None:
+        self.table = table
+        self.right = right
+
+    def __rich_console__(self, console: Console,
+                         options: ConsoleOptions) -> Iterator[RenderableType]:
+        width = options.max_width
+        # The table's own columns at their natural width, the bar's one column aside.
+        unbounded = options.update_width(max(width, 1000))
+        rest = Measurement.get(console, unbounded, self.table(1)).maximum - 1
+        right = max(MIN_RIGHT_WIDTH, min(RIGHT_WIDTH, width - _GAP - rest - MIN_BAR_WIDTH))
+        bar = max(MIN_BAR_WIDTH, min(BAR_WIDTH, width - _GAP - rest - right))
+        body = Table.grid(padding=(0, _GAP))
+        body.add_column()  # the table's title wraps (its columns do not)
+        body.add_column(width=right)
+        body.add_row(self.table(bar), self.right)
+        yield body

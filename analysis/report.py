@@ -9,7 +9,12 @@ the metrics hold. Choices:
   demo), whether IDR routed around it, with its figure (:mod:`analysis.idr_verdict`);
   then whether the wire and the logs agree, in a green or red
   box (orange when the capture lost packets: the check is incomplete); a disagreement
-  lists the link directions, the counts and the TCP flows concerned.
+  lists the link directions, the counts and the TCP flows concerned. The first of these
+  boxes carries the run's fidelity (:mod:`analysis.fidelity_verdict`): a run that failed
+  the CPU or the link criterion says so on the box's first line, with the share of
+  seconds under the CPU criterion, and the box is never the clean green (orange-bordered,
+  or red if its own verdict is); a run that kept it says so on its last line. The
+  delays below it repeat that they are not to be trusted.
   Problems met while parsing (files, lines, stream gaps) follow in an orange box.
 - **Figures**: IMs by type (wire beside logs); per-link throughput as a heat map (one row
   per link direction, time across; readable at any number of links, where a line per
@@ -39,6 +44,7 @@ import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 import numpy as np
 import pandas as pd
 
+from analysis.fidelity_verdict import fidelity_text, fidelity_verdict
 from analysis.idr_verdict import fig_idr_verdict, idr_verdict, verdict_text
 from analysis.paper_figures import draw
 from controller import PORT_STATS_FILE
@@ -54,6 +60,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px soli
 .meta{color:#555}.box{padding:.8em 1em;border-radius:6px;margin:1em 0}
 .ok{background:#e6f4ea;border:1px solid #34a853}.bad{background:#fce8e6;border:2px solid #d93025}
 .warn{background:#fef7e0;border:1px solid #f9ab00}
+.unfit{background:#fef7e0;border:3px solid #e8710a}.unfit>p.fid{color:#b3261e;margin-top:0}
 table{border-collapse:collapse;margin:.5em 0;font-size:.92em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}tr.mis td{background:#fce8e6}
@@ -267,19 +274,33 @@ def _table(rows: list[Mapping[str, Any]], cols: list[tuple[str, str]],
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _verdict(result: dict[str, Any]) -> str:
+def _box(cls: str, inner: str, fidelity: Mapping[str, Any] | None = None) -> str:
+    """A verdict box of class ``cls`` around ``inner`` (HTML); with ``fidelity`` (the
+    run's :func:`fidelity_verdict`) it carries it: a failure first, in bold, the box
+    orange-bordered unless it is red already; else on its last line."""
+    if fidelity is not None:
+        line = html.escape(fidelity_text(fidelity))
+        if fidelity["ok"] is False:
+            inner = f"<p class='fid'><b>{line}</b></p>{inner}"
+            cls = cls if cls == "bad" else "unfit"
+        else:
+            inner = f"{inner}<p class='meta'>{line}</p>"
+    return f"<div class='box {cls}'>{inner}</div>"
+
+
+def _verdict(result: dict[str, Any], fidelity: Mapping[str, Any] | None = None) -> str:
     algs = result["algorithms"]
     if result["wire_matches_logs"]:
         counts = ", ".join(f"{t} {n}" for t, n in result["wire_ims_by_type"].items())
-        return (f"<div class='box ok'><b>Wire and logs agree.</b> Every inter-broker message "
-                f"the brokers logged as written to a socket was seen on the wire by the "
-                f"sender's capture, per link and type ({counts}).</div>")
+        return _box("ok", f"<b>Wire and logs agree.</b> Every inter-broker message the "
+                    f"brokers logged as written to a socket was seen on the wire by the "
+                    f"sender's capture, per link and type ({counts}).", fidelity)
     if result["wire_check"] == "incomplete":
-        parts = ["<div class='box warn'><b>WIRE CHECK INCOMPLETE.</b> The capture lost "
-                 "packets, so the wire can neither confirm nor refute the logs; differences "
-                 "below may be the capture's own gaps."]
+        cls, parts = "warn", ["<b>WIRE CHECK INCOMPLETE.</b> The capture lost packets, so the "
+                              "wire can neither confirm nor refute the logs; differences "
+                              "below may be the capture's own gaps."]
     else:
-        parts = ["<div class='box bad'><b>WIRE AND LOGS DISAGREE.</b>"]
+        cls, parts = "bad", ["<b>WIRE AND LOGS DISAGREE.</b>"]
     for alg, a in algs.items():
         if not a["captured"]:
             parts.append(f"<p><b>{html.escape(alg)}</b>: {html.escape(a.get('why_not', ''))}"
@@ -301,8 +322,7 @@ def _verdict(result: dict[str, Any]) -> str:
                                    ("wire_received", "wire (receiver)"),
                                    ("log_on_wire", "logs (to socket)"),
                                    ("log_sent", "logs (send)"), ("flows", "flows")]))
-    parts.append("</div>")
-    return "".join(parts)
+    return _box(cls, "".join(parts), fidelity)
 
 
 def _summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -390,23 +410,29 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
             paper = [(p.stem, base64.b64encode(p.read_bytes()).decode())
                      for p in draw([(None, summaries)], Path(tmp))]
     parts = [_header(run_dir.name, manifest)]
-    # A run that throttles a link under SNR and IDR (the demo) opens with that answer.
+    fidelity = fidelity_verdict(manifest.get("fidelity"))
+    # A run that throttles a link under SNR and IDR (the demo) opens with that answer,
+    # whose delays the fidelity qualifies; the first box carries the fidelity.
     idr = idr_verdict(summaries)
     if idr is not None:
-        parts.append(f"<h2>SNR against IDR on the throttled link</h2><div class='box "
-                     f"{'ok' if idr['holds'] else 'bad'}'>{html.escape(verdict_text(idr))}"
-                     f"</div><img alt='SNR against IDR' src='data:image/png;base64,"
+        parts.append("<h2>SNR against IDR on the throttled link</h2>"
+                     + _box("ok" if idr["holds"] else "bad", html.escape(verdict_text(idr)),
+                            fidelity)
+                     + "<img alt='SNR against IDR' src='data:image/png;base64,"
                      f"{_png(fig_idr_verdict(idr, _read(metrics, 'queue')))}'>")
-    parts.append(_verdict(result))
+    parts.append(_verdict(result, fidelity if idr is None else None))
     if result["problems"]:
         parts.append("<div class='box warn'><b>Problems met while parsing</b> (the rest of "
                      "each file was used):" + _table(
                          result["problems"], [("source", "source"), ("file", "file or flow"),
                                               ("where", "where"), ("problem", "problem")])
                      + "</div>")
+    untrusted = (" <b>This run failed its fidelity check: its delays are not "
+                 "trustworthy</b> (its counts are).") if fidelity and fidelity["ok"] is False \
+        else ""
     parts.append("<h2>Summary per algorithm</h2><p class='meta'>Deliveries against the "
                  "oracle and notification delay (ms) from the Parquet metrics; <i>agrees</i>: "
-                 "same deliveries and logged IMs as the run's summary.json.</p>")
+                 f"same deliveries and logged IMs as the run's summary.json.{untrusted}</p>")
     parts.append(_table(_summary_rows(result), [
         ("algorithm", "algorithm"), ("packets", "packets"), ("expected", "expected"),
         ("delivered", "delivered"), ("missing", "missing"), ("duplicates", "duplicates"),

@@ -10,14 +10,24 @@ runner created last, tails its brokers' logs and the runner's CPU samples
 ``running``.
 
 A finished run (emulated or simulated) is replayed: per algorithm in the run's order
-(or the one asked for), its records are merged in time order and fed to the view at
-``speed`` times the pace they were written at, on their own clock (``t_wall``; the
-simulator's is its simulated time).
+(or the one asked for), its records are merged in time order and fed to the view on
+their own clock (``t_wall``; the simulator's is its simulated time) one frame at a time.
+A frame covers a whole number of the run's statistics windows (``window_ms``: about
+``speed`` x 0.5 s of the run, at least one window) and follows the last one by that span
+divided by ``speed``: speed changes the wall time a window takes, never which windows are
+shown. A frame shows, per link, the longest queue and the overloaded windows of all the
+windows it covers (the state's hold is the frame's span, and its recent delays and IDR
+decisions cover at least the frame too), so a congestion episode shorter than a frame
+still shows; pacing by the wall clock instead had the replay at
+``--speed 5`` jump 2.5 s a frame and show only the last second of each, and the
+throttled link of the demo ok in every frame. A frame drawn late is followed a whole
+period later: a slow terminal slows the replay, it skips nothing.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -47,7 +57,8 @@ def _any_line(line: bytes) -> bool:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What the view needs from a run's manifest."""
+    """What the view needs from a run's manifest (``stats_window_s``: the brokers'
+    statistics window W, in seconds)."""
 
     run_dir: Path
     runtime: str
@@ -56,6 +67,7 @@ class RunInfo:
     edges: tuple[tuple[str, str, str], ...]
     lst: Mapping[str, tuple[int, float]]
     min_idle_pct: float
+    stats_window_s: float
     live: bool
     cpu_summary: Mapping[str, Any] | None
 
@@ -86,6 +98,7 @@ class RunInfo:
                    brokers=tuple(sorted({n for a, b, _ in edges for n in (a, b)})),
                    edges=edges, lst=lst,
                    min_idle_pct=float(fidelity.get("min_idle_pct", 35.0)),
+                   stats_window_s=float(plan.get("window_ms", 50.0)) / 1000,
                    live=manifest.get("status") == RUNNING,
                    cpu_summary=(manifest.get("fidelity") or {}).get("cpu_idle"))
 
@@ -174,10 +187,10 @@ class _Ticks:
 
 
 def _state(info: RunInfo, algorithm: str, expected: Mapping[MsgKey, frozenset[str]] | None,
-           window_s: float) -> LiveState:
+           window_s: float, hold_s: float = 1.0) -> LiveState:
     theta, ce_min = info.lst[algorithm]
     return LiveState(info.edges, theta=theta, ce_min=ce_min, expected=expected,
-                     window_s=window_s)
+                     window_s=window_s, hold_s=hold_s)
 
 
 def watch_live(info: RunInfo, console: Console, *, refresh_s: float = 0.5,
@@ -215,53 +228,63 @@ def watch_live(info: RunInfo, console: Console, *, refresh_s: float = 0.5,
             ticks.wait()
 
 
-def _paced(records: Iterator[dict[str, Any]], t0: float, speed: float,
-           refresh_s: float) -> Iterator[tuple[float, list[dict[str, Any]]]]:
-    """``records`` in batches, each when the replay clock (``t0`` at the start, running
-    ``speed`` times the wall clock) has passed them: (replay clock, batch)."""
-    start = time.monotonic()
-    ticks = _Ticks(refresh_s)
+def frame_windows(speed: float, window_s: float, refresh_s: float = 0.5) -> int:
+    """How many statistics windows of ``window_s`` seconds one replay frame covers at
+    ``speed``: as many as the run spent in ``speed`` x ``refresh_s``, at least one."""
+    return max(1, math.floor(speed * refresh_s / window_s + 0.5))
+
+
+def _frames(records: Iterator[dict[str, Any]], t0: float,
+            span_s: float) -> Iterator[tuple[float, list[dict[str, Any]]]]:
+    """``records`` cut at ``t0`` + k x ``span_s`` (k = 1, 2, ...): (the frame's end on the
+    run's clock, the records up to it since the previous frame's end)."""
     pending = next(records, None)
+    k = 0
     while pending is not None:
-        now = t0 + (time.monotonic() - start) * speed
+        k += 1
+        now = t0 + k * span_s
         batch = []
         while pending is not None and pending["t_wall"] <= now:
             batch.append(pending)
             pending = next(records, None)
         yield now, batch
-        if pending is not None:
-            ticks.wait()
 
 
 def replay(info: RunInfo, console: Console, *, speed: float, algorithm: str | None = None,
            refresh_s: float = 0.5, window_s: float = 5.0) -> None:
-    """Replay a finished run's algorithms (or ``algorithm``) at ``speed``."""
+    """Replay a finished run's algorithms (or ``algorithm``) at ``speed``, frame after
+    frame (see the module docstring)."""
     names = info.started() if algorithm is None else [algorithm]
     if algorithm is not None and algorithm not in info.started():
         raise ValueError(f"--algorithm {algorithm!r}: this run has "
                          f"{', '.join(info.started()) or 'no algorithm folder'}")
+    span_s = frame_windows(speed, info.stats_window_s, refresh_s) * info.stats_window_s
+    # The recent delays and decisions cover at least the frame, as the queues do.
+    window_s = max(window_s, span_s)
     view = _View(info, console, f"replay x{speed:g}", window_s)
     expected = expected_of(info.run_dir)
     cpu_samples = list(iter_jsonl(info.run_dir / CPU_IDLE))
     with Live(console=console, auto_refresh=False, transient=False) as live:
         for name in names:
-            state = _state(info, name, expected, window_s)
+            state = _state(info, name, expected, window_s, hold_s=max(1.0, span_s))
             records = replay_records([log_path(info.run_dir / name, b) for b in info.brokers])
             first = next(records, None)
             if first is None:
                 continue
-            t0 = first["t_wall"]
             cpu = CpuIdle(info.min_idle_pct)
             samples = iter(cpu_samples)
             sample = next(samples, None)
-            for now, batch in _paced(itertools.chain([first], records), t0, speed,
-                                     refresh_s):
+            ticks = _Ticks(span_s / speed)
+            # The first frame ends one span after the first record, as a window does.
+            for now, batch in _frames(itertools.chain([first], records), first["t_wall"],
+                                      span_s):
                 for rec in batch:
                     state.take(rec)
                 while sample is not None and sample["t_wall"] <= now:
                     cpu.take(sample)
                     sample = next(samples, None)
                 view.show(live, name, state, cpu, now)
+                ticks.wait()
 
 
 def watch(run_dir: Path | None, runs_base: Path, *, speed: float = 1.0,
@@ -271,6 +294,8 @@ def watch(run_dir: Path | None, runs_base: Path, *, speed: float = 1.0,
     cannot be watched or no run in progress."""
     if not speed > 0:
         raise ValueError(f"--speed {speed:g}: must be above 0")
+    if math.isinf(speed):
+        raise ValueError("--speed inf: must be finite (a replay shows every window)")
     if run_dir is None:
         run_dir = find_live_run(runs_base)
         if run_dir is None:

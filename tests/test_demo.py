@@ -3,8 +3,9 @@ Mininet with one iLink throttled under a high-rate publisher's burst. The run fo
 manifest carries real fidelity measurements; both algorithms deliver exactly the oracle's
 set once; IDR puts fewer notifications on the throttled link than SNR (counted in the
 brokers' send records) and its delays are lower; the printed table says so. Then the
-analysis: the demo ends with the verdict, the path of report.html (which opens with the
-same verdict and its figure) and the lab to read next; progress lines with the time left
+analysis: the demo ends with the verdict, the run's fidelity, the path of report.html
+(which opens with the same verdict, in a box green only if the fidelity held, and its
+figure) and the lab to read next; progress lines with the time left
 come on standard error for each algorithm and each stage of the analysis."""
 
 from __future__ import annotations
@@ -75,20 +76,28 @@ def test_demo_throttled_ilink_idr_avoids_it_and_delivers_exactly_once(tmp_path: 
     p95 = {a: s[a]["delay_ms"]["notification"]["p95"] for a in s}
     assert p95["idr"] < p95["snr"], p95
 
-    # The demo's last lines: the verdict, the wire check, the report, the next lab.
-    verdict, wire, report, nxt = lines[-4:]
+    # The demo's last lines: the verdict, the fidelity, the wire check, the report, the
+    # next lab.
+    verdict, fidelity, wire, report, nxt = lines[-5:]
     assert verdict.startswith("IDR routed around the throttled link: "
                               f"{on_link['idr']:,} notification copies on b0→b1 under IDR "
                               f"against {on_link['snr']:,} under SNR"), verdict
+    kept = fidelity.startswith("fidelity ok: CPU idle at or above 35 % in all ")
+    assert kept or fidelity.startswith("fidelity FAILED: CPU idle "), fidelity
+    assert kept == (manifest["fidelity"]["cpu_idle"]["ok"]
+                    and all(r["within_10pct"] for r in links))
+    assert f"\n{fidelity}\n" in res.stdout.split("\nrun folder: ")[1]  # and after the table
     assert wire == "wire and logs: agree"
     assert report == f"report: {run_dir / 'report.html'}"
     lab = nxt.removeprefix("next: ").split()[0]
     assert lab.startswith("labs/") and (REPO / lab).is_file(), nxt
     page = (run_dir / "report.html").read_text()
-    # The page opens with the same verdict, green, and its figure, before anything else.
+    # The page opens with the same verdict, green only if the fidelity held, and its
+    # figure, before anything else.
     first = page.index("<h2>")
-    assert page[first:].startswith("<h2>SNR against IDR on the throttled link</h2>"
-                                   "<div class='box ok'>IDR routed around")
+    box = ("<div class='box ok'>IDR routed around" if kept else
+           "<div class='box unfit'><p class='fid'><b>fidelity FAILED: ")
+    assert page[first:].startswith("<h2>SNR against IDR on the throttled link</h2>" + box)
     assert page.index("<img alt='SNR against IDR' src='data:image/png;base64,") < page.index(
         "Wire and logs agree")
 

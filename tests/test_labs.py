@@ -7,6 +7,8 @@ The markers are described in :mod:`lab_handouts`."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,26 @@ def scratch_checkout(where: Path) -> Path:
         if entry.name not in ("runs", ".git"):
             (view / entry.name).symlink_to(entry)
     return view
+
+
+def student_path(bin_dir: Path) -> str:
+    """A PATH as Lab 1's prerequisites leave a student's: ``pubsublab`` linked into a
+    folder of its own (``/usr/local/bin`` in the VM), the system's commands, and not the
+    venv's other programs (its ``python`` among them: Debian has none outside the venv),
+    so that a handout that runs bare ``python`` fails here as on a student's machine."""
+    venv_bin = Path(sys.executable).parent
+    bin_dir.mkdir()
+    (bin_dir / "pubsublab").symlink_to(venv_bin / "pubsublab")
+    kept = [d for d in os.environ["PATH"].split(os.pathsep)
+            if d and Path(d).resolve() != venv_bin.resolve()]
+    return os.pathsep.join([str(bin_dir), *kept])
+
+
+def test_a_student_path_has_pubsublab_and_not_the_venvs_python(tmp_path: Path) -> None:
+    path = student_path(tmp_path / "bin")
+    assert shutil.which("pubsublab", path=path) == str(tmp_path / "bin" / "pubsublab")
+    python = shutil.which("python", path=path)
+    assert python is None or Path(python).parent != Path(sys.executable).parent
 
 
 def test_five_handouts_with_their_sections_steps_and_answer_keys() -> None:
@@ -63,7 +85,8 @@ def test_expected_lines_hold_numbers_and_ranges() -> None:
 def test_every_command_of_the_handout_prints_what_it_promises(lab: Path,
                                                               tmp_path: Path) -> None:
     cwd = scratch_checkout(tmp_path)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    env = {**os.environ, "PATH": student_path(tmp_path / "bin"),
+           "PUBSUBLAB_VENV": os.environ.get("PUBSUBLAB_VENV", sys.prefix),
            "COLUMNS": "160", "LINES": "50"}  # a student's terminal, for the live view
     for step in steps(lab):
         res = subprocess.run(["bash", "-euo", "pipefail", "-c", as_root_script(step.script)],
@@ -74,3 +97,34 @@ def test_every_command_of_the_handout_prints_what_it_promises(lab: Path,
         assert res.returncode == 0, f"{where} exited {res.returncode}:\n{output[-3000:]}"
         missing = unmatched(step.expect, output)
         assert not missing, f"{where} did not show {missing}:\n{output[-4000:]}"
+
+
+def _duration(seconds: float) -> str:
+    """A reproduction's length as lab 5's table writes it: seconds under 90 s, minutes
+    under 90 min, else hours to a tenth."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def test_lab5_lists_every_paper_with_the_times_its_data_file_estimates() -> None:
+    """Lab 5's table of papers is the data files' (experiments/papers/*.yaml): every
+    paper, and per paper the simulated reproduction's length, quick and full, as the sum
+    of its points' estimates (what `pubsublab reproduce` counts the time left by)."""
+    from experiments.reproduce import _estimates, _mode, _points, load_paper
+    from experiments.spec import PAPERS
+
+    text = (REPO / "labs" / "lab5-reproduce-a-figure.md").read_text()
+    table = {m[1]: (m[2], m[3]) for m in re.finditer(
+        r"^\| `(\w+)` \| ([^|]+?) \| ([^|]+?) \|$", text, flags=re.M)}
+    assert sorted(table) == sorted(PAPERS), "lab 5 lists the papers the data files hold"
+    for paper in PAPERS:
+        experiments = load_paper(paper)["experiments"]
+        lengths = []
+        for quick in (True, False):
+            modes = {name: _mode(exp, quick, emulated=False) for name, exp in experiments.items()}
+            lengths.append(_duration(sum(
+                sum(_estimates(modes[name], len(_points(exp, modes[name]))))
+                for name, exp in experiments.items())))
+        assert table[paper] == tuple(lengths), paper
+    assert "over an hour" not in text

@@ -174,6 +174,9 @@ def test_watch_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
                                        "replay a finished run\n")
     assert main(["watch", str(tmp_path), "--speed", "0"]) == 2
     assert capsys.readouterr().err == "pubsublab: error: --speed 0: must be above 0\n"
+    assert main(["watch", str(tmp_path), "--speed", "inf"]) == 2
+    assert capsys.readouterr().err == ("pubsublab: error: --speed inf: must be finite (a "
+                                       "replay shows every window)\n")
     assert main(["watch", str(tmp_path)]) == 2
     assert "no run manifest there" in capsys.readouterr().err
 

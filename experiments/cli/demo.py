@@ -22,8 +22,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The demo experiment, then its analysis: the report's path and the lab to read next.
-    The run's table prints before the analysis starts (it takes half a minute)."""
+    """The demo experiment, then its analysis: the verdict, the run's fidelity, the wire
+    check, the report's path and the lab to read next. The run's table prints before the
+    analysis starts (it takes half a minute)."""
+    from analysis.fidelity_verdict import fidelity_text
     from analysis.idr_verdict import idr_verdict, verdict_text
     from analysis.job import analyze
     from experiments.progress import log
@@ -38,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     result.update(report=analysis["report"], wire_check=analysis["wire_check"],
                   idr_verdict=verdict, next_lab=NEXT_LAB)
     lines = [verdict_text(verdict)] if verdict else []
+    # The verdict's delays hold only as far as the fidelity does: said beside it.
+    if result["fidelity_verdict"] is not None:
+        lines.append(fidelity_text(result["fidelity_verdict"]))
     lines += [f"wire and logs: {analysis['wire_check']}", f"report: {analysis['report']}",
               f"next: {NEXT_LAB} (throttle an iLink yourself and watch IDR react live)"]
     emit(args, result, "\n".join(lines))

@@ -13,7 +13,10 @@ HELP = "run an experiment spec in Mininet (root)"
 
 # What both emulated commands leave and how they exit (run's and demo's --help).
 LEAVES = (". Leaves a run folder with manifest.json (resolved spec, seed, git revision, "
-          "probe, link mechanisms, fidelity measurements, faults, status).")
+          "probe, link mechanisms, fidelity measurements, faults, status), and says "
+          "whether the run kept its fidelity: 'fidelity ok', or 'fidelity FAILED' with the "
+          "seconds under the CPU criterion and the links off their rate (--json: "
+          "fidelity_verdict).")
 EXIT_STATUS = ("exit status: 0 ok; 3 lossy: some delivery was missing or came twice and no "
                "fault the spec declares (a CRASH operation, a link_schedule change, a bulk "
                "failure round) explains it; 2 an error (one line on standard error); "
@@ -42,9 +45,13 @@ def add_parser(sub: Any) -> None:
 
 def run_emulated(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     """Run the command's spec in Mininet: the result, its text and the exit status.
-    SpecError if it does not fit this machine, PermissionError without root."""
+    The text ends with the run folder, the status and the fidelity verdict (``fidelity
+    FAILED: ...`` with the share of seconds under the CPU criterion; also
+    ``fidelity_verdict`` in the result). SpecError if it does not fit this machine,
+    PermissionError without root."""
     import os
 
+    from analysis.fidelity_verdict import fidelity_text, fidelity_verdict
     from experiments.plan import emulation_fits
     from experiments.runs.faults import EXIT_LOSSY, LOSSY
     from experiments.runs.resources import physical_memory_bytes
@@ -63,11 +70,14 @@ def run_emulated(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     phases = workload_phases(plan)
     run_dir, manifest = run_experiment(plan, out_dir(args.out), cli=args.cli, phases=phases)
     summaries = manifest.get("summaries", {})
+    fidelity = fidelity_verdict(manifest.get("fidelity"))
     result = {"run_dir": str(run_dir), "status": manifest["status"],
-              "fidelity": manifest.get("fidelity"), "timing": manifest.get("timing"),
-              "faults": manifest.get("faults"),
+              "fidelity": manifest.get("fidelity"), "fidelity_verdict": fidelity,
+              "timing": manifest.get("timing"), "faults": manifest.get("faults"),
               **({"summaries": summaries} if summaries else {})}
     text = f"run folder: {run_dir}\nstatus: {manifest['status']}"
+    if fidelity is not None:
+        text += f"\n{fidelity_text(fidelity)}"
     if summaries:
         text = f"{summary_table(summaries)}\n{text}"
     return result, text, EXIT_LOSSY if manifest["status"] == LOSSY else 0

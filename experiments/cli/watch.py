@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
                                          "its output-queue length and whether it is "
                                          "overloaded, IDR's decisions by case, deliveries "
                                          "against the oracle, notification delay p50/p95 "
-                                         "over the last 5 s, the CPU-idle fidelity figure. "
+                                         "over the last 5 s (a replay frame's span if "
+                                         "longer), the CPU-idle fidelity figure. "
                                          "Reads the run's logs as they are written; a "
                                          "finished run (emulated or simulated) is replayed.")
     w.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
@@ -26,7 +27,10 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--runs", type=Path, default=DEFAULT_RUNS,
                    help="where to look for the run in progress (default ./runs)")
     w.add_argument("--speed", type=float, default=1.0, metavar="X",
-                   help="replay at X times the pace of the run (default 1)")
+                   help="replay at X times the pace of the run (default 1): a frame "
+                        "about every 0.5 s covers X x 0.5 s of it, whole statistics "
+                        "windows, and shows each link's longest queue and overloaded "
+                        "windows in them; no window is skipped")
     w.add_argument("--algorithm", metavar="NAME",
                    help="replay only this algorithm's part of the run")
     w.set_defaults(func=run)

@@ -1,0 +1,80 @@
+"""Whether an emulated run kept its fidelity, from the ``fidelity`` record its manifest
+holds (:mod:`experiments.emulation.fidelity` measures it): the verdict the report's box,
+`pubsublab run`'s closing lines and its ``--json`` all give.
+
+Two criteria, each as the runner measured it:
+
+- **CPU**: the machine stayed at least ``criterion_min_idle_pct`` % idle (Mininet-HiFi's
+  35 %) in every second sampled; a run below it in some seconds fails, with the share of
+  seconds below;
+- **links**: every sampled overlay link's iperf3 rate came within 10 % of its configured
+  rate; a run with a link outside fails, naming it.
+
+A run that failed either is **not trustworthy** in its timing (delays, queues, rates):
+its counts (deliveries, messages) still hold. A criterion the run did not measure (no
+CPU sample, no link sampled) is said so, and does not pass for a success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def fidelity_verdict(fidelity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The verdict of a manifest's ``fidelity`` record; None when the run has none (a
+    simulated run, or one stopped before its fidelity check).
+
+    ``ok``: True when both criteria were measured and held, False when one failed, None
+    when none failed but one was not measured; ``cpu_idle``: ``seconds_below`` of
+    ``seconds`` sampled (``share_below_pct``, %) under ``criterion_min_idle_pct``, or None
+    without samples; ``links``: ``checked`` sampled links, ``off`` those outside 10 %."""
+    if not fidelity:
+        return None
+    cpu = None
+    idle = fidelity.get("cpu_idle") or {}
+    samples = idle.get("per_second_pct") or []
+    if samples:
+        below = int(idle.get("seconds_below", 0))
+        cpu = {"criterion_min_idle_pct": idle.get("criterion_min_idle_pct"),
+               "seconds_below": below, "seconds": len(samples),
+               "share_below_pct": round(100 * below / len(samples), 1),
+               "min_pct": idle.get("min_pct"), "ok": below == 0}
+    checked = fidelity.get("links") or []
+    links = {"checked": len(checked),
+             "off": [{k: r.get(k) for k in ("a", "b", "configured_mbps", "achieved_mbps")}
+                     for r in checked if not r.get("within_10pct", True)]}
+    failed = (cpu is not None and not cpu["ok"]) or bool(links["off"])
+    measured = cpu is not None and bool(checked)
+    return {"ok": False if failed else (True if measured else None), "cpu_idle": cpu,
+            "links": links}
+
+
+def fidelity_text(verdict: Mapping[str, Any]) -> str:
+    """One line: ``fidelity ok: ...``, ``fidelity FAILED: ...`` (what failed, the share of
+    seconds under the CPU criterion) or ``fidelity unchecked: ...``."""
+    cpu, links = verdict["cpu_idle"], verdict["links"]
+    parts = []
+    if cpu is None:
+        parts.append("CPU idle not sampled")
+    elif cpu["ok"]:
+        parts.append(f"CPU idle at or above {cpu['criterion_min_idle_pct']:g} % in all "
+                     f"{cpu['seconds']} s sampled")
+    else:
+        parts.append(f"CPU idle below {cpu['criterion_min_idle_pct']:g} % in "
+                     f"{cpu['seconds_below']} of {cpu['seconds']} s "
+                     f"({cpu['share_below_pct']:g} %, min {cpu['min_pct']:g} %)")
+    if links["off"]:
+        parts.append(f"{len(links['off'])} of {links['checked']} sampled links outside 10 % "
+                     "of their rate (" + ", ".join(
+                         f"{r['a']}-{r['b']} {r['achieved_mbps']:g} of "
+                         f"{r['configured_mbps']:g} Mbit/s" for r in links["off"]) + ")")
+    elif links["checked"]:
+        parts.append(f"{links['checked']} of {links['checked']} sampled links within 10 % "
+                     "of their rate")
+    else:
+        parts.append("no link's rate sampled")
+    if verdict["ok"] is False:
+        return (f"fidelity FAILED: {'; '.join(parts)}: emulated timing in this run is not "
+                "trustworthy")
+    return f"fidelity {'ok' if verdict['ok'] else 'unchecked'}: {'; '.join(parts)}"
