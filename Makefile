@@ -4,13 +4,14 @@ VENV ?= $(if $(PUBSUBLAB_VENV),$(PUBSUBLAB_VENV),.venv)
 BIN  := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench check-provision clean-runs help
+.PHONY: setup demo test lint check-papers bench check-provision clean-runs help
 
 help:
 	@echo "sudo make demo   install what is missing, run the demo experiment"
 	@echo "sudo make test   install what is missing, run the whole test suite, check-provision"
 	@echo "sudo make setup  only install (idempotent: apt packages, Open vSwitch, venv)"
 	@echo "make lint        ruff over the code"
+	@echo "make check-papers  the paper data files quote their papers right (needs the papers' texts: PUBSUBLAB_SEEDS)"
 	@echo "sudo make check-provision   provisioning and a smoke test on a bare Debian 12 (debootstrap)"
 
 setup:
@@ -26,6 +27,9 @@ test: setup
 
 lint:
 	$(BIN)/ruff check .
+
+check-papers: setup
+	$(BIN)/python -m pytest -ra tests/check_paper_quotes.py
 
 bench: setup
 	$(BIN)/pubsublab bench matching
