@@ -78,13 +78,14 @@ from nodes.emulated.runtime import (
     check_keys,
     dial,
     install_stop_signals,
+    log_message_now,
     log_now,
     parse_addr,
     parse_backoff,
     read_frames,
 )
 from nodes.frames import FrameError, encode
-from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog
 from nodes.messages import Message, MsgType, message_from_json, message_to_json
 from nodes.runfolder import log_path, read_json, write_json
 from nodes.workloads.bulkdata import SLICE_BYTES, DataLog, data_messages
@@ -328,7 +329,7 @@ def _log_message(log: JsonlLog, ev: Ev, broker: str, msg: Message, size: int,
     if msg.type is MsgType.DATA:
         fields, done = data_log.add(msg)
         extra.update(fields)
-    log_now(log, ev, link=broker, **extra, **message_fields(msg, size))
+    log_message_now(log, ev, broker, msg, size, **extra)
     if done is not None:
         log_now(log, Ev.RECORD, kind=f"data_{ev}", **done)
         log.flush()
