@@ -64,7 +64,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -360,10 +360,14 @@ async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: Jso
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
             msg = op.msg
-            extra: dict[str, Any] = {}
             if msg.type is MsgType.PUBLISH:
-                extra["t_pub"] = time.time()
-                msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
+                t_pub = time.time()
+                # The constructor, not dataclasses.replace: once per publication, ~3x cheaper.
+                msg = Message(msg.type, msg.msg_id, msg.origin, msg.hops,
+                              {**msg.payload, "t_pub": t_pub}, msg.body)
+                extra = {"t_pub": t_pub}
+            else:
+                extra = {}
             frame = encode(msg)
             due.append(frame)
             due_bytes += len(frame)
