@@ -58,7 +58,7 @@ an absent field):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -200,6 +200,23 @@ class MessageRecord(msgspec.Struct, kw_only=True):
     type: str
 
 
+class MatchRecord(msgspec.Struct, kw_only=True):
+    """A routing core's ``match`` record (:func:`nodes.cores.actions.fan_out`: one per
+    publication a broker matches), written by :meth:`JsonlLog.core_record` as
+    :class:`MessageRecord` is: fields in sorted order, the line of the dict."""
+
+    ev: str
+    kind: str
+    matched: int
+    msg_id: int
+    node: str
+    origin: str
+    subscriptions: int
+    t_mono: float
+    t_wall: float
+
+
+_MATCH_FIELDS = frozenset(MatchRecord.__struct_fields__) - {*COMMON_FIELDS, "kind"}
 # Records are encoded by msgspec with sorted keys: the same compact JSON as the standard
 # library's, about eight times faster (a broker writes two or three records per message);
 # a record it cannot encode in sorted order (a dict with keys that are not strings, in a
@@ -253,12 +270,24 @@ class JsonlLog:
             raise ValueError(f"log event {ev!r} is not the Ev of a message")
         if self._max_bytes is not None and not self._admits(ev, t_mono, t_wall):
             return
-        line = _encode_struct(MessageRecord(
+        self._append(_encode_struct(MessageRecord(
             ev=ev, hops=msg.hops, link=link, msg_id=msg.msg_id, node=self.node,
             origin=msg.origin, size=size, t_mono=round(t_mono, 6), t_wall=round(t_wall, 6),
-            type=_TYPE_NAMES[msg.type], **extra)) + b"\n"
-        self._bytes += len(line)
-        self._fh.write(line)
+            type=_TYPE_NAMES[msg.type], **extra)))
+
+    def core_record(self, t_mono: float, t_wall: float, kind: str,
+                    fields: Mapping[str, Any]) -> None:
+        """Append a routing core's record ``kind`` with its free-form ``fields``: the line
+        :meth:`write` gives for ``Ev.RECORD``, ``kind`` and ``fields``; a ``match`` record
+        of the usual fields (one per publication) without building a dict."""
+        if kind == "match" and fields.keys() == _MATCH_FIELDS:
+            if self._max_bytes is not None:
+                self._last_t = (t_mono, t_wall)  # the stamp close() writes its record at
+            self._append(_encode_struct(MatchRecord(
+                ev=Ev.RECORD, kind=kind, node=self.node, t_mono=round(t_mono, 6),
+                t_wall=round(t_wall, 6), **fields)))
+        else:
+            self.write(Ev.RECORD, t_mono, t_wall, kind=kind, **fields)
 
     def _admits(self, ev: Ev, t_mono: float, t_wall: float) -> bool:
         """Whether the bound (``max_bytes`` given) lets a record of ``ev`` in; counts it
@@ -281,9 +310,13 @@ class JsonlLog:
         rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev,
                **fields}
         try:
-            line = _encode_record(rec) + b"\n"
+            record = _encode_record(rec)
         except TypeError:
-            line = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+            record = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+        self._append(record)
+
+    def _append(self, record: bytes) -> None:
+        line = record + b"\n"
         self._bytes += len(line)
         self._fh.write(line)
 

@@ -319,7 +319,34 @@ def test_message_refuses_an_event_that_is_not_a_messages(tmp_path: Path, ev: Any
     assert (tmp_path / "n.jsonl").read_text() == ""
 
 
-def test_the_message_record_is_in_sorted_order_and_in_the_table() -> None:
+def test_the_fixed_records_are_in_sorted_order_and_in_the_table() -> None:
     names = list(logs.MessageRecord.__struct_fields__)
     assert names == sorted(names)
     assert set(names) <= set(FIELDS_BY_NAME)
+    names = list(logs.MatchRecord.__struct_fields__)
+    assert names == sorted(names)
+    assert set(COMMON_FIELDS) | {"kind"} <= set(names)
+
+
+def test_core_records_are_the_lines_of_the_general_writer(tmp_path: Path) -> None:
+    """JsonlLog.core_record writes what write writes for ev record: a match record (its
+    fast path), one with other fields, and another kind."""
+    records = [("match", {"origin": "p\u00e9", "msg_id": (1 << 64) - 1, "subscriptions": 5000,
+                          "matched": 1}),
+               ("match", {"origin": "p", "msg_id": 1, "subscriptions": 3, "matched": 0,
+                          "tested": 2}),
+               ("unhandled", {"type": "TREE", "origin": "p", "msg_id": 2})]
+    texts = []
+    for name, fast in (("fast", True), ("general", False)):
+        log = JsonlLog(tmp_path / f"{name}.jsonl", "b", max_bytes=1 << 20)
+        for i, (kind, fields) in enumerate(records):
+            if fast:
+                log.core_record(5.0000004 + i, 1796282758.7483311 + i, kind, fields)
+            else:
+                log.write(Ev.RECORD, 5.0000004 + i, 1796282758.7483311 + i, kind=kind, **fields)
+        log.close()
+        texts.append((tmp_path / f"{name}.jsonl").read_text(encoding="utf-8"))
+    assert texts[0] == texts[1]
+    assert texts[0].splitlines()[0] == (
+        '{"ev":"record","kind":"match","matched":1,"msg_id":18446744073709551615,"node":"b",'
+        '"origin":"p\u00e9","subscriptions":5000,"t_mono":5.0,"t_wall":1796282758.748331}')

@@ -807,7 +807,7 @@ class Broker:
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
             case Record(kind=kind, fields=fields):
-                log_now(self._log, Ev.RECORD, kind=kind, **fields)
+                self._log.core_record(time.monotonic(), time.time(), kind, fields)
             case SetTimer(name=name, delay_s=delay_s):
                 timer_id = next(self._timer_ids)
                 self._timers[timer_id] = asyncio.get_running_loop().call_later(
