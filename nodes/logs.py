@@ -58,16 +58,17 @@ an absent field):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from nodes.frames import frame_size
-from nodes.messages import Message
+from nodes.messages import Message, MsgType
 
 
 class Ev(StrEnum):
@@ -173,11 +174,57 @@ def message_fields(msg: Message, size: int | None = None) -> dict[str, Any]:
 
 # Records of single messages: what a log bound stops writing (see JsonlLog).
 PER_MESSAGE = frozenset({Ev.SEND, Ev.RECV, Ev.DELIVER, Ev.DROP})
+_TYPE_NAMES = {t: t.name for t in MsgType}  # Enum.name is a descriptor: a lookup is cheaper
+
+
+class MessageRecord(msgspec.Struct, kw_only=True):
+    """The fixed fields of a record of one message (:data:`PER_MESSAGE`), written by
+    :meth:`JsonlLog.message` without building a dict per record. The fields are declared
+    in sorted order, so that the encoded line is byte for byte the one the dict of the
+    same fields gives with sorted keys; an optional field left ``UNSET`` is absent from
+    the line, one given ``None`` is ``null``, as in a dict."""
+
+    duplicate: bool | UnsetType = UNSET
+    ev: str
+    hops: int
+    index: int | UnsetType = UNSET
+    link: str
+    matching_ms: float | UnsetType = UNSET
+    msg_id: int
+    node: str
+    origin: str
+    reason: str | UnsetType = UNSET
+    sha256: str | UnsetType = UNSET
+    size: int
+    t_mono: float
+    t_pub: float | UnsetType | None = UNSET
+    t_wall: float
+    type: str
+
+
+class MatchRecord(msgspec.Struct, kw_only=True):
+    """A routing core's ``match`` record (:func:`nodes.cores.actions.fan_out`: one per
+    publication a broker matches), written by :meth:`JsonlLog.core_record` as
+    :class:`MessageRecord` is: fields in sorted order, the line of the dict."""
+
+    ev: str
+    kind: str
+    matched: int
+    msg_id: int
+    node: str
+    origin: str
+    subscriptions: int
+    t_mono: float
+    t_wall: float
+
+
+_MATCH_FIELDS = frozenset(MatchRecord.__struct_fields__) - {*COMMON_FIELDS, "kind"}
 # Records are encoded by msgspec with sorted keys: the same compact JSON as the standard
 # library's, about eight times faster (a broker writes two or three records per message);
 # a record it cannot encode in sorted order (a dict with keys that are not strings, in a
 # core's free-form fields) falls back to ``json``.
 _encode_record = msgspec.json.Encoder(order="sorted").encode
+_encode_struct = msgspec.json.Encoder().encode  # a MessageRecord's fields are in order
 # Records wait in a buffer of this size; a broker flushes it every statistics window (a
 # second by default), so readers of a live log (`pubsublab watch`) lag by at most that.
 LOG_BUFFER_BYTES = 1 << 16
@@ -211,16 +258,50 @@ class JsonlLog:
         so a writer cannot invent an event)."""
         if not isinstance(ev, Ev):
             raise ValueError(f"log event {ev!r} is not an Ev")
-        if self._max_bytes is not None:
-            self._last_t = (t_mono, t_wall)
-            if self._bytes >= self._max_bytes and ev in PER_MESSAGE:
-                if not self.skipped:
-                    self._put(Ev.RECORD, t_mono, t_wall, {"kind": "log_limit",
-                                                          "state": "reached",
-                                                          "max_bytes": self._max_bytes})
-                self.skipped[ev] = self.skipped.get(ev, 0) + 1
-                return
-        self._put(ev, t_mono, t_wall, fields)
+        if self._max_bytes is None or self._admits(ev, t_mono, t_wall):
+            self._put(ev, t_mono, t_wall, fields)
+
+    def message(self, ev: Ev, t_mono: float, t_wall: float, link: str, msg: Message,
+                size: int, **extra: Any) -> None:
+        """Append the record of one message ``msg`` (a frame of ``size`` bytes) sent to,
+        received from, delivered to or dropped on ``link``: the line :meth:`write` gives
+        for ``link`` and :func:`message_fields` plus ``extra``, at a fraction of its cost
+        (brokers and clients write two or three per message). ``extra``: the optional
+        fields of :class:`MessageRecord` only."""
+        if type(ev) is not Ev or ev not in PER_MESSAGE:
+            raise ValueError(f"log event {ev!r} is not the Ev of a message")
+        if self._max_bytes is not None and not self._admits(ev, t_mono, t_wall):
+            return
+        self._append(_encode_struct(MessageRecord(
+            ev=ev, hops=msg.hops, link=link, msg_id=msg.msg_id, node=self.node,
+            origin=msg.origin, size=size, t_mono=round(t_mono, 6), t_wall=round(t_wall, 6),
+            type=_TYPE_NAMES[msg.type], **extra)))
+
+    def core_record(self, t_mono: float, t_wall: float, kind: str,
+                    fields: Mapping[str, Any]) -> None:
+        """Append a routing core's record ``kind`` with its free-form ``fields``: the line
+        :meth:`write` gives for ``Ev.RECORD``, ``kind`` and ``fields``; a ``match`` record
+        of the usual fields (one per publication) without building a dict."""
+        if kind == "match" and fields.keys() == _MATCH_FIELDS:
+            if self._max_bytes is not None:
+                self._last_t = (t_mono, t_wall)  # the stamp close() writes its record at
+            self._append(_encode_struct(MatchRecord(
+                ev=Ev.RECORD, kind=kind, node=self.node, t_mono=round(t_mono, 6),
+                t_wall=round(t_wall, 6), **fields)))
+        else:
+            self.write(Ev.RECORD, t_mono, t_wall, kind=kind, **fields)
+
+    def _admits(self, ev: Ev, t_mono: float, t_wall: float) -> bool:
+        """Whether the bound (``max_bytes`` given) lets a record of ``ev`` in; counts it
+        if not."""
+        self._last_t = (t_mono, t_wall)
+        if ev not in PER_MESSAGE or not self.full:
+            return True
+        if not self.skipped:
+            self._put(Ev.RECORD, t_mono, t_wall, {"kind": "log_limit", "state": "reached",
+                                                  "max_bytes": self._max_bytes})
+        self.skipped[ev] = self.skipped.get(ev, 0) + 1
+        return False
 
     @property
     def full(self) -> bool:
@@ -228,12 +309,16 @@ class JsonlLog:
         return self._max_bytes is not None and self._bytes >= self._max_bytes
 
     def _put(self, ev: Ev, t_mono: float, t_wall: float, fields: dict[str, Any]) -> None:
-        rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev}
-        rec.update(fields)
+        rec = {"t_mono": round(t_mono, 6), "t_wall": round(t_wall, 6), "node": self.node, "ev": ev,
+               **fields}
         try:
-            line = _encode_record(rec) + b"\n"
+            record = _encode_record(rec)
         except TypeError:
-            line = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+            record = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+        self._append(record)
+
+    def _append(self, record: bytes) -> None:
+        line = record + b"\n"
         self._bytes += len(line)
         self._fh.write(line)
 

@@ -45,8 +45,10 @@ from nodes.logs import (
     Ev,
     JsonlLog,
     iter_jsonl,
+    message_fields,
     torn_tail_bytes,
 )
+from nodes.messages import Message, MsgType
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -242,3 +244,109 @@ def test_a_torn_last_record_is_skipped_and_measured(tmp_path: Path) -> None:
     assert [r["n"] for r in iter_jsonl(tmp_path / "b.jsonl")] == [0, 1, 2]
     assert torn_tail_bytes(tmp_path / "b.jsonl") == len(b'{"ev":"recv","t_mo')
     assert torn_tail_bytes(tmp_path / "missing.jsonl") == 0
+
+
+# ---- the message fast path ---------------------------------------------------------------
+
+_PUB = Message(MsgType.PUBLISH, 7, "pub", 2, {"attrs": {"Symbol": "ACME"}})
+# (event, link, message, size, optional fields): one of each kind a broker or client writes
+_MESSAGE_RECORDS: list[tuple[Ev, str, Message, int, dict[str, Any]]] = [
+    (Ev.RECV, "pub", _PUB, 100, {"matching_ms": 0.021331}),
+    (Ev.RECV, "pub", _PUB, 100, {}),
+    (Ev.DELIVER, "sub", _PUB, 100, {"t_pub": 1796282758.7471118}),
+    (Ev.DELIVER, "sub", _PUB, 100, {"t_pub": None}),
+    (Ev.SEND, "b2", _PUB.forwarded(), 101, {}),
+    (Ev.SEND, "b", _PUB, 100, {"t_pub": 1796282758.7471118}),
+    (Ev.DROP, "sub", _PUB, 100, {"reason": "slow_consumer"}),
+    (Ev.RECV, "b", Message(MsgType.DATA, (1 << 64) - 1, "d\u00e9\"x", 0), 1200,
+     {"index": 3, "sha256": "ab" * 32, "duplicate": False, "t_pub": None}),
+]
+
+
+def _lines(path: Path, write: Any) -> list[str]:
+    log = JsonlLog(path, "b\u00e4")
+    for i, (ev, link, msg, size, extra) in enumerate(_MESSAGE_RECORDS):
+        write(log, ev, 273.9256021234 + i, 1796282758.7483311 + i, link, msg, size, extra)
+    log.close()
+    return path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def test_message_records_are_the_lines_of_the_general_writer(tmp_path: Path) -> None:
+    """JsonlLog.message writes, byte for byte, what JsonlLog.write writes for the same
+    record (message_fields plus the optional fields), which users grep and Spark reads."""
+    fast = _lines(tmp_path / "fast.jsonl",
+                  lambda log, ev, tm, tw, link, msg, size, extra:
+                  log.message(ev, tm, tw, link, msg, size, **extra))
+    general = _lines(tmp_path / "general.jsonl",
+                     lambda log, ev, tm, tw, link, msg, size, extra:
+                     log.write(ev, tm, tw, link=link, **message_fields(msg, size), **extra))
+    assert fast == general
+    assert fast[0] == ('{"ev":"recv","hops":2,"link":"pub","matching_ms":0.021331,"msg_id":7,'
+                       '"node":"b\u00e4","origin":"pub","size":100,"t_mono":273.925602,'
+                       '"t_wall":1796282758.748331,"type":"PUBLISH"}\n')
+    assert fast[3] == ('{"ev":"deliver","hops":2,"link":"sub","msg_id":7,"node":"b\u00e4",'
+                       '"origin":"pub","size":100,"t_mono":276.925602,"t_pub":null,'
+                       '"t_wall":1796282761.748331,"type":"PUBLISH"}\n')
+    assert '"origin":"d\u00e9\\"x"' in fast[-1] and '"msg_id":18446744073709551615' in fast[-1]
+    check_logs([tmp_path / "fast.jsonl"])
+
+
+def test_message_records_obey_the_log_bound(tmp_path: Path) -> None:
+    """Past max_bytes the fast path counts its records as skipped, as write does, and the
+    two give the same file."""
+    texts = []
+    for name, fast in (("fast", True), ("general", False)):
+        log = JsonlLog(tmp_path / f"{name}.jsonl", "b", max_bytes=400)
+        for i in range(10):
+            if fast:
+                log.message(Ev.RECV, float(i), float(i), "pub", _PUB, 100)
+            else:
+                log.write(Ev.RECV, float(i), float(i), link="pub", **message_fields(_PUB, 100))
+            log.write(Ev.QUEUE, float(i), float(i), link="x", count_in=i)
+        log.close()
+        assert log.skipped == {Ev.RECV: 8}
+        texts.append((tmp_path / f"{name}.jsonl").read_text())
+    assert texts[0] == texts[1]
+    assert texts[0].count('"ev":"queue"') == 10
+
+
+@pytest.mark.parametrize("ev", [Ev.QUEUE, Ev.LINK, "recv"])
+def test_message_refuses_an_event_that_is_not_a_messages(tmp_path: Path, ev: Any) -> None:
+    log = JsonlLog(tmp_path / "n.jsonl", "n")
+    with pytest.raises(ValueError, match="not the Ev of a message"):
+        log.message(ev, 0.0, 0.0, "x", _PUB, 100)
+    log.close()
+    assert (tmp_path / "n.jsonl").read_text() == ""
+
+
+def test_the_fixed_records_are_in_sorted_order_and_in_the_table() -> None:
+    names = list(logs.MessageRecord.__struct_fields__)
+    assert names == sorted(names)
+    assert set(names) <= set(FIELDS_BY_NAME)
+    names = list(logs.MatchRecord.__struct_fields__)
+    assert names == sorted(names)
+    assert set(COMMON_FIELDS) | {"kind"} <= set(names)
+
+
+def test_core_records_are_the_lines_of_the_general_writer(tmp_path: Path) -> None:
+    """JsonlLog.core_record writes what write writes for ev record: a match record (its
+    fast path), one with other fields, and another kind."""
+    records = [("match", {"origin": "p\u00e9", "msg_id": (1 << 64) - 1, "subscriptions": 5000,
+                          "matched": 1}),
+               ("match", {"origin": "p", "msg_id": 1, "subscriptions": 3, "matched": 0,
+                          "tested": 2}),
+               ("unhandled", {"type": "TREE", "origin": "p", "msg_id": 2})]
+    texts = []
+    for name, fast in (("fast", True), ("general", False)):
+        log = JsonlLog(tmp_path / f"{name}.jsonl", "b", max_bytes=1 << 20)
+        for i, (kind, fields) in enumerate(records):
+            if fast:
+                log.core_record(5.0000004 + i, 1796282758.7483311 + i, kind, fields)
+            else:
+                log.write(Ev.RECORD, 5.0000004 + i, 1796282758.7483311 + i, kind=kind, **fields)
+        log.close()
+        texts.append((tmp_path / f"{name}.jsonl").read_text(encoding="utf-8"))
+    assert texts[0] == texts[1]
+    assert texts[0].splitlines()[0] == (
+        '{"ev":"record","kind":"match","matched":1,"msg_id":18446744073709551615,"node":"b",'
+        '"origin":"p\u00e9","subscriptions":5000,"t_mono":5.0,"t_wall":1796282758.748331}')

@@ -114,6 +114,7 @@ from nodes.emulated.runtime import (
     check_keys,
     dial,
     install_stop_signals,
+    log_message_now,
     log_now,
     parse_addr,
     parse_backoff,
@@ -758,15 +759,14 @@ class Broker:
     def _received(
         self, peer: str, event: Callable[[str, Message], Event], msg: Message, size: int
     ) -> None:
-        fields = message_fields(msg, size)
         ev = event(peer, msg)
         member_op = msg.type if event is FromClient and self._may_sleep() else None
         if self._dormant and member_op is not MsgType.JOIN:
-            log_now(self._log, Ev.RECV, link=peer, **fields)
-            log_now(self._log, Ev.DROP, link=peer, reason="dormant", **fields)
+            log_message_now(self._log, Ev.RECV, peer, msg, size)
+            log_message_now(self._log, Ev.DROP, peer, msg, size, reason="dormant")
             return
         if msg.type not in MATCHED:
-            log_now(self._log, Ev.RECV, link=peer, **fields)
+            log_message_now(self._log, Ev.RECV, peer, msg, size)
             if member_op is MsgType.JOIN and self._dormant:
                 self._dormant = False
                 log_now(self._log, Ev.RECORD, kind="membership", state="joined")
@@ -782,11 +782,11 @@ class Broker:
         try:
             actions = self._core.handle(ev, asyncio.get_running_loop().time())
         except Exception as exc:
-            self._log.write(Ev.RECV, t_mono, t_wall, link=peer, **fields)
+            self._log.message(Ev.RECV, t_mono, t_wall, peer, msg, size)
             self._core_failed(ev, exc)
             return
         matching_ms = round((time.perf_counter() - t0_s) * 1000.0, 6)
-        self._log.write(Ev.RECV, t_mono, t_wall, link=peer, matching_ms=matching_ms, **fields)
+        self._log.message(Ev.RECV, t_mono, t_wall, peer, msg, size, matching_ms=matching_ms)
         self._dispatch(ev, actions)
 
     def _may_sleep(self) -> bool:
@@ -833,7 +833,7 @@ class Broker:
             case Deliver(client=client, msg=msg):
                 self._deliver(client, msg)
             case Record(kind=kind, fields=fields):
-                log_now(self._log, Ev.RECORD, kind=kind, **fields)
+                self._log.core_record(time.monotonic(), time.time(), kind, fields)
             case SetTimer(name=name, delay_s=delay_s):
                 timer_id = next(self._timer_ids)
                 self._timers[timer_id] = asyncio.get_running_loop().call_later(
@@ -846,15 +846,16 @@ class Broker:
     def _deliver(self, client: str, msg: Message) -> None:
         link = self._clients.get(client)
         frame = self._frame(msg)
-        fields = message_fields(msg, len(frame))
         if link is None:
-            log_now(self._log, Ev.DROP, link=client, reason="client_not_connected", **fields)
+            log_message_now(self._log, Ev.DROP, client, msg, len(frame),
+                            reason="client_not_connected")
             return
         if not link.deliver(frame):
-            log_now(self._log, Ev.DROP, link=client, reason=SLOW_CONSUMER, **fields)
+            log_message_now(self._log, Ev.DROP, client, msg, len(frame), reason=SLOW_CONSUMER)
             self._client_gone(client, SLOW_CONSUMER)
             return
-        log_now(self._log, Ev.DELIVER, link=client, t_pub=msg.payload.get("t_pub"), **fields)
+        log_message_now(self._log, Ev.DELIVER, client, msg, len(frame),
+                        t_pub=msg.payload.get("t_pub"))
 
     def _fire_timer(self, timer_id: int, name: str) -> None:
         del self._timers[timer_id]

@@ -64,7 +64,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,14 @@ from nodes.emulated.runtime import (
     check_keys,
     dial,
     install_stop_signals,
+    log_message_now,
     log_now,
     parse_addr,
     parse_backoff,
     read_frames,
 )
 from nodes.frames import FrameError, encode
-from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog, message_fields
+from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog
 from nodes.messages import Message, MsgType, message_from_json, message_to_json
 from nodes.runfolder import log_path, read_json, write_json
 from nodes.workloads.bulkdata import SLICE_BYTES, DataLog, data_messages
@@ -328,7 +329,7 @@ def _log_message(log: JsonlLog, ev: Ev, broker: str, msg: Message, size: int,
     if msg.type is MsgType.DATA:
         fields, done = data_log.add(msg)
         extra.update(fields)
-    log_now(log, ev, link=broker, **extra, **message_fields(msg, size))
+    log_message_now(log, ev, broker, msg, size, **extra)
     if done is not None:
         log_now(log, Ev.RECORD, kind=f"data_{ev}", **done)
         log.flush()
@@ -359,10 +360,14 @@ async def _send_ops(config: ClientConfig, writer: asyncio.StreamWriter, log: Jso
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
             msg = op.msg
-            extra: dict[str, Any] = {}
             if msg.type is MsgType.PUBLISH:
-                extra["t_pub"] = time.time()
-                msg = replace(msg, payload={**msg.payload, "t_pub": extra["t_pub"]})
+                t_pub = time.time()
+                # The constructor, not dataclasses.replace: once per publication, ~3x cheaper.
+                msg = Message(msg.type, msg.msg_id, msg.origin, msg.hops,
+                              {**msg.payload, "t_pub": t_pub}, msg.body)
+                extra = {"t_pub": t_pub}
+            else:
+                extra = {}
             frame = encode(msg)
             due.append(frame)
             due_bytes += len(frame)

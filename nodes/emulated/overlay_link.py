@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 
 from nodes.cores.interface import LinkWindow
-from nodes.emulated.runtime import WRITE_BATCH_BYTES, log_now
+from nodes.emulated.runtime import WRITE_BATCH_BYTES, log_message_now, log_now
 from nodes.frames import encode
 from nodes.logs import Ev, JsonlLog, message_fields
 from nodes.messages import Message
@@ -321,10 +321,9 @@ class OverlayLink:
         self._count_out += 1
         if self._pressed:
             self._eased()
-        fields = message_fields(msg, len(frame))
-        log_now(self._log, Ev.SEND, link=self.neighbour, **fields)
+        log_message_now(self._log, Ev.SEND, self.neighbour, msg, len(frame))
         if self._loss_p and self._rng.random() < self._loss_p:
-            log_now(self._log, Ev.DROP, link=self.neighbour, reason="loss", **fields)
+            log_message_now(self._log, Ev.DROP, self.neighbour, msg, len(frame), reason="loss")
             return None
         if self._delay_s:
             self._line.append((loop.time() + self._delay_s, frame, msg))

@@ -27,8 +27,10 @@
   (default 0.1 s up to 2 s), so an unreachable peer costs one attempt and one log record
   per backoff step and never a busy loop.
 - **Logging.** :func:`log_now` stamps a record with both clocks (``time.monotonic`` and
-  ``time.time``). On Linux the monotonic clock is system-wide, and Mininet hosts share the
-  kernel, so ``t_mono`` of different processes on one machine are directly comparable.
+  ``time.time``), :func:`log_message_now` a message's record (the fast path,
+  :meth:`nodes.logs.JsonlLog.message`). On Linux the monotonic clock is system-wide, and
+  Mininet hosts share the kernel, so ``t_mono`` of different processes on one machine are
+  directly comparable.
 - **Ops files** hold messages as :func:`nodes.messages.message_to_json` objects (the one
   place a message is (de)serialised as JSON) with ``t_s`` added.
 """
@@ -85,6 +87,13 @@ class Refused(ProtocolError):
 def log_now(log: JsonlLog, ev: Ev, **fields: Any) -> None:
     """Append record ``ev`` stamped with the monotonic and the wall clock, now."""
     log.write(ev, time.monotonic(), time.time(), **fields)
+
+
+def log_message_now(log: JsonlLog, ev: Ev, link: str, msg: Message, size: int,
+                    **extra: Any) -> None:
+    """Append the record ``ev`` of ``msg`` (a frame of ``size`` bytes) on ``link``,
+    stamped with both clocks, now."""
+    log.message(ev, time.monotonic(), time.time(), link, msg, size, **extra)
 
 
 @dataclass(frozen=True, slots=True)
