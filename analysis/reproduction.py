@@ -451,7 +451,7 @@ td.nonum { color: #666; font-style: italic; }
 td.metric { max-width: 12em; }
 table#summary td { font-size: 14px; }
 td.cond { min-width: 22em; max-width: 30em; font-size: 12px; }
-img { display: block; width: 288px; }
+img { display: block; width: 264px; }
 """
 
 
@@ -577,16 +577,14 @@ def _why_cell(row: Mapping[str, Any], index: int, paper_name: str,
                 "</details></td>")
     keys = [k for k in row["why_keys"] if k != ANY]
     if not keys:
-        return (f"<td class='why nowhy'>No explanation at this scale "
-                f"({e(row['measured_at'])}).</td>")
+        return f"<td class='why nowhy'>No explanation for {e(row['measured_at'])}.</td>"
     where = []
     for k in keys:
         page = others.get((index, k))
         where.append(f"<a href='{e(page.as_uri())}#row-{index + 1}'>{e(k)}</a>" if page
                      else f"{e(k)} (<code>{e(_make_page(paper_name, k))}</code>)")
-    return (f"<td class='why nowhy'>No explanation written for this scale "
-            f"({e(row['measured_at'])}); the data file's, for {', '.join(where)}, "
-            "is shown on that page, beside the numbers it explains.</td>")
+    return (f"<td class='why nowhy'>No explanation for {e(row['measured_at'])}: the data "
+            f"file's is for {', '.join(where)}, shown on that page.</td>")
 
 
 def _row_lines(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
@@ -690,9 +688,11 @@ def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a plain-text table (``pubsublab reproduce`` without ``--json``)."""
     head: tuple[str, ...] = ("figure", "metric", "paper", "ours", "unit", "ours/paper",
                              "direction", "2x")
+    # A row without a paper number has no ratio to be within 2x: "no number", not "no".
     cells = [(r["figure"], r["metric"], _fmt(r["paper_value"]), _fmt(r["ours"]),
               r["unit"], _fmt(r["ratio"]), _fmt(r["direction_agrees"]),
-              _fmt(r["within_2x"])) for r in rows]
+              _fmt(r["within_2x"]) if r["paper_value"] is not None else "no number")
+             for r in rows]
     if rows and "beside" in rows[0]:
         short = rows[0]["beside"]["runtime"][:3]  # sim / emu
         head += (f"ours {short}", f"ours/paper {short}", f"direction {short}", f"2x {short}")
