@@ -647,3 +647,29 @@ def test_a_why_not_tagged_with_a_scale_is_refused_in_one_line(
         with pytest.raises(SpecError) as err:
             reproduce.load_paper("lbdd")
         assert str(err.value) == message
+
+
+def test_a_why_of_another_scale_links_the_page_that_shows_it(
+        reproduced: dict[str, dict], shipped_meghdoot: dict, tmp_path: Path) -> None:
+    """The quick page of Meghdoot beside its full-scale page (the same --out): a row whose
+    why was written for full/simulated only links that page's row; one that has a quick
+    why shows it."""
+    full = Path(shipped_meghdoot["page"])
+    quick = full.parent.parent / Path(reproduced["meghdoot"]["page"]).parent.name
+    shutil.copytree(Path(reproduced["meghdoot"]["page"]).parent, quick)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--resume", str(quick), "--no-run", "--json"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    driver = _browser(tmp_path)
+    try:
+        driver.get((quick / "reproduction.html").as_uri())
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('#rows tr')].slice(1).map(tr => "
+            "[tr.querySelector('td.why').innerText, [...tr.querySelectorAll('td.why a')]"
+            ".map(a => a.href)])")
+    finally:
+        driver.quit()
+    assert cells[0] == ["No explanation for quick/simulated: the data file's is for "
+                        "full/simulated, shown on that page.", [f"{full.as_uri()}#row-1"]]
+    assert cells[-1][0].startswith("At the quick scale the CAN has 30 peers") and not cells[-1][1]
