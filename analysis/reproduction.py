@@ -56,7 +56,9 @@ from typing import Any
 
 import matplotlib
 
+from analysis.meghdoot_facts import first_event_facts
 from analysis.paper_figures import metric
+from analysis.reproduction_whys import ANY, first_sentence, why_for, why_key
 from nodes.runfolder import MANIFEST, REPRODUCTION_PAGE, SUMMARY
 from nodes.time_left import duration_text, memory_text
 
@@ -266,6 +268,10 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
                            spec["against_pick"])
         ours = _compare(spec["compare"], numbers[spec["of"]], against)
         ratio = ours / row["paper"] if ours is not None and row["paper"] else None
+        measured_at = why_key(exp.get("scale_name", "full"), _ran_in(pts, runtime))
+        why, why_from = why_for(row["why"], measured_at, {
+            "ours": _fmt(_significant(ours)), "paper": _fmt(row["paper"]),
+            "ratio": _fmt(_significant(ratio)), **first_event_facts(pts)})
         rows.append({
             "figure": row["figure"], "metric": row["metric"], "source": row["source"],
             "paper_value": row["paper"], "ours": _significant(ours),
@@ -277,7 +283,10 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
             # simulated-only experiment's rows still come from the simulator.
             "conditions": f"{exp['conditions']}; {_ran_in(pts, runtime)}",
             "scale": _scale_text(exp, pts, missing.get(spec["experiment"], ())),
-            "why": " ".join(row["why"].split()),
+            # The why written for the scale and runtime these numbers were measured at
+            # (None if there is none), and the keys the data file has whys for.
+            "why": why, "why_from": why_from, "measured_at": measured_at,
+            "why_keys": sorted(row["why"]),
             "experiment": spec["experiment"],
         })
     return rows
@@ -292,10 +301,30 @@ def _png(fig: Any) -> str:
 
 def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
                points: Sequence[Point],
-               beside: tuple[str, str, Sequence[Point]] | None = None) -> str:
+               beside: tuple[str, str, Sequence[Point]] | None = None
+               ) -> tuple[str, list[tuple[Any, float]]]:
     """Our curves for one row on the paper's axes (x in the paper's units), as a base64
-    PNG; a value row also shows the paper's number as a dashed line. ``beside``: (this
-    runtime, the other runtime, the other's points), drawn in the same colours, dashed."""
+    PNG, and the paper's points drawn on it ((x, y) read back from their markers: x in
+    the paper's units, or the bar's label on a bar chart). A value row marks the paper's
+    number at the x it states (``pick: {at: X}``), or at each of our x where the paper's
+    claim is over the whole sweep (a max, min or mean), or on the bar of ``of``.
+    ``beside``: (this runtime, the other runtime, the other's points), drawn in the same
+    colours, dashed."""
+    fig, marker, labels = draw_row(paper, row, points, beside)
+    drawn: list[tuple[Any, float]] = []
+    if marker is not None:
+        xs, ys = marker.get_data()
+        drawn = [(labels[round(x)] if labels else float(x), float(y))
+                 for x, y in zip(xs, ys, strict=True)]
+    return _png(fig), drawn
+
+
+def draw_row(paper: Mapping[str, Any], row: Mapping[str, Any], points: Sequence[Point],
+             beside: tuple[str, str, Sequence[Point]] | None = None
+             ) -> tuple[Any, Any, list[str]]:
+    """The figure of :func:`row_figure`, its paper marker (a Line2D, None without a
+    paper's number on these axes) and, on a bar chart, the bars' labels (their x being
+    their index)."""
     spec = row["ours"]
     exp = paper["experiments"][spec["experiment"]]
     per_ours = 1.0 if spec.get("series") else (exp.get("x") or {}).get("paper_per_ours", 1.0)
@@ -316,19 +345,26 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
     if not points:  # reproduce --no-run, no finished point: an empty bar would read as 0
         ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
     single = all(len(c) <= 1 for _, _, c, *_ in curves)
+    labels: list[str] = []
     for alg, suffix, c, ls, marker, alpha in curves:
         name = legend.get(alg, alg) + suffix
         # One colour per algorithm on every figure of the page: its place in the legend.
         color = f"C{list(legend).index(alg) if alg in legend else len(legend)}"
         if single:
             ax.bar([name], [c[0][1] * y_factor if c else 0.0], color=color, alpha=alpha)
+            labels.append(name)
         else:
             ax.plot([x * per_ours for x, _ in c], [y * y_factor for _, y in c], ls=ls,
                     marker=marker, ms=3, color=color, label=name)
     if single and beside is not None:
         ax.tick_params(axis="x", labelrotation=30)
-    if spec["compare"] in ("value", "percent") and row["paper"] is not None:
-        ax.axhline(row["paper"], color="k", ls="--", lw=1, label="paper")
+    paper_marker = None
+    if spec["compare"] in ("value", "percent") and row["paper"] is not None and curves:
+        of_curve = next((c for alg, _, c, *_ in curves if alg == spec["of"]), curves[0][2])
+        xs = _paper_xs(spec, of_curve, per_ours, labels, legend.get(spec["of"], spec["of"]))
+        (paper_marker,) = ax.plot(xs, [row["paper"]] * len(xs), ls="none", marker="D",
+                                  ms=6, mfc="none", mec="k", mew=1.5, label="paper",
+                                  zorder=3)
     at = spec.get("pick")
     if isinstance(at, Mapping) and not single:
         ax.axvline(float(at["at"]) * per_ours, color="grey", ls=":", lw=1)
@@ -343,7 +379,21 @@ def row_figure(paper: Mapping[str, Any], row: Mapping[str, Any],
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return fig, paper_marker, labels
+
+
+def _paper_xs(spec: Mapping[str, Any], ours: Sequence[tuple[float, float]], per_ours: float,
+              labels: Sequence[str], of_label: str) -> list[float]:
+    """Where the paper's number goes on a row's axes: on a bar chart the bar of ``of``
+    (its index); else at the x the row picks, in the paper's units, or, for a claim over
+    the whole sweep, at each x of ours."""
+    if labels:
+        return [float(next((i for i, name in enumerate(labels)
+                            if name.startswith(of_label)), 0))]
+    at = spec.get("pick")
+    if isinstance(at, Mapping):
+        return [float(at["at"]) * per_ours]
+    return [x * per_ours for x, _ in ours]
 
 
 def _fmt(v: Any) -> str:
@@ -395,9 +445,13 @@ th, td { border: 1px solid #ccc; padding: 4px 6px; vertical-align: top; font-siz
 th { background: #f0f0f0; }
 td.num { text-align: right; white-space: nowrap; }
 tr.differs td { background: #fff6e6; }
-td.why { max-width: 28em; }
-td.cond { max-width: 18em; font-size: 12px; }
-img { display: block; }
+td.why { min-width: 14em; max-width: 22em; }
+td.why summary { cursor: pointer; }
+td.nonum { color: #666; font-style: italic; }
+td.metric { max-width: 12em; }
+table#summary td { font-size: 14px; }
+td.cond { min-width: 22em; max-width: 30em; font-size: 12px; }
+img { display: block; width: 264px; }
 """
 
 
@@ -423,12 +477,15 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             f"<code>{e(paper['seed'])}</code> with their places (hover a paper's number); "
             "ours come from the runs listed below. Rows whose direction differs from the "
             f"paper's or whose ratio lies outside 2x{' (in ' + e(runtime) + ')' if beside else ''}"
-            " are shaded.</p>",
+            " are shaded; a row without a paper number (a claim the paper states without "
+            "one) is judged by its direction alone.</p>",
+            *summary_lines(rows),
             "<table id='rows'><tr><th>Figure / section</th><th>Metric</th><th>Paper</th>"
             "<th>Ours</th><th>Unit</th><th>Ours / paper</th><th>Direction agrees</th>"
             f"<th>Within 2x</th>{other}<th>Scale and conditions</th><th>Why</th>"
             "<th>Our figure</th></tr>"]
-    body += _row_lines(paper, rows, points, runtime, beside)
+    body += _row_lines(paper, rows, points, runtime, beside,
+                       _other_pages(out_dir, paper["paper"], rows, beside))
     body.append("</table><h2>Sources of the paper's numbers</h2><ol>")
     body += [f"<li>{e(r['figure'])}, {e(r['metric'])}: {e(r['source'])}</li>" for r in rows]
     body += _run_lines(points, out_dir, beside)
@@ -442,35 +499,131 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     return path
 
 
+def differs(row: Mapping[str, Any]) -> bool:
+    """Whether a row differs from the paper's: its direction does not agree, or it has a
+    paper number and ours lies outside 2x of it (a row without one: its direction)."""
+    return not row["direction_agrees"] or (row["paper_value"] is not None
+                                           and not row["within_2x"])
+
+
+def summary_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's summary: how many rows, with a paper number, agreeing in direction and
+    within 2x, and the rows that differ, each linked to its row (``#row-N``)."""
+    e = html.escape
+    numbered = [r for r in rows if r["paper_value"] is not None]
+    agree = sum(1 for r in rows if r["direction_agrees"])
+    within = sum(1 for r in numbered if r["within_2x"])
+    off = [(i, r) for i, r in enumerate(rows, 1) if differs(r)]
+    items = "".join(
+        f"<li><a href='#row-{i}'>{e(r['figure'])}: {e(r['metric'])}</a> ("
+        + ", ".join([*(["direction differs"] if not r["direction_agrees"] else []),
+                     *([f"ours / paper {_fmt(r['ratio'])}"] if r["paper_value"] is not None
+                       and not r["within_2x"] else [])]) + ")</li>" for i, r in off)
+    return ["<h2>Summary</h2><table id='summary'><tr><th>Rows</th>"
+            "<th>With a paper number</th><th>Direction agrees</th>"
+            "<th>Within 2x of the paper's number</th><th>Differ</th></tr>"
+            f"<tr><td class='num'>{len(rows)}</td><td class='num'>{len(numbered)}</td>"
+            f"<td class='num'>{agree} of {len(rows)}</td>"
+            f"<td class='num'>{within} of {len(numbered)}</td>"
+            f"<td class='num'>{len(off)}</td></tr></table>",
+            f"<p>Rows that differ:</p><ul id='differs'>{items}</ul>" if off
+            else "<p id='differs'>No row differs.</p>"]
+
+
+def _other_pages(out_dir: Path, paper_name: str, rows: Sequence[Mapping[str, Any]],
+                 beside: Beside | None) -> dict[tuple[int, str], Path]:
+    """Pages of the same paper at other scales or runtimes, where a row's why for them
+    is shown: (row index, the key it was measured at) to the page, from the reproduction
+    folders beside ``out_dir`` (newest first) and ``beside``'s. Only a page whose rows
+    are this data file's (same figures and metrics) counts."""
+    folders = sorted(out_dir.parent.glob(f"*-reproduce-{paper_name}-*"), reverse=True)
+    if beside is not None:
+        folders.insert(0, beside.folder)
+    found: dict[tuple[int, str], Path] = {}
+    for folder in folders:
+        if folder.resolve() == out_dir.resolve() or not (folder / REPRODUCTION_PAGE).is_file():
+            continue
+        try:
+            theirs = json.loads((folder / "reproduction.json").read_text(encoding="utf-8"))
+            if [(r["figure"], r["metric"]) for r in theirs["rows"]] != [
+                    (r["figure"], r["metric"]) for r in rows]:
+                continue
+            for i, r in enumerate(theirs["rows"]):
+                found.setdefault((i, r["measured_at"]), folder / REPRODUCTION_PAGE)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an index of another version, or cut off: no link to it
+    return found
+
+
+def _make_page(paper_name: str, key: str) -> str:
+    """The command that makes a reproduction page measured at ``key`` (SCALE/RUNTIME)."""
+    scale, runtime = key.split("/")
+    emulated = runtime == "emulated"
+    return (f"{'sudo ' if emulated else ''}pubsublab reproduce {paper_name}"
+            f"{' --runtime emulated' if emulated else ''}{' --quick' if scale == 'quick' else ''}")
+
+
+def _why_cell(row: Mapping[str, Any], index: int, paper_name: str,
+              others: Mapping[tuple[int, str], Path]) -> str:
+    """A row's why: its first sentence shown, the rest in a ``<details>``; without a why
+    for the scale and runtime it was measured at, which ones it has and where they are
+    shown (a linked page, or the command that makes one)."""
+    e = html.escape
+    if row["why"]:
+        first, rest = first_sentence(row["why"])
+        if not rest:
+            return f"<td class='why'>{e(first)}</td>"
+        return (f"<td class='why'><details><summary>{e(first)}</summary>{e(rest)}"
+                "</details></td>")
+    keys = [k for k in row["why_keys"] if k != ANY]
+    if not keys:
+        return f"<td class='why nowhy'>No explanation for {e(row['measured_at'])}.</td>"
+    where = []
+    for k in keys:
+        page = others.get((index, k))
+        where.append(f"<a href='{e(page.as_uri())}#row-{index + 1}'>{e(k)}</a>" if page
+                     else f"{e(k)} (<code>{e(_make_page(paper_name, k))}</code>)")
+    return (f"<td class='why nowhy'>No explanation for {e(row['measured_at'])}: the data "
+            f"file's is for {', '.join(where)}, shown on that page.</td>")
+
+
 def _row_lines(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                points: Mapping[str, Sequence[Point]], runtime: str,
-               beside: Beside | None) -> list[str]:
-    """The rows table's body: one line of HTML per headline row, our figure inline."""
+               beside: Beside | None, others: Mapping[tuple[int, str], Path]) -> list[str]:
+    """The rows table's body: one line of HTML per headline row (``id`` ``row-N``), our
+    figure inline with the paper's points it marks (``data-paper``, JSON [[x, y]])."""
     e = html.escape
     body: list[str] = []
-    for spec, row in zip(paper["rows"], rows, strict=True):
-        differs = not (row["direction_agrees"] and row["within_2x"])
-        png = row_figure(paper, spec, points[row["experiment"]],
-                         (runtime, beside.runtime, beside.points[row["experiment"]])
-                         if beside else None)
+    nonum = "<td class='nonum'>no paper number</td>"
+    for i, (spec, row) in enumerate(zip(paper["rows"], rows, strict=True)):
+        png, marked = row_figure(paper, spec, points[row["experiment"]],
+                                 (runtime, beside.runtime, beside.points[row["experiment"]])
+                                 if beside else None)
         b = row.get("beside")
-        cells = (f"<td class='num'>{_fmt(b['ours'])}</td><td class='num'>{_fmt(b['ratio'])}"
-                 f"</td><td>{_fmt(b['direction_agrees'])}</td><td>{_fmt(b['within_2x'])}"
-                 "</td>" if b else "")
+        numbered = row["paper_value"] is not None
+        cells = ((f"<td class='num'>{_fmt(b['ours'])}</td>"
+                  + (f"<td class='num'>{_fmt(b['ratio'])}</td>" if numbered else nonum)
+                  + f"<td>{_fmt(b['direction_agrees'])}</td>"
+                  + (f"<td>{_fmt(b['within_2x'])}</td>" if numbered else nonum))
+                 if b else "")
         # The other runtime's scale and conditions, where they are not this one's.
         also = (f"<br><i>{e(b['runtime'])}</i>: {e(b['scale'])}; {e(b['conditions'])}"
                 if b and (b["scale"], b["conditions"]) != (row["scale"], row["conditions"])
                 else "")
+        paper_cell = (f"<td class='num' title='{e(row['source'])}'>"
+                      f"{_fmt(row['paper_value'])}</td>" if numbered
+                      else f"<td class='nonum' title='{e(row['source'])}'>no paper number</td>")
         body.append(
-            f"<tr class='{'differs' if differs else 'agrees'}'>"
-            f"<td>{e(row['figure'])}</td><td>{e(row['metric'])}</td>"
-            f"<td class='num' title='{e(row['source'])}'>{_fmt(row['paper_value'])}</td>"
+            f"<tr id='row-{i + 1}' class='{'differs' if differs(row) else 'agrees'}'>"
+            f"<td>{e(row['figure'])}</td><td class='metric'>{e(row['metric'])}</td>{paper_cell}"
             f"<td class='num'>{_fmt(row['ours'])}</td><td>{e(row['unit'])}</td>"
-            f"<td class='num'>{_fmt(row['ratio'])}</td>"
-            f"<td>{_fmt(row['direction_agrees'])}</td><td>{_fmt(row['within_2x'])}</td>"
-            f"{cells}<td class='cond'>{e(row['scale'])}; {e(row['conditions'])}{also}</td>"
-            f"<td class='why'>{e(row['why'])}</td>"
+            + (f"<td class='num'>{_fmt(row['ratio'])}</td>" if numbered else nonum)
+            + f"<td>{_fmt(row['direction_agrees'])}</td>"
+            + (f"<td>{_fmt(row['within_2x'])}</td>" if numbered else nonum)
+            + f"{cells}<td class='cond'>{e(row['scale'])}; {e(row['conditions'])}{also}</td>"
+            f"{_why_cell(row, i, paper['paper'], others)}"
             f"<td><img alt='{e(row['figure'])}: {e(row['metric'])}' "
+            f"data-paper='{e(json.dumps(marked))}' "
             f"src='data:image/png;base64,{png}'></td></tr>")
     return body
 
@@ -535,9 +688,11 @@ def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a plain-text table (``pubsublab reproduce`` without ``--json``)."""
     head: tuple[str, ...] = ("figure", "metric", "paper", "ours", "unit", "ours/paper",
                              "direction", "2x")
+    # A row without a paper number has no ratio to be within 2x: "no number", not "no".
     cells = [(r["figure"], r["metric"], _fmt(r["paper_value"]), _fmt(r["ours"]),
               r["unit"], _fmt(r["ratio"]), _fmt(r["direction_agrees"]),
-              _fmt(r["within_2x"])) for r in rows]
+              _fmt(r["within_2x"]) if r["paper_value"] is not None else "no number")
+             for r in rows]
     if rows and "beside" in rows[0]:
         short = rows[0]["beside"]["runtime"][:3]  # sim / emu
         head += (f"ours {short}", f"ours/paper {short}", f"direction {short}", f"2x {short}")

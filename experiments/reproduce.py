@@ -58,6 +58,7 @@ from analysis.reproduction import (
     with_beside,
     write_page,
 )
+from analysis.reproduction_whys import check_why
 from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.runs.manifest import spec_as_written
@@ -85,16 +86,22 @@ def load_paper(name: str) -> dict[str, Any]:
     """The data file of paper ``name`` (SpecError naming the papers there are)."""
     if name not in PAPERS:
         raise SpecError(f"paper {name!r}: no data file; allowed: {', '.join(PAPERS)}")
-    return yaml.safe_load((PAPERS_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    paper = yaml.safe_load((PAPERS_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    for i, row in enumerate(paper["rows"], 1):
+        try:
+            check_why(row.get("why"), f"{name}.yaml row {i} ({row.get('figure')})")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+    return paper
 
 
-def _mode(exp: Mapping[str, Any], quick: bool, emulated: bool) -> Mapping[str, Any]:
+def _mode_name(exp: Mapping[str, Any], quick: bool, emulated: bool) -> str:
     """The scale an experiment runs at: ``quick``; else, in Mininet, ``emulated`` where
     the data file gives one (fewer points or a smaller workload that 2 cores emulate
     faithfully, with its own ``conditions``); else ``full``."""
     if quick:
-        return exp["quick"]
-    return exp["emulated"] if emulated and "emulated" in exp else exp["full"]
+        return "quick"
+    return "emulated" if emulated and "emulated" in exp else "full"
 
 
 def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
@@ -399,9 +406,12 @@ def _plan_points(paper: dict[str, Any], runtime: str, quick: bool
     overrides, plan) and their estimated seconds."""
     experiments: dict[str, Any] = paper["experiments"]
     in_mininet = {name: _emulated(runtime, exp) for name, exp in experiments.items()}
-    modes = {name: _mode(exp, quick, in_mininet[name]) for name, exp in experiments.items()}
+    names = {name: _mode_name(exp, quick, in_mininet[name])
+             for name, exp in experiments.items()}
+    modes = {name: experiments[name][mode] for name, mode in names.items()}
     paper = {**paper, "experiments": {
-        name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"])}
+        name: {**exp, "conditions": modes[name].get("conditions", exp["conditions"]),
+               "scale_name": names[name]}
         for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
     todo = {name: [(x, overrides, compile_plan(spec)) for x, overrides, spec in points]

@@ -46,9 +46,14 @@ def test_every_row_is_filled(reproduced: dict[str, dict], paper: str) -> None:
     data = yaml.safe_load((REPO / "experiments" / "papers" / f"{paper}.yaml").read_text())
     assert [r["paper_value"] for r in d["rows"]] == [r["paper"] for r in data["rows"]]
     for row in d["rows"]:
-        # A claim without a number (paper_value null) has no ratio either.
+        # A claim without a number (paper_value null) has no ratio either; a row whose
+        # whys were all written for other scales shows none.
         numberless = ("paper_value", "ratio") if row["paper_value"] is None else ()
-        missing = [k for k in ROW_KEYS if row.get(k) in (None, "") and k not in numberless]
+        whyless = ("why",) if row["why_from"] == [] else ()
+        assert bool(whyless) == (row["measured_at"] not in row["why_keys"]
+                                 and "any" not in row["why_keys"]), row
+        missing = [k for k in ROW_KEYS if row.get(k) in (None, "")
+                   and k not in (*numberless, *whyless)]
         assert not missing, f"{row['figure']} {row['metric']}: {missing} empty"
         assert isinstance(row["direction_agrees"], bool)
         if numberless:
@@ -188,7 +193,7 @@ def test_rows_name_the_runtime_their_points_ran_in(tmp_path: Path) -> None:
     summary = {"kyra": {"routing_load": {"per_event": {"hops_ratio": 3.0}}},
                "siena": {"routing_load": {"per_event": {"hops_ratio": 4.0}}}}
     row = {"figure": "Abstract", "source": "s", "metric": "m", "unit": "x", "paper": None,
-           "direction": {"within": [0.8, 1.25]}, "why": "w"}
+           "direction": {"within": [0.8, 1.25]}, "why": {"full/simulated": "w"}}
     ours = {"y": "routing_load.per_event.hops_ratio", "compare": "ratio", "of": "kyra",
             "against": "siena"}
     paper = {"experiments": {"big": {"conditions": "1,000 servers", "simulated_only": True},
@@ -425,3 +430,246 @@ def test_beside_refuses_an_index_whose_rows_are_not_rows(tmp_path: Path, index: 
         f"pubsublab: error: --beside {beside / 'reproduction.json'}: not the index of a folder "
         "of `reproduce meghdoot --quick` (its rows are not a list of rows); reproduce it again"]
     assert not out.exists() or not any(out.iterdir())
+
+
+SHIPPED = REPO / "experiments" / "papers" / "finished"
+MAX_PAGE_PX = 8000  # the tallest a page may be at 1,400 px wide
+# How a why's first words claim the direction (the data file's wording).
+AGREEING = ("Agrees", "Same direction", "Exact", "Near the paper's", "Within the paper's")
+DISAGREEING = ("Opposite direction", "Does not hold")
+
+
+@pytest.fixture(scope="module")
+def shipped_meghdoot(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Meghdoot's page on its shipped full-scale points (`--resume COPY --no-run`)."""
+    folder = next(SHIPPED.glob("*-reproduce-meghdoot-sim"))
+    copy = tmp_path_factory.mktemp("shipped") / folder.name
+    shutil.copytree(folder, copy)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--resume", str(copy), "--no-run", "--json"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _pages(reproduced: dict[str, dict], shipped: dict) -> list[dict]:
+    return [*(reproduced[p] for p in PAPERS), shipped]
+
+
+def _page_rows(driver) -> list[dict]:
+    """The rows table as a reader sees it: id, class, cells' text, the why's visible
+    sentence and the paper points the figure marks."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#rows tr')].slice(1).map(tr => ({"
+        "id: tr.id, cls: tr.className, cells: [...tr.cells].map(td => td.innerText.trim()),"
+        "lead: (tr.querySelector('td.why summary') || tr.querySelector('td.why')).innerText,"
+        "paper: JSON.parse(tr.querySelector('img').dataset.paper)}))")
+
+
+def test_the_summary_counts_equal_the_rows(reproduced: dict[str, dict],
+                                          shipped_meghdoot: dict, tmp_path: Path) -> None:
+    """Every page opens with the counts a reader would make from its rows, and links
+    each row that differs; a row without a paper number says so and is not shaded for
+    it."""
+    driver = _browser(tmp_path)
+    try:
+        for d in _pages(reproduced, shipped_meghdoot):
+            driver.get(Path(d["page"]).as_uri())
+            summary = driver.execute_script(
+                "return [...document.querySelectorAll('#summary tr')[1].cells]"
+                ".map(c => c.innerText.trim())")
+            rows = _page_rows(driver)
+            numbered = [r for r in rows if r["cells"][2] != "no paper number"]
+            agree = [r for r in rows if r["cells"][6] == "yes"]
+            within = [r for r in numbered if r["cells"][7] == "yes"]
+            off = [r for r in rows if r["cls"] == "differs"]
+            assert summary == [str(len(rows)), str(len(numbered)),
+                               f"{len(agree)} of {len(rows)}",
+                               f"{len(within)} of {len(numbered)}", str(len(off))], d["page"]
+            assert len(rows) == len(d["rows"])
+            for r, row in zip(rows, d["rows"], strict=True):
+                if row["paper_value"] is None:
+                    assert r["cells"][5] == r["cells"][7] == "no paper number"
+                    assert (r["cls"] == "differs") == (not row["direction_agrees"])
+            links = driver.execute_script(
+                "return [...document.querySelectorAll('#differs a')].map(a => "
+                "[a.getAttribute('href'), document.querySelector(a.getAttribute('href'))"
+                ".cells[0].innerText.trim()])")
+            assert links == [[f"#{r['id']}", r["cells"][0]] for r in off]
+    finally:
+        driver.quit()
+
+
+def test_no_why_shown_contradicts_its_row(reproduced: dict[str, dict],
+                                         shipped_meghdoot: dict, tmp_path: Path) -> None:
+    """A why is shown only beside numbers of the scale and runtime it was written for,
+    its first sentence visible; one that claims a direction claims the row's; one that
+    quotes our number ({ours}) quotes the row's. Elsewhere the row says which scale's
+    why there is."""
+    driver = _browser(tmp_path)
+    checked = 0
+    try:
+        for d in _pages(reproduced, shipped_meghdoot):
+            data = yaml.safe_load((REPO / "experiments" / "papers" /
+                                   f"{d['paper']}.yaml").read_text())
+            driver.get(Path(d["page"]).as_uri())
+            for r, row, spec in zip(_page_rows(driver), d["rows"], data["rows"],
+                                    strict=True):
+                written = [k for k in ("any", row["measured_at"]) if k in spec["why"]]
+                if not written:
+                    assert r["lead"].startswith("No explanation"), r["lead"]
+                    assert all(k in r["lead"] for k in spec["why"]), r["lead"]
+                    continue
+                checked += 1
+                assert row["why_from"] == written
+                lead = r["lead"]
+                assert len(lead) < 400 and lead in row["why"], lead
+                if lead.startswith(AGREEING):
+                    assert r["cells"][6] == "yes", (d["page"], r["cells"][:2], lead)
+                if lead.startswith(DISAGREEING):
+                    assert r["cells"][6] == "no", (d["page"], r["cells"][:2], lead)
+                if any("{ours}" in spec["why"][k] for k in written):
+                    assert f"Ours is {r['cells'][3]} " in row["why"], row["why"]
+        assert checked >= len(shipped_meghdoot["rows"])
+    finally:
+        driver.quit()
+
+
+def test_the_pages_stay_under_the_height_bound(reproduced: dict[str, dict],
+                                              shipped_meghdoot: dict,
+                                              tmp_path: Path) -> None:
+    """At 1,400 px wide every page, Meghdoot's on its full-scale points among them, is
+    at most 8,000 px tall: the rest of each why is folded away until opened."""
+    driver = _browser(tmp_path)
+    try:
+        driver.set_window_size(1400, 1000)
+        for d in _pages(reproduced, shipped_meghdoot):
+            driver.get(Path(d["page"]).as_uri())
+            assert driver.execute_script("return document.documentElement.clientWidth") > 1300
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            assert height <= MAX_PAGE_PX, f"{d['page']}: {height} px"
+        # Each of Meghdoot's full-scale whys is longer than a sentence: all folded.
+        folded = driver.execute_script(
+            "return document.querySelectorAll('td.why details:not([open])').length")
+        assert folded == len(shipped_meghdoot["rows"])
+    finally:
+        driver.quit()
+
+
+def test_the_papers_points_are_markers_at_their_x(shipped_meghdoot: dict,
+                                                 tmp_path: Path) -> None:
+    """Table 1's 76 zones at 100 peers is one marker at x = 100, not a line across the
+    axis; a claim over a sweep (at most 15 % for all event counts) one at each of ours."""
+    from analysis.reproduction import draw_row, load_point
+    from experiments.reproduce import load_paper
+
+    paper = load_paper("meghdoot")
+    folder = Path(shipped_meghdoot["page"]).parent
+    points = {}
+    for run in shipped_meghdoot["runs"]:
+        points.setdefault(run["experiment"], []).append(
+            load_point(folder / run["run_dir"], run["x"]))
+    row = paper["rows"][0]
+    fig, marker, labels = draw_row(paper, row, points["peers-uniform"])
+    assert list(marker.get_xdata()) == [100.0] and list(marker.get_ydata()) == [76]
+    assert marker.get_linestyle() == "None" and not labels
+    assert [ln for ln in fig.axes[0].lines if ln.get_label() == "paper"] == [marker]
+    driver = _browser(tmp_path)
+    try:
+        driver.get(Path(shipped_meghdoot["page"]).as_uri())
+        for r, spec, got in zip(_page_rows(driver), paper["rows"], shipped_meghdoot["rows"],
+                                strict=True):
+            at = spec["ours"].get("pick")
+            if isinstance(at, dict):
+                assert r["paper"] == [[float(at["at"]), spec["paper"]]], r["cells"][:2]
+            else:  # over the sweep: the paper's number at each of our x
+                xs = [run["x"] for run in shipped_meghdoot["runs"]
+                      if run["experiment"] == got["experiment"]]
+                assert r["paper"] == [[x, spec["paper"]] for x in sorted(xs)], r["cells"][:2]
+    finally:
+        driver.quit()
+
+
+def test_the_event_that_contacts_every_peer_is_explained_from_the_run(
+        shipped_meghdoot: dict, tmp_path: Path) -> None:
+    """Every events point has an event that contacted 100 % of the live peers: the page
+    says it is the stream's first, published while the first peer was the only one live,
+    as the run's own manifest shows."""
+    row = next(r for r in shipped_meghdoot["rows"] if r["metric"].startswith("most peers"))
+    assert row["ours"] == 100.0
+    folder = Path(shipped_meghdoot["page"]).parent
+    over_60 = set()
+    for run in shipped_meghdoot["runs"]:
+        if run["experiment"] != "events":
+            continue
+        contacted = json.loads((folder / run["run_dir"] / "meghdoot" / "summary.json")
+                               .read_text())["meghdoot"]["contacted"]
+        assert contacted["max_pct"] == 100.0
+        over_60.add(round(contacted["buckets_pct"]["60-100"] * contacted["events"] / 100))
+        meta = json.loads((folder / run["run_dir"] / "manifest.json").read_text()
+                          )["workload"]["meta"]
+        first_s = meta["n_subscriptions"] * meta["step_s"]
+        live = [p for p, spans in meta["membership"].items()
+                if any(j <= first_s and (x is None or first_s < x) for j, x in spans)]
+        assert live == ["p0000"]
+    driver = _browser(tmp_path)
+    try:
+        driver.get(Path(shipped_meghdoot["page"]).as_uri())
+        lead = next(r["lead"] for r in _page_rows(driver)
+                    if r["cells"][1] == row["metric"])
+        assert lead == ("Ours is 100 % because of the stream's first event, published when "
+                        "1 peer is live.")
+        assert over_60 == {5}
+        assert "published at 5,000 s" in row["why"]
+        assert "5 of the 20,000 to 50,000 events of a point contacted over 60 %" in row["why"]
+    finally:
+        driver.quit()
+
+
+def test_a_why_not_tagged_with_a_scale_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import experiments.reproduce as reproduce
+    from experiments.spec import SpecError
+
+    data = yaml.safe_load((REPO / "experiments" / "papers" / "lbdd.yaml").read_text())
+    monkeypatch.setattr(reproduce, "PAPERS_DIR", tmp_path)
+    cases = [("Agrees.", "lbdd.yaml row 1 (Section 4.2 (1)): why must map SCALE/RUNTIME "
+                         "(e.g. full/simulated) to its text, not str"),
+             ({"full": "Agrees."}, "lbdd.yaml row 1 (Section 4.2 (1)): why key 'full': want "
+                                   "any or SCALE/RUNTIME with SCALE one of full, quick, "
+                                   "emulated and RUNTIME one of simulated, emulated"),
+             ({"any": "Ours {ours.x}"}, "lbdd.yaml row 1 (Section 4.2 (1)): why any: field "
+                                        "{ours.x}: a plain name is wanted (ours, paper, "
+                                        "ratio or a fact of the points)")]
+    for why, message in cases:
+        data["rows"][0]["why"] = why
+        (tmp_path / "lbdd.yaml").write_text(yaml.safe_dump(data))
+        with pytest.raises(SpecError) as err:
+            reproduce.load_paper("lbdd")
+        assert str(err.value) == message
+
+
+def test_a_why_of_another_scale_links_the_page_that_shows_it(
+        reproduced: dict[str, dict], shipped_meghdoot: dict, tmp_path: Path) -> None:
+    """The quick page of Meghdoot beside its full-scale page (the same --out): a row whose
+    why was written for full/simulated only links that page's row; one that has a quick
+    why shows it."""
+    full = Path(shipped_meghdoot["page"])
+    quick = full.parent.parent / Path(reproduced["meghdoot"]["page"]).parent.name
+    shutil.copytree(Path(reproduced["meghdoot"]["page"]).parent, quick)
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "reproduce", "meghdoot",
+                          "--quick", "--resume", str(quick), "--no-run", "--json"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    driver = _browser(tmp_path)
+    try:
+        driver.get((quick / "reproduction.html").as_uri())
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('#rows tr')].slice(1).map(tr => "
+            "[tr.querySelector('td.why').innerText, [...tr.querySelectorAll('td.why a')]"
+            ".map(a => a.href)])")
+    finally:
+        driver.quit()
+    assert cells[0] == ["No explanation for quick/simulated: the data file's is for "
+                        "full/simulated, shown on that page.", [f"{full.as_uri()}#row-1"]]
+    assert cells[-1][0].startswith("At the quick scale the CAN has 30 peers") and not cells[-1][1]
