@@ -209,8 +209,11 @@ def test_every_phrase_a_why_or_a_condition_gives_as_the_papers_is_in_its_seed(
         path: Path) -> None:
     paper, seed = _load(path)
     texts = [(f"conditions of {name}", text) for name, text in _conditions(paper)]
-    texts += [(f"why of row {k} ({row['figure']})", row["why"])
-              for k, row in enumerate(paper["rows"])]
+    # a why is a text per scale and runtime it was written for
+    texts += [(f"why ({key}) of row {k} ({row['figure']})", text)
+              for k, row in enumerate(paper["rows"])
+              for key, text in (row["why"].items() if isinstance(row["why"], dict)
+                                else [("", row["why"])])]
     failures = [f"{where}: {quote!r}" for where, text in texts
                 for quote in attributed_quotes(text) if not quoted_in(quote, seed)]
     assert not failures, f"{path.name}, not in {paper['seed']}:\n" + "\n".join(failures)
