@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes import matching
-from nodes.matching import LinearIndex, SubscriptionIndex
+from nodes.matching import ColumnIndex, LinearIndex, SubscriptionIndex, columns
 from nodes.model import (
     OPS,
     Filter,
@@ -92,25 +91,25 @@ def _check_all(subs: dict, indexes: tuple, notes: list) -> None:
             assert len(index) == len(subs)
 
 
-# Tuning overrides for SubscriptionIndex: small examples then build the bitmap, query it
-# between checkpoints in both directions, and (last) keep removed filters in it as stale.
+# Tuning overrides for the numpy columns: small examples then grow the arrays from one
+# row, and rebuild at every match with a new constant pending (or keep them pending).
 TUNINGS = [
     {},
-    {"_REBUILD_SLACK": 0, "_MIN_STEP": 4},
-    {"_REBUILD_SLACK": 0, "_MIN_STEP": 4, "_STALE_SHARE": 1},  # stale never exceeds built
+    {"_REBUILD_SLACK": 0, "_MIN_CAPACITY": 1},
+    {"_REBUILD_SLACK": 0, "_PENDING_SHARE": 1, "_MIN_CAPACITY": 1},
 ]
 
 
 @settings(max_examples=200, deadline=None)
 @given(index_scenarios(), st.sampled_from(TUNINGS))
 def test_indexes_equal_brute_force_through_adds_and_removes(scenario: tuple, tuning: dict) -> None:
-    with patch.multiple(matching, **tuning) if tuning else nullcontext():
+    with patch.multiple(columns, **tuning) if tuning else nullcontext():
         _run_scenario(*scenario)
 
 
 def _run_scenario(subs_list: list, notes: list, removed: set, readded: list) -> None:
     subs = {("c", i): f for i, f in enumerate(subs_list)}
-    indexes = (SubscriptionIndex(), LinearIndex())
+    indexes = (SubscriptionIndex(), ColumnIndex(), LinearIndex())
     for index in indexes:
         for sid, f in subs.items():
             index.add(sid, f)
@@ -130,7 +129,7 @@ def _run_scenario(subs_list: list, notes: list, removed: set, readded: list) -> 
 
 
 def test_large_random_population_with_churn_matches_linear() -> None:
-    """Thousands of filters: several bitmap checkpoints per attribute, stale rebuilds."""
+    """Thousands of filters: array growth, swap-removes, rebuilds with new constants."""
     rng = random.Random(5)
     schema = Schema({"n": "float", "k": "int", "s": "str"})
     words = ["".join(rng.choice("abc") for _ in range(rng.randint(0, 3))) for _ in range(40)]
@@ -146,27 +145,29 @@ def test_large_random_population_with_churn_matches_linear() -> None:
             preds.append(Predicate(attr, op, a, b) if op == "range" else Predicate(attr, op, a))
         return tuple(preds)
 
-    si, li = SubscriptionIndex(), LinearIndex()
+    indexes = (SubscriptionIndex(), ColumnIndex())
+    li = LinearIndex()
     live: list[int] = []
-    for sid in range(4000):
-        f = random_filter()
-        si.add(sid, f)
-        li.add(sid, f)
+
+    def add(sid: int, f: Filter) -> None:
+        for index in (*indexes, li):
+            index.add(sid, f)
         live.append(sid)
+
+    for sid in range(4000):
+        add(sid, random_filter())
     notes = [{a: constant(a) for a in schema if rng.random() < 0.95} for _ in range(60)]
     for round_ in range(4):
         for note in notes:
-            assert si.match(note) == li.match(note)
-        for sid in rng.sample(live, 600):  # beyond the stale share: forces rebuilds
-            si.remove(sid)
-            li.remove(sid)
+            want = li.match(note)
+            assert [index.match(note) for index in indexes] == [want, want]
+        for sid in rng.sample(live, 600):  # beyond the pending share: forces rebuilds
+            for index in (*indexes, li):
+                index.remove(sid)
             live.remove(sid)
         for sid in range(10_000 * (round_ + 1), 10_000 * (round_ + 1) + 300):
-            f = random_filter()
-            si.add(sid, f)
-            li.add(sid, f)
-            live.append(sid)
-    assert len(si) == len(li) == len(live)
+            add(sid, random_filter())
+    assert [len(index) for index in indexes] == [len(li), len(li)] == [len(live)] * 2
 
 
 @settings(max_examples=300, deadline=None)
