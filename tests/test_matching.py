@@ -342,3 +342,56 @@ def test_mixed_kinds_on_one_attribute_are_refused() -> None:
 def test_malformed_filter_json_is_refused(obj: object, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         filter_from_json(obj)
+
+
+@pytest.mark.parametrize("tuning", TUNINGS)
+@pytest.mark.parametrize("seed", range(4))
+def test_interleaved_adds_removes_and_matches_equal_brute_force(tuning: dict, seed: int) -> None:
+    """Subscribe, unsubscribe and publish interleaved at random, every operator and
+    several predicates on one attribute, notifications on the bounds themselves (ints and
+    floats that compare equal: 2 and 2.0), between them and beyond, and attributes left
+    out on either side: both indexes answer as brute force after every step."""
+    rng = random.Random(seed)
+    schema = {"i": "int", "f": "float", "s": "str", "q": "int"}
+    constants = {"i": [-1, 0, 2, 3, 7], "f": [-0.5, 0.0, 2.0, 2.5, 6.0],
+                 "s": ["", "a", "a\x00", "ab", "b"], "q": [5]}
+    values = {"i": [-3, -1, 0, 1, 2, 2.0, 3, 5, 7, 9], "f": [-1, -0.5, 0, 1.25, 2, 2.5, 6.0, 8],
+              "s": ["", "a", "a\x00", "aa", "ab", "abc", "b", "c"], "q": [4, 5, 6]}
+
+    def predicate(attr: str) -> Predicate:
+        op = rng.choice(OPS)
+        a, b = sorted(rng.sample(constants[attr], 2) if len(constants[attr]) > 1
+                      else constants[attr] * 2)
+        return Predicate(attr, op, a, b) if op == "range" else Predicate(attr, op, a)
+
+    def random_filter() -> Filter:
+        return tuple(predicate(rng.choice(sorted(schema))) for _ in range(rng.randint(0, 3)))
+
+    def note() -> dict:
+        return {a: rng.choice(values[a]) for a in schema if rng.random() < 0.85}
+
+    with patch.multiple(columns, **tuning) if tuning else nullcontext():
+        indexes = (SubscriptionIndex(), ColumnIndex())
+        subs: dict = {}
+        for step in range(1500):
+            r = rng.random()
+            if r < 0.45 or not subs:
+                sid = (rng.choice("xyz"), rng.randrange(120))  # re-adding replaces
+                subs[sid] = random_filter()
+                for index in indexes:
+                    index.add(sid, subs[sid])
+            elif r < 0.7:
+                sid = rng.choice(sorted(subs))
+                del subs[sid]
+                for index in indexes:
+                    index.remove(sid)
+            else:
+                n = note()
+                want = _brute(subs, n)
+                assert [index.match(n) for index in indexes] == [want, want], (step, n)
+            assert [len(index) for index in indexes] == [len(subs)] * 2
+            assert all(sid in index for index in indexes for sid in list(subs)[:3])
+        for sid in sorted(subs):
+            for index in indexes:
+                index.remove(sid)
+        assert [index.match(note()) for index in indexes] == [set(), set()]
