@@ -9,8 +9,9 @@ filters that pin an attribute, numpy columns for the rest), the numpy scan
 (:class:`~nodes.matching.ColumnIndex`: every filter in the columns) and
 :class:`~nodes.matching.LinearIndex` (one Python test per filter, the oracle). Rates are
 notifications per CPU-second of this process (one core: on a shared machine the others'
-work costs wall time, not the figure). The index and the numpy scan alternate in chunks
-of ``_CHUNK`` notifications, so their ratio is the figure a shared machine moves least.
+work costs wall time, not the figure). The index and the numpy scan take turns in
+chunks of ``_CHUNK`` notifications (A/B, then B/A) and each rate is the median over its
+chunks, so their ratio is the figure a shared machine moves least.
 The linear scan gets fewer notifications as the index grows, to keep the run short
 (about ``n_notifications * 500 / size``, at least 20); the counts are in the result.
 Building time (wall) covers the ``add`` calls and the first ``match`` and is not part of
@@ -25,6 +26,7 @@ constants); ``churn_per_s`` is that rate, add and remove included.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -61,16 +63,19 @@ def _throughput(index: Index, notes: Sequence[Notification]) -> tuple[float, lis
 
 def _side_by_side(a: Index, b: Index, notes: Sequence[Notification]
                   ) -> tuple[tuple[float, float], tuple[list[set[Any]], list[set[Any]]]]:
-    """Both indexes' notifications per CPU-second, timed in alternating chunks (A/B/A/B)
-    so that a neighbour's load on a shared machine weighs on both alike."""
-    cpu_s, results = [0.0, 0.0], ([], [])
+    """Both indexes' notifications per CPU-second, the median over chunks of ``_CHUNK``
+    that they take in turns (A/B, then B/A), so that a neighbour's load on a shared
+    machine weighs on both alike and a burst of it on neither figure."""
+    rates: tuple[list[float], list[float]] = ([], [])
+    results: tuple[list[set[Any]], list[set[Any]]] = ([], [])
     for i in range(0, len(notes), _CHUNK):
         chunk = notes[i : i + _CHUNK]
-        for k, index in enumerate((a, b)):
+        for k in (0, 1) if i // _CHUNK % 2 == 0 else (1, 0):
+            index = (a, b)[k]
             t0 = time.process_time()
             results[k].extend(index.match(n) for n in chunk)
-            cpu_s[k] += time.process_time() - t0
-    return (len(notes) / cpu_s[0], len(notes) / cpu_s[1]), results
+            rates[k].append(len(chunk) / max(time.process_time() - t0, 1e-9))
+    return (statistics.median(rates[0]), statistics.median(rates[1])), results
 
 
 def _churn(index: Index, live: Sequence[Any], fresh: Sequence[Any],

@@ -38,10 +38,8 @@ cannot be compared with a number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nodes.matching.columns import ColumnIndex, SubId
-from nodes.model import Filter, Notification, Value, filter_bounds, matches
+from nodes.model import Filter, Interval, Notification, Value, filter_bounds, matches
 
 __all__ = ["ColumnIndex", "LinearIndex", "SubId", "SubscriptionIndex"]
 
@@ -73,22 +71,26 @@ class LinearIndex:
         return sub_id in self._filters
 
 
-@dataclass(slots=True)
-class _Sub:
-    sub_id: SubId
-    residual: Filter  # what to test on a bucket hit: the predicates off the hashed attribute
+# A hashed filter's residual, per attribute: (attr, lo, lo_closed, hi, hi_closed), a
+# ``None`` bound unbounded; tested inline, without a call per predicate.
+_Check = tuple[str, Value | None, bool, Value | None, bool]
+
+
+def _checks(bounds: dict[str, Interval], hashed: str) -> tuple[_Check, ...]:
+    return tuple((attr, iv.lo, iv.lo_closed, iv.hi, iv.hi_closed)
+                 for attr, iv in bounds.items() if attr != hashed)
 
 
 class SubscriptionIndex:
     """Exact subscription matching by hashing and columns (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._subs: dict[int, _Sub] = {}  # live slot -> subscription (hashed or empty)
         self._slot_of: dict[SubId, int] = {}
         self._next_slot = 0
-        self._eq: dict[str, dict[Value, dict[int, None]]] = {}  # attr -> value -> slots
+        # attr -> value -> slot -> (id, residual checks)
+        self._eq: dict[str, dict[Value, dict[int, tuple[SubId, tuple[_Check, ...]]]]] = {}
         self._eq_home: dict[int, tuple[str, Value]] = {}
-        self._always: dict[int, None] = {}
+        self._always: dict[int, SubId] = {}  # the empty filters, by slot
         self._ranges = ColumnIndex()  # the filters with no pinned attribute, by id
 
     def __len__(self) -> int:
@@ -118,8 +120,7 @@ class SubscriptionIndex:
         if any(iv.witness() is None for iv in bounds.values()):
             return  # no value satisfies it: counted, never matched
         if not bounds:
-            self._subs[slot] = _Sub(sub_id, f)
-            self._always[slot] = None
+            self._always[slot] = sub_id
             return
         pinned = [attr for attr, iv in bounds.items() if iv.is_point]
         if not pinned:
@@ -127,8 +128,8 @@ class SubscriptionIndex:
             return
         attr = min(pinned, key=lambda a: self._eq_rank(a, bounds[a].lo))
         value = bounds[attr].lo
-        self._subs[slot] = _Sub(sub_id, tuple(p for p in f if p.attr != attr))
-        self._eq.setdefault(attr, {}).setdefault(value, {})[slot] = None
+        self._eq.setdefault(attr, {}).setdefault(value, {})[slot] = (
+            sub_id, _checks(bounds, attr))
         self._eq_home[slot] = (attr, value)
 
     def _eq_rank(self, attr: str, value: Value) -> tuple[int, int, str]:
@@ -140,12 +141,13 @@ class SubscriptionIndex:
         slot = self._slot_of.pop(sub_id)
         if sub_id in self._ranges:
             self._ranges.remove(sub_id)
-        if self._subs.pop(slot, None) is None:
+            return
+        if slot in self._always:
+            del self._always[slot]
             return
         home = self._eq_home.pop(slot, None)
         if home is None:
-            del self._always[slot]
-            return
+            return  # it matched nothing
         attr, value = home
         table = self._eq[attr]
         del table[value][slot]
@@ -157,16 +159,22 @@ class SubscriptionIndex:
     def match(self, notification: Notification) -> set[SubId]:
         """The ids whose filters ``notification`` satisfies."""
         out = self._ranges.match(notification)
-        subs = self._subs
-        for s in self._always:
-            out.add(subs[s].sub_id)
+        out.update(self._always.values())
         get = notification.get
         for attr, table in self._eq.items():
             v = get(attr, _MISSING)
             if v is _MISSING:
                 continue
-            for s in table.get(v, ()):
-                sub = subs[s]
-                if not sub.residual or matches(sub.residual, notification):
-                    out.add(sub.sub_id)
+            bucket = table.get(v)
+            if bucket is None:
+                continue
+            for sub_id, checks in bucket.values():
+                for a, lo, lo_closed, hi, hi_closed in checks:
+                    x = get(a, _MISSING)
+                    if (x is _MISSING
+                            or (lo is not None and (x < lo if lo_closed else x <= lo))
+                            or (hi is not None and (x > hi if hi_closed else x >= hi))):
+                        break
+                else:
+                    out.add(sub_id)
         return out
