@@ -109,22 +109,34 @@ class _Column:
         self.uses = {k: u for k, u in self.uses.items() if u > 0}
 
 
+# A row's identity: its intervals, attribute by attribute (equal filters share a row).
+_RowKey = tuple[tuple[str, Value | None, bool, Value | None, bool], ...]
+
+
+def _row_key(bounds: dict[str, Interval]) -> _RowKey:
+    return tuple(sorted(((a, iv.lo, iv.lo_closed, iv.hi, iv.hi_closed)
+                         for a, iv in bounds.items()), key=lambda t: t[0]))
+
+
 class ColumnIndex:
     """Every filter a row of per-attribute rank-code columns (see the module docstring)."""
 
     def __init__(self) -> None:
         self._n = 0  # live rows, stored in [0, n)
-        self._ids = np.empty(_MIN_CAPACITY, dtype=object)
-        self._bounds: list[dict[str, Interval]] = []  # per row
-        self._row_of: dict[SubId, int] = {}
+        self._ids = np.empty(_MIN_CAPACITY, dtype=object)  # per row: its first id
+        self._multi = np.zeros(_MIN_CAPACITY, dtype=bool)  # per row: has it more ids?
+        self._more: dict[int, dict[SubId, None]] = {}  # row -> its other ids
+        self._rows: list[tuple[_RowKey, dict[str, Interval]]] = []  # per row
+        self._row_of_key: dict[_RowKey, int] = {}
+        self._key_of: dict[SubId, _RowKey] = {}  # every id in a row
         self._cols: dict[str, _Column] = {}
-        self._pending: dict[SubId, tuple[Filter, dict[str, Interval]]] = {}
+        self._pending: dict[SubId, tuple[Filter, dict[str, Interval], _RowKey]] = {}
 
     def __len__(self) -> int:
-        return self._n + len(self._pending)
+        return len(self._key_of) + len(self._pending)
 
     def __contains__(self, sub_id: object) -> bool:
-        return sub_id in self._row_of or sub_id in self._pending
+        return sub_id in self._key_of or sub_id in self._pending
 
     def add(self, sub_id: SubId, f: Filter) -> None:
         """Index ``f`` under ``sub_id`` (replacing any filter it had)."""
@@ -132,38 +144,35 @@ class ColumnIndex:
             self.remove(sub_id)
         f = tuple(f)
         bounds = filter_bounds(f)
+        key = _row_key(bounds)
+        if key in self._row_of_key:
+            self._join(sub_id, key)
+            return
         cols = self._cols
         for attr, iv in bounds.items():
             col = cols.get(attr)
             if col is None or any(c is not None and c not in col.rank for c in (iv.lo, iv.hi)):
-                self._pending[sub_id] = (f, bounds)
+                self._pending[sub_id] = (f, bounds, key)
                 return
-        self._append(sub_id, bounds)
+        self._append(sub_id, bounds, key)
 
     def remove(self, sub_id: SubId) -> None:
         """Drop ``sub_id``; ``KeyError`` if unknown."""
         if self._pending.pop(sub_id, None) is not None:
             return
-        row = self._row_of.pop(sub_id)
-        last = self._n - 1
-        gone = self._bounds[row]
-        for attr, iv in gone.items():
-            col = self._cols[attr]
-            col.count(iv, -1)
-            col.rows -= 1
-            if not col.rows:
-                del self._cols[attr]  # every row left is free there: nothing to test
-        if row != last:
-            moved = self._ids[last]
-            self._ids[row] = moved
-            self._bounds[row] = self._bounds[last]
-            self._row_of[moved] = row
-            for col in self._cols.values():
-                col.lo[row] = col.lo[last]
-                col.hi[row] = col.hi[last]
-        self._ids[last] = None
-        self._bounds.pop()
-        self._n = last
+        key = self._key_of.pop(sub_id)
+        row = self._row_of_key[key]
+        more = self._more.get(row)
+        if more:
+            if sub_id in more:
+                del more[sub_id]
+            else:  # the row's first id goes: another takes its place
+                self._ids[row] = more.popitem()[0]
+            if not more:
+                del self._more[row]
+                self._multi[row] = False
+            return
+        self._drop_row(row)
 
     def match(self, notification: Notification) -> set[SubId]:
         """The ids whose filters ``notification`` satisfies."""
@@ -182,20 +191,37 @@ class ColumnIndex:
             else:
                 mask &= m
         ids = self._ids[:n]
-        out = set((ids if mask is None else ids[mask]).tolist())
-        for sub_id, (f, _) in self._pending.items():
+        if mask is None:
+            out = set(ids.tolist())
+            for more in self._more.values():
+                out.update(more)
+        else:
+            out = set(ids[mask].tolist())
+            if self._more:
+                more = self._more
+                for row in np.flatnonzero(mask & self._multi[:n]).tolist():
+                    out.update(more[row])
+        for sub_id, (f, _, _) in self._pending.items():
             if matches(f, notification):
                 out.add(sub_id)
         return out
 
-    def _append(self, sub_id: SubId, bounds: dict[str, Interval]) -> None:
+    def _join(self, sub_id: SubId, key: _RowKey) -> None:
+        """Add ``sub_id`` to the row of an equal filter."""
+        row = self._row_of_key[key]
+        self._more.setdefault(row, {})[sub_id] = None
+        self._multi[row] = True
+        self._key_of[sub_id] = key
+
+    def _append(self, sub_id: SubId, bounds: dict[str, Interval], key: _RowKey) -> None:
         """Code ``bounds`` (their constants known) into a new last row."""
         row = self._n
         if row == len(self._ids):
             self._grow(2 * row)
         self._ids[row] = sub_id
-        self._bounds.append(bounds)
-        self._row_of[sub_id] = row
+        self._rows.append((key, bounds))
+        self._row_of_key[key] = row
+        self._key_of[sub_id] = key
         for attr, col in self._cols.items():
             iv = bounds.get(attr)
             if iv is None:
@@ -206,10 +232,35 @@ class ColumnIndex:
                 col.rows += 1
         self._n = row + 1
 
+    def _drop_row(self, row: int) -> None:
+        """Remove a row whose last id went: the last row moves into its place."""
+        key, bounds = self._rows[row]
+        del self._row_of_key[key]
+        for attr, iv in bounds.items():
+            col = self._cols[attr]
+            col.count(iv, -1)
+            col.rows -= 1
+            if not col.rows:
+                del self._cols[attr]  # every row left is free there: nothing to test
+        last = self._n - 1
+        if row != last:
+            self._ids[row] = self._ids[last]
+            self._multi[row] = self._multi[last]
+            if last in self._more:
+                self._more[row] = self._more.pop(last)
+            self._rows[row] = self._rows[last]
+            self._row_of_key[self._rows[row][0]] = row
+            for col in self._cols.values():
+                col.lo[row] = col.lo[last]
+                col.hi[row] = col.hi[last]
+        self._ids[last] = None
+        self._multi[last] = False
+        self._rows.pop()
+        self._n = last
+
     def _grow(self, capacity: int) -> None:
-        ids = np.empty(capacity, dtype=object)
-        ids[: self._n] = self._ids[: self._n]
-        self._ids = ids
+        self._ids = _resized(self._ids, capacity, None)
+        self._multi = _resized(self._multi, capacity, False)
         for col in self._cols.values():
             col.lo = _resized(col.lo, capacity, _FREE_LO)
             col.hi = _resized(col.hi, capacity, _TOP)
@@ -217,7 +268,7 @@ class ColumnIndex:
     def _rebuild(self) -> None:
         """Merge the pending filters' constants into the keys, recode, append them."""
         new: dict[str, set[Value]] = {}
-        for _, bounds in self._pending.values():
+        for _, bounds, _ in self._pending.values():
             for attr, iv in bounds.items():
                 new.setdefault(attr, set()).update(c for c in (iv.lo, iv.hi) if c is not None)
         capacity = len(self._ids)
@@ -230,11 +281,14 @@ class ColumnIndex:
                 col = self._cols[attr]
             col.rekey(constants, self._n)
         pending, self._pending = self._pending, {}
-        for sub_id, (_, bounds) in pending.items():
-            self._append(sub_id, bounds)
+        for sub_id, (_, bounds, key) in pending.items():
+            if key in self._row_of_key:
+                self._join(sub_id, key)
+            else:
+                self._append(sub_id, bounds, key)
 
 
-def _resized(a: np.ndarray, capacity: int, fill: int) -> np.ndarray:
+def _resized(a: np.ndarray, capacity: int, fill: object) -> np.ndarray:
     out = np.full(capacity, fill, a.dtype)
     out[: len(a)] = a
     return out
