@@ -1,9 +1,11 @@
 """Filters as rows of per-attribute numpy columns: a vectorised scan, exact.
 
-:class:`ColumnIndex` holds every filter it is given as one row; per attribute any row
-constrains, two ``int32`` columns hold each row's lower and upper bound as a *rank code*,
-so a notification is matched by two comparisons and an AND per attribute over all rows
-at once, and the ids come out by one boolean selection.
+:class:`ColumnIndex` holds every distinct filter it is given as one row (equal filters,
+interval for interval, share the row: OctopiA's 5,000 ``Symbol`` windows at 2 % are
+about 410 rows); per attribute any row constrains, two ``int32`` columns hold each row's
+lower and upper bound as a *rank code*, so a notification is matched by two comparisons
+and an AND per attribute over all rows at once, and the ids come out by one boolean
+selection of the rows and one ``set.update`` over their ids.
 
 Rank codes
 ----------
@@ -23,13 +25,15 @@ becomes one integer a code is compared with:
 Updates
 -------
 Rows are stored densely in arrays with spare capacity (doubled when full: amortised O(1)
-per add). ``remove`` moves the last row into the hole (swap-remove, O(attributes)). An
-``add`` whose constants are all known already is coded and appended at once. One that
-brings a new constant waits in ``pending`` (tested with :func:`nodes.model.matches` at
-each ``match``) until more than ``_REBUILD_SLACK + rows / _PENDING_SHARE`` wait; the
-rebuild merges the new constants into each attribute's sorted keys (dropping those no
-row uses any more) and recodes the existing rows with one lookup-table gather per column
-(numpy, O(rows)), then codes and appends the pending rows.
+per add). An ``add`` equal to a row joins it, O(1); ``remove`` of a row's last id moves
+the last row into the hole (swap-remove, O(attributes)). An ``add`` whose constants are
+all known already is coded and appended at once. One that brings a new constant waits
+in ``pending`` (tested with :func:`nodes.model.matches` at each ``match``) until more
+than ``_REBUILD_SLACK + rows / _PENDING_SHARE`` wait; the rebuild merges the new
+constants into each attribute's sorted keys (dropping those no row uses any more),
+recodes the existing rows with one lookup-table gather per column (numpy, O(rows), after
+an O(keys log keys) pass in Python to place the old keys), then codes and appends the
+pending rows: amortised, a few key placements per add.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ _TOP = np.iinfo(np.int32).max  # the upper code of a row that leaves an attribut
 _FREE_LO = -1  # its lower code; also the code of a notification lacking the attribute
 _MIN_CAPACITY = 64  # rows allocated at first; doubled when full
 # Pending filters are tested one by one at every match, a rebuild recodes every row with
-# numpy: this many pending, plus a share of the rows, is where the two costs cross on
-# the stock workload at 500-50,000 rows (see experiments/bench/matching.py).
+# numpy. Measured with bench matching's churn (remove, add, match) at 5,000 stock
+# subscriptions: (slack, share) = (4, 256), (16, 64) and (64, 16) differ by less than
+# the run-to-run noise (44-49k/s OctopiA, 38-46k/s Meghdoot), so the middle one.
 _REBUILD_SLACK = 16
 _PENDING_SHARE = 64
 
@@ -123,9 +128,9 @@ class ColumnIndex:
 
     def __init__(self) -> None:
         self._n = 0  # live rows, stored in [0, n)
-        self._ids = np.empty(_MIN_CAPACITY, dtype=object)  # per row: its first id
-        self._multi = np.zeros(_MIN_CAPACITY, dtype=bool)  # per row: has it more ids?
-        self._more: dict[int, dict[SubId, None]] = {}  # row -> its other ids
+        # Per row, its ids as a dict (set.update reads a dict's keys with their stored
+        # hashes, and an id leaves in O(1)).
+        self._members = np.empty(_MIN_CAPACITY, dtype=object)
         self._rows: list[tuple[_RowKey, dict[str, Interval]]] = []  # per row
         self._row_of_key: dict[_RowKey, int] = {}
         self._key_of: dict[SubId, _RowKey] = {}  # every id in a row
@@ -160,19 +165,11 @@ class ColumnIndex:
         """Drop ``sub_id``; ``KeyError`` if unknown."""
         if self._pending.pop(sub_id, None) is not None:
             return
-        key = self._key_of.pop(sub_id)
-        row = self._row_of_key[key]
-        more = self._more.get(row)
-        if more:
-            if sub_id in more:
-                del more[sub_id]
-            else:  # the row's first id goes: another takes its place
-                self._ids[row] = more.popitem()[0]
-            if not more:
-                del self._more[row]
-                self._multi[row] = False
-            return
-        self._drop_row(row)
+        row = self._row_of_key[self._key_of.pop(sub_id)]
+        members = self._members[row]
+        del members[sub_id]
+        if not members:
+            self._drop_row(row)
 
     def match(self, notification: Notification) -> set[SubId]:
         """The ids whose filters ``notification`` satisfies."""
@@ -190,17 +187,9 @@ class ColumnIndex:
                 mask = m
             else:
                 mask &= m
-        ids = self._ids[:n]
-        if mask is None:
-            out = set(ids.tolist())
-            for more in self._more.values():
-                out.update(more)
-        else:
-            out = set(ids[mask].tolist())
-            if self._more:
-                more = self._more
-                for row in np.flatnonzero(mask & self._multi[:n]).tolist():
-                    out.update(more[row])
+        members = self._members[:n]
+        out: set[SubId] = set()
+        out.update(*(members if mask is None else members[mask]).tolist())
         for sub_id, (f, _, _) in self._pending.items():
             if matches(f, notification):
                 out.add(sub_id)
@@ -208,17 +197,15 @@ class ColumnIndex:
 
     def _join(self, sub_id: SubId, key: _RowKey) -> None:
         """Add ``sub_id`` to the row of an equal filter."""
-        row = self._row_of_key[key]
-        self._more.setdefault(row, {})[sub_id] = None
-        self._multi[row] = True
+        self._members[self._row_of_key[key]][sub_id] = None
         self._key_of[sub_id] = key
 
     def _append(self, sub_id: SubId, bounds: dict[str, Interval], key: _RowKey) -> None:
         """Code ``bounds`` (their constants known) into a new last row."""
         row = self._n
-        if row == len(self._ids):
+        if row == len(self._members):
             self._grow(2 * row)
-        self._ids[row] = sub_id
+        self._members[row] = {sub_id: None}
         self._rows.append((key, bounds))
         self._row_of_key[key] = row
         self._key_of[sub_id] = key
@@ -244,23 +231,18 @@ class ColumnIndex:
                 del self._cols[attr]  # every row left is free there: nothing to test
         last = self._n - 1
         if row != last:
-            self._ids[row] = self._ids[last]
-            self._multi[row] = self._multi[last]
-            if last in self._more:
-                self._more[row] = self._more.pop(last)
+            self._members[row] = self._members[last]
             self._rows[row] = self._rows[last]
             self._row_of_key[self._rows[row][0]] = row
             for col in self._cols.values():
                 col.lo[row] = col.lo[last]
                 col.hi[row] = col.hi[last]
-        self._ids[last] = None
-        self._multi[last] = False
+        self._members[last] = None
         self._rows.pop()
         self._n = last
 
     def _grow(self, capacity: int) -> None:
-        self._ids = _resized(self._ids, capacity, None)
-        self._multi = _resized(self._multi, capacity, False)
+        self._members = _resized(self._members, capacity, None)
         for col in self._cols.values():
             col.lo = _resized(col.lo, capacity, _FREE_LO)
             col.hi = _resized(col.hi, capacity, _TOP)
@@ -271,7 +253,7 @@ class ColumnIndex:
         for _, bounds, _ in self._pending.values():
             for attr, iv in bounds.items():
                 new.setdefault(attr, set()).update(c for c in (iv.lo, iv.hi) if c is not None)
-        capacity = len(self._ids)
+        capacity = len(self._members)
         for attr, constants in new.items():
             col = self._cols.get(attr)
             if col is None:
