@@ -27,16 +27,18 @@ Each filter is reduced to one interval per constrained attribute
 
 Which structure where, measured
 -------------------------------
-``pubsublab bench matching`` on the stock workload at 5,000 subscriptions, notifications
-per CPU-second, the index and the columns alone taking turns in one run (2-core shared
-Xeon, load average 7-10 from other work, December 2026):
+``pubsublab bench matching`` on the stock workload, notifications per CPU-second, the
+index and the columns alone (the numpy scan) taking turns in one run; 2-core shared
+Xeon with other work on it (load average 2-10), December 2026, at 5,000 subscriptions:
 
 - Meghdoot mode (95 % of filters pin ``Symbol``): hash buckets with the residual tested
-  inline beat putting every filter in the columns 1.8-2.3x (a bucket holds about ten
-  filters; the columns scan all 5,000 rows), so pinned filters stay hashed.
+  inline beat every filter in the columns 1.7-2.4x (85-135k/s against 50-55k/s: a
+  bucket holds about ten filters, the columns scan 3,556 rows), so pinned filters stay
+  hashed. At 50,000 (about 95 filters a bucket) the columns win instead (0.55x):
+  buckets are not yet turned into columns when they grow.
 - OctopiA mode (every filter a ``Symbol`` window, none pinned): the columns replace the
-  bitmap sweep this index used before, 2.1-2.4x faster in the same run (84-91k/s against
-  38-40k/s); the index is then the column scan, at 0.95-1.0x of it.
+  bitmap sweep this index used before, 2.9x faster in one run (106k/s against 37k/s);
+  the index is then the column scan behind a call, at 0.91-0.95x of it.
 
 Filters and notifications must share one schema (see :mod:`nodes.model`): string bounds
 cannot be compared with a number.
