@@ -34,11 +34,11 @@ Xeon with other work on it (load average 2-10), December 2026, at 5,000 subscrip
 - Meghdoot mode (95 % of filters pin ``Symbol``): hash buckets with the residual tested
   inline beat every filter in the columns 1.7-2.4x (85-135k/s against 50-55k/s: a
   bucket holds about ten filters, the columns scan 3,556 rows), so pinned filters stay
-  hashed. At 50,000 (about 95 filters a bucket) the columns win instead (0.55x):
+  hashed. At 50,000 (about 95 filters a bucket) the columns win instead (0.55-0.63x):
   buckets are not yet turned into columns when they grow.
 - OctopiA mode (every filter a ``Symbol`` window, none pinned): the columns replace the
-  bitmap sweep this index used before, 2.9x faster in one run (106k/s against 37k/s);
-  the index is then the column scan behind a call, at 0.91-0.95x of it.
+  bitmap sweep this index used before, 2.9-3.2x faster in one run (106-142k/s against
+  37-44k/s); the index is then the column scan behind a call, at 0.91-0.96x of it.
 
 Filters and notifications must share one schema (see :mod:`nodes.model`): string bounds
 cannot be compared with a number.
