@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes import matching
-from nodes.matching import LinearIndex, SubscriptionIndex
+from nodes.matching import ColumnIndex, LinearIndex, SubscriptionIndex, columns
 from nodes.model import (
     OPS,
     Filter,
@@ -92,25 +91,25 @@ def _check_all(subs: dict, indexes: tuple, notes: list) -> None:
             assert len(index) == len(subs)
 
 
-# Tuning overrides for SubscriptionIndex: small examples then build the bitmap, query it
-# between checkpoints in both directions, and (last) keep removed filters in it as stale.
+# Tuning overrides for the numpy columns: small examples then grow the arrays from one
+# row, and rebuild at every match with a new constant pending (or keep them pending).
 TUNINGS = [
     {},
-    {"_REBUILD_SLACK": 0, "_MIN_STEP": 4},
-    {"_REBUILD_SLACK": 0, "_MIN_STEP": 4, "_STALE_SHARE": 1},  # stale never exceeds built
+    {"_REBUILD_SLACK": 0, "_MIN_CAPACITY": 1},
+    {"_REBUILD_SLACK": 0, "_PENDING_SHARE": 1, "_MIN_CAPACITY": 1},
 ]
 
 
 @settings(max_examples=200, deadline=None)
 @given(index_scenarios(), st.sampled_from(TUNINGS))
 def test_indexes_equal_brute_force_through_adds_and_removes(scenario: tuple, tuning: dict) -> None:
-    with patch.multiple(matching, **tuning) if tuning else nullcontext():
+    with patch.multiple(columns, **tuning) if tuning else nullcontext():
         _run_scenario(*scenario)
 
 
 def _run_scenario(subs_list: list, notes: list, removed: set, readded: list) -> None:
     subs = {("c", i): f for i, f in enumerate(subs_list)}
-    indexes = (SubscriptionIndex(), LinearIndex())
+    indexes = (SubscriptionIndex(), ColumnIndex(), LinearIndex())
     for index in indexes:
         for sid, f in subs.items():
             index.add(sid, f)
@@ -130,7 +129,7 @@ def _run_scenario(subs_list: list, notes: list, removed: set, readded: list) -> 
 
 
 def test_large_random_population_with_churn_matches_linear() -> None:
-    """Thousands of filters: several bitmap checkpoints per attribute, stale rebuilds."""
+    """Thousands of filters: array growth, swap-removes, rebuilds with new constants."""
     rng = random.Random(5)
     schema = Schema({"n": "float", "k": "int", "s": "str"})
     words = ["".join(rng.choice("abc") for _ in range(rng.randint(0, 3))) for _ in range(40)]
@@ -146,27 +145,29 @@ def test_large_random_population_with_churn_matches_linear() -> None:
             preds.append(Predicate(attr, op, a, b) if op == "range" else Predicate(attr, op, a))
         return tuple(preds)
 
-    si, li = SubscriptionIndex(), LinearIndex()
+    indexes = (SubscriptionIndex(), ColumnIndex())
+    li = LinearIndex()
     live: list[int] = []
-    for sid in range(4000):
-        f = random_filter()
-        si.add(sid, f)
-        li.add(sid, f)
+
+    def add(sid: int, f: Filter) -> None:
+        for index in (*indexes, li):
+            index.add(sid, f)
         live.append(sid)
+
+    for sid in range(4000):
+        add(sid, random_filter())
     notes = [{a: constant(a) for a in schema if rng.random() < 0.95} for _ in range(60)]
     for round_ in range(4):
         for note in notes:
-            assert si.match(note) == li.match(note)
-        for sid in rng.sample(live, 600):  # beyond the stale share: forces rebuilds
-            si.remove(sid)
-            li.remove(sid)
+            want = li.match(note)
+            assert [index.match(note) for index in indexes] == [want, want]
+        for sid in rng.sample(live, 600):  # beyond the pending share: forces rebuilds
+            for index in (*indexes, li):
+                index.remove(sid)
             live.remove(sid)
         for sid in range(10_000 * (round_ + 1), 10_000 * (round_ + 1) + 300):
-            f = random_filter()
-            si.add(sid, f)
-            li.add(sid, f)
-            live.append(sid)
-    assert len(si) == len(li) == len(live)
+            add(sid, random_filter())
+    assert [len(index) for index in indexes] == [len(li), len(li)] == [len(live)] * 2
 
 
 @settings(max_examples=300, deadline=None)
@@ -341,3 +342,56 @@ def test_mixed_kinds_on_one_attribute_are_refused() -> None:
 def test_malformed_filter_json_is_refused(obj: object, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         filter_from_json(obj)
+
+
+@pytest.mark.parametrize("tuning", TUNINGS)
+@pytest.mark.parametrize("seed", range(4))
+def test_interleaved_adds_removes_and_matches_equal_brute_force(tuning: dict, seed: int) -> None:
+    """Subscribe, unsubscribe and publish interleaved at random, every operator and
+    several predicates on one attribute, notifications on the bounds themselves (ints and
+    floats that compare equal: 2 and 2.0), between them and beyond, and attributes left
+    out on either side: both indexes answer as brute force after every step."""
+    rng = random.Random(seed)
+    schema = {"i": "int", "f": "float", "s": "str", "q": "int"}
+    constants = {"i": [-1, 0, 2, 3, 7], "f": [-0.5, 0.0, 2.0, 2.5, 6.0],
+                 "s": ["", "a", "a\x00", "ab", "b"], "q": [5]}
+    values = {"i": [-3, -1, 0, 1, 2, 2.0, 3, 5, 7, 9], "f": [-1, -0.5, 0, 1.25, 2, 2.5, 6.0, 8],
+              "s": ["", "a", "a\x00", "aa", "ab", "abc", "b", "c"], "q": [4, 5, 6]}
+
+    def predicate(attr: str) -> Predicate:
+        op = rng.choice(OPS)
+        a, b = sorted(rng.sample(constants[attr], 2) if len(constants[attr]) > 1
+                      else constants[attr] * 2)
+        return Predicate(attr, op, a, b) if op == "range" else Predicate(attr, op, a)
+
+    def random_filter() -> Filter:
+        return tuple(predicate(rng.choice(sorted(schema))) for _ in range(rng.randint(0, 3)))
+
+    def note() -> dict:
+        return {a: rng.choice(values[a]) for a in schema if rng.random() < 0.85}
+
+    with patch.multiple(columns, **tuning) if tuning else nullcontext():
+        indexes = (SubscriptionIndex(), ColumnIndex())
+        subs: dict = {}
+        for step in range(1500):
+            r = rng.random()
+            if r < 0.45 or not subs:
+                sid = (rng.choice("xyz"), rng.randrange(120))  # re-adding replaces
+                subs[sid] = random_filter()
+                for index in indexes:
+                    index.add(sid, subs[sid])
+            elif r < 0.7:
+                sid = rng.choice(sorted(subs))
+                del subs[sid]
+                for index in indexes:
+                    index.remove(sid)
+            else:
+                n = note()
+                want = _brute(subs, n)
+                assert [index.match(n) for index in indexes] == [want, want], (step, n)
+            assert [len(index) for index in indexes] == [len(subs)] * 2
+            assert all(sid in index for index in indexes for sid in list(subs)[:3])
+        for sid in sorted(subs):
+            for index in indexes:
+                index.remove(sid)
+        assert [index.match(note()) for index in indexes] == [set(), set()]
