@@ -117,7 +117,7 @@ def _points(exp: Mapping[str, Any], mode: Mapping[str, Any]
 def paper_specs(experiments: Mapping[str, Any], modes: Mapping[str, Mapping[str, Any]]
                 ) -> dict[str, list[tuple[float | None, list[str], Spec]]]:
     """Per experiment of a paper's data file, (x, spec overrides, resolved spec) of every
-    point at the scale ``modes`` gives it (:func:`_mode`)."""
+    point at the scale ``modes`` gives it (:func:`_mode_name`)."""
     return {name: [(x, overrides, load_spec(exp["spec"], overrides))
                    for x, overrides in _points(exp, modes[name])]
             for name, exp in experiments.items()}

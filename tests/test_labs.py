@@ -111,7 +111,7 @@ def test_lab5_lists_every_paper_with_the_times_its_data_file_estimates() -> None
     """Lab 5's table of papers is the data files' (experiments/papers/*.yaml): every
     paper, and per paper the simulated reproduction's length, quick and full, as the sum
     of its points' estimates (what `pubsublab reproduce` counts the time left by)."""
-    from experiments.reproduce import _estimates, _mode, _points, load_paper
+    from experiments.reproduce import _estimates, _mode_name, _points, load_paper
     from experiments.spec import PAPERS
 
     text = (REPO / "labs" / "lab5-reproduce-a-figure.md").read_text()
@@ -122,7 +122,8 @@ def test_lab5_lists_every_paper_with_the_times_its_data_file_estimates() -> None
         experiments = load_paper(paper)["experiments"]
         lengths = []
         for quick in (True, False):
-            modes = {name: _mode(exp, quick, emulated=False) for name, exp in experiments.items()}
+            modes = {name: exp[_mode_name(exp, quick, emulated=False)]
+                     for name, exp in experiments.items()}
             lengths.append(_duration(sum(
                 sum(_estimates(modes[name], len(_points(exp, modes[name]))))
                 for name, exp in experiments.items())))
