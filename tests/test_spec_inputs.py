@@ -68,6 +68,13 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
     ("kyra-example", "routing.params.multicast.cell_attrs=v,w",
      "routing.params.multicast.cell_attrs: bad value 'v,w'; allowed: attributes every "
      "calibration event has (v); 'w' is not one"),
+    # "'<=' not supported between instances of 'int' and 'str'"
+    ("demo", "workload.subscribe_spread_s=abc",
+     "workload.subscribe_spread_s: bad value 'abc'; allowed: a number of seconds or null"),
+    # blamed on routing.algorithms
+    ("lbdd-depth-sweep", "workload.sweep_nodes=abc",
+     "workload.sweep_nodes: bad value 'abc'; allowed: a list of node counts"),
+    ("lbdd-depth-sweep", "workload.sweep_nodes=[1]", "workload.sweep_nodes: bad value [1]"),
     # accepted, with a phase of about 3e301 s
     ("demo", "workload.publish_rate_hz=1e-300",
      "workload: its last operation would come at 2.97e+301 s; allowed: at most 604800 s"),

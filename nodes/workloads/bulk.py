@@ -67,6 +67,19 @@ def stream_cap_mbps(value: Any) -> float | None:
     return float(value)
 
 
+def sweep_node_counts(value: Any) -> list[int] | None:
+    """``workload.sweep_nodes`` checked: the node counts of LBDD's depth sweep (integers of
+    at least 2, a publisher and a subscriber) or None (no sweep); a ValueError with the
+    one-line message otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(
+            is_integer(n) and n >= 2 for n in value):
+        raise ValueError(f"workload.sweep_nodes: bad value {short_repr(value)}; allowed: a "
+                         "list of node counts (integers >= 2) or null")
+    return [int(n) for n in value]
+
+
 MAX_SLICE_KB = 2**20  # 1 GiB: a slice is one message, held whole in memory
 
 

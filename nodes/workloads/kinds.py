@@ -17,7 +17,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from nodes.cores.params import KINDS, is_number, kind_of, short_repr
-from nodes.workloads.bulk import slice_kb, stream_cap_mbps
+from nodes.workloads.bulk import slice_kb, stream_cap_mbps, sweep_node_counts
 from nodes.workloads.burst import add_burst, burst_settings
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.interests import publication_attrs
@@ -153,6 +153,17 @@ def _needs_on_demand(why: str) -> Check:
 
 # --- stock ------------------------------------------------------------------------------
 
+def _spread_s(value: Any) -> float | None:
+    """``workload.subscribe_spread_s`` checked: seconds (a finite number) or None (half
+    of ``phase_gap_s``); its range is the builder's check, which knows the gap."""
+    if value is None:
+        return None
+    if not is_number(value):
+        raise ValueError(f"workload.subscribe_spread_s: bad value {short_repr(value)}; "
+                         "allowed: a number of seconds or null (half of phase_gap_s)")
+    return float(value)
+
+
 def _stock(p: Mapping[str, Any], ctx: RunContext) -> Workload:
     """The stock workload over the graph's brokers, with its burst and its calibration
     sample (``calibration_seed``); refused if it runs past ``duration_s``."""
@@ -207,7 +218,8 @@ def _stock_line(w: Mapping[str, Any], phase_s: float | None) -> str:
 
 STOCK = WorkloadKind(
     name="stock", serves="stock", build=_stock, line=_stock_line, estimate=_stock_estimate,
-    fields={"burst": burst_settings}, routing_load="underlay", capture_checked=True,
+    fields={"burst": burst_settings, "subscribe_spread_s": _spread_s},
+    routing_load="underlay", capture_checked=True,
     defaults={
         "kind": "stock", "mode": "octopia", "n_publishers": 2, "n_subscribers": 6,
         "pubs_per_publisher": 20, "publish_rate_hz": 10.0, "selectivity": 0.02,
@@ -220,7 +232,9 @@ STOCK = WorkloadKind(
 # --- bulk -------------------------------------------------------------------------------
 
 BULK = WorkloadKind(
-    name="bulk", serves="bulk", fields={"stream_mbps": stream_cap_mbps, "slice_kb": slice_kb},
+    name="bulk", serves="bulk",
+    fields={"stream_mbps": stream_cap_mbps, "slice_kb": slice_kb,
+            "sweep_nodes": sweep_node_counts},
     line=lambda w, phase_s: f"workload bulk: {w.get('bulk') or 'depth sweep'}",
     defaults={
         "kind": "bulk", "data_gb": 8.0, "slice_kb": 64, "topic": "bulk", "start_s": 1.0,
