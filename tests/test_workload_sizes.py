@@ -66,8 +66,10 @@ def test_huge_size_field_is_refused_in_one_line(tmp_path: Path, command: str,
     assert not out.exists() and list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_allow_large_skips_the_check_but_overflow_is_one_line(tmp_path: Path) -> None:
-    res, seconds = _cli("plan", "demo", "--allow-large", "--set",
+@pytest.mark.parametrize("command", ["plan", "sim"])
+def test_allow_large_skips_the_check_but_overflow_is_one_line(tmp_path: Path,
+                                                             command: str) -> None:
+    res, seconds = _cli(command, "demo", "--allow-large", "--set",
                         f"workload.pubs_per_publisher={HUGE}", cwd=tmp_path)
     line = _one_line(res, "workload")
     assert "would build about" not in line and "Traceback" not in res.stderr

@@ -66,6 +66,13 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object as the last line")
 
 
+def allow_large_flag(parser: argparse.ArgumentParser) -> None:
+    """Add --allow-large for a command that builds a workload (``plan``, ``sim``)."""
+    parser.add_argument("--allow-large", action="store_true",
+                        help="build even a workload larger than this machine holds (its "
+                             "estimated operations at 200 B each within half the memory)")
+
+
 def spec_arguments(parser: argparse.ArgumentParser, *, with_spec: bool,
                    with_out: bool = True) -> None:
     """Add SPEC (if ``with_spec``), --set and (if ``with_out``) --out."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from experiments.cli.common import emit, json_flag, plan_of, spec_arguments
+from experiments.cli.common import allow_large_flag, emit, json_flag, plan_of, spec_arguments
 
 NAME = "plan"
 HELP = "print what a spec will run, checked, without running it"
@@ -22,9 +22,7 @@ def add_parser(sub: Any) -> None:
                                           "Every error a run would meet in its spec is "
                                           "reported here, in one line.")
     spec_arguments(pl, with_spec=True, with_out=False)
-    pl.add_argument("--allow-large", action="store_true",
-                    help="build even a workload larger than this machine holds (its "
-                         "estimated operations at 200 B each within half the memory)")
+    allow_large_flag(pl)
     json_flag(pl)
     pl.set_defaults(func=run)
 

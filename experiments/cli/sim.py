@@ -8,6 +8,7 @@ from typing import Any
 
 from experiments.cli.common import (
     SpecError,
+    allow_large_flag,
     emit,
     json_flag,
     out_dir,
@@ -34,6 +35,7 @@ def add_parser(sub: Any) -> None:
                          "e.g. --sweep workload.n_publishers=100,200,300")
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
+    allow_large_flag(sm)
     pause_flag(sm)
     json_flag(sm)
     sm.set_defaults(func=run)
@@ -55,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         if not key or not values:
             raise SpecError(f"--sweep {args.sweep!r}: expected key.path=V1,V2,...")
         sweep_dir, results = run_sweep(args.spec, args.set, key, values, out_dir(args.out),
-                                       log_messages=not args.no_logs)
+                                       log_messages=not args.no_logs,
+                                       allow_large=args.allow_large)
         text = "\n".join(f"{key}={v}\n{summary_table(s)}" for v, s in results.items())
         emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
         return 0

@@ -394,13 +394,14 @@ def on_demand_links(plan: RunPlan) -> LinkModel | None:
 
 
 def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
-              out_base: Path, *, log_messages: bool = True
+              out_base: Path, *, log_messages: bool = True, allow_large: bool = False
               ) -> tuple[Path, dict[str, dict[str, dict[str, Any]]]]:
     """Simulate ``spec_arg`` once per value of the spec field ``key`` (as the papers'
     x axes sweep the number of advertisements or subscribers); one run folder per value
     inside a sweep folder, and line figures over the swept value."""
     # Every point is compiled before the first runs: a bad value fails the sweep at once.
-    plans = [compile_plan(load_spec(spec_arg, [*overrides, f"{key}={v}"])) for v in values]
+    plans = [compile_plan(load_spec(spec_arg, [*overrides, f"{key}={v}"]),
+                          allow_large=allow_large) for v in values]
     sweep_dir = new_run_dir(out_base, f"{plans[0].name}-sim-sweep")
     points, results = [], {}
     progress = TimeLeft("sweep", [(f"{key}={v}", 1.0) for v in values], log, seconds=False)
