@@ -470,17 +470,24 @@ def write_report(run_dir: Path, result: dict[str, Any], bin_s: float = 0.1) -> P
     return path
 
 
+def _state(manifest: dict[str, Any]) -> str:
+    """An emulated run's status (ok, lossy, failed, ...), or for a simulated run, whose
+    manifest has none, its runtime."""
+    if "status" in manifest:
+        return f"status <b>{html.escape(str(manifest['status']))}</b>"
+    return f"runtime <b>{html.escape(str(manifest.get('runtime', '?')))}</b>"
+
+
 def _header(name: str, manifest: dict[str, Any]) -> str:
-    """The page's head and its first lines: the run, its spec, status, start, commit, seed
-    and scale (``?`` where the manifest has none)."""
+    """The page's head and its first lines: the run, its spec, status (or runtime), start,
+    commit, seed and scale (``?`` where the manifest has none)."""
     spec = manifest.get("spec", {})
     git = manifest.get("git") or {}
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>pubsublab report "
             f"{html.escape(name)}</title><style>{_CSS}</style></head><body>"
             f"<h1>Run {html.escape(name)}</h1>"
             f"<p class='meta'>{html.escape(spec.get('name', ''))}: "
-            f"{html.escape(spec.get('description', ''))}<br>status "
-            f"<b>{html.escape(str(manifest.get('status', '?')))}</b>, started "
+            f"{html.escape(spec.get('description', ''))}<br>{_state(manifest)}, started "
             f"{html.escape(str(manifest.get('started', '?')))}, git "
             f"<code>{html.escape(str(git.get('commit') or '?')[:12])}</code>"
             f"{' (dirty)' if git.get('dirty') else ''}, seed {manifest.get('seed', '?')}, "
