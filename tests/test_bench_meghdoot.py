@@ -42,14 +42,6 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
     assert table[-1].startswith("    30 peers: ")
 
 
-def test_bench_meghdoot_runs_the_whole_stream_of_one_reading_when_asked() -> None:
-    report = bench_meghdoot.run(peer_counts=(8,), share=1.0, readings=("zone",))
-    (point,) = report["points"]
-    assert point["operations"] == point["of_operations"]  # every op, to the end
-    assert report["ratios"] == []  # one reading: nothing to compare
-    assert "by peer over by zone" not in bench_meghdoot.format_result(report)
-
-
 @pytest.mark.parametrize(("argv", "says"), [
     (["bench", "meghdoot", "--share", "1.5"], "--share 1.5: must be in (0, 1]"),
     (["bench", "meghdoot", "--peers", "1"], "--peers: at least one bound"),
