@@ -63,8 +63,9 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     ops = plan.workload.ops
     head = next((i for i, op in enumerate(ops) if op.msg.type is MsgType.JOIN), 0)
     n_ops = max(1, min(len(ops), head + round((len(ops) - head) * share)))
-    # Every op up to this one's time (ties included); the whole stream runs to its end.
-    until_s = None if n_ops == len(ops) else ops[n_ops - 1].t_s
+    # Every op up to this one's time (ties included); the whole stream as `pubsublab sim`
+    # runs it, to the end of its phase (its load timers never stop by themselves).
+    until_s = plan.phase_s() if n_ops == len(ops) else ops[n_ops - 1].t_s
     alg = plan.algorithms[0]
     t0, cpu0 = time.perf_counter(), time.process_time()
 
@@ -79,7 +80,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
                       on_demand=on_demand_links(plan), progress=progress)
     wall_s = time.perf_counter() - t0
     cpu_s = max(time.process_time() - cpu0, 1e-9)
-    done = len(ops) if until_s is None else sum(1 for op in ops if op.t_s <= until_s)
+    done = sum(1 for op in ops if op.t_s <= until_s)
     ims = sum(result.ims_by_type.values())
     return {"peers": peers, "load_reports": load_reports, "share": share,
             "operations": done, "of_operations": len(ops), "first_join": head,
