@@ -69,8 +69,14 @@ def encode(msg: Message) -> bytes:
 
 def frame_size(msg: Message) -> int:
     """Bytes ``msg`` takes on the wire as a frame (what the simulator serialises and the
-    logs record), computed without building the frame."""
-    return _LEN.size + sum(map(len, _parts(msg)))
+    logs record), computed without building the frame: the length of each of
+    :func:`_parts`' pieces, the payload the only one encoded (the simulator sizes every
+    message it sends)."""
+    origin = len(msg.origin.encode())
+    if not 1 <= origin <= 255:
+        raise FrameError(f"origin must be 1..255 bytes, got {origin}")
+    size = _LEN.size + _HEAD.size + origin + len(_encode_payload(msg.payload))
+    return size + _PAYLOAD_LEN.size + len(msg.body) if msg.body else size
 
 
 def decode_body(body: bytes) -> Message:

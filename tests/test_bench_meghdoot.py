@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.bench import meghdoot as bench_meghdoot
+from experiments.cli import main
 
 
 def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -> None:
@@ -26,11 +27,30 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
         assert point["ms_per_operation"] == pytest.approx(
             1000 * point["wall_s"] / point["operations"], abs=5 / point["operations"] + 5e-4)
         assert point["peak_mib"] > point["baseline_mib"] > 0
+        # CPU per message and the share of a bare heapq loop measured beside it
+        assert point["us_per_im"] == pytest.approx(1e6 * point["cpu_s"] / point["ims"],
+                                                   rel=0.01, abs=0.01)
+        assert 0 < point["floor_share"] < 1 and point["floor_events_per_s"] > 0
     # One stream: the same operations; every peer reporting sends no fewer messages.
     assert zone["operations"] == peer["operations"] and peer["ims"] >= zone["ims"]
     (ratio,) = report["ratios"]
     assert ratio["ims"] == round(peer["ims"] / zone["ims"], 2)
     table = bench_meghdoot.format_result(report).splitlines()
     assert table[2].split()[:3] == ["30", "zone", str(zone["operations"])]
+    assert table[2].split()[-2] == f"{zone['floor_share']:.1%}"
     assert table[3].split()[:2] == ["30", "peer"]
     assert table[-1].startswith("    30 peers: ")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["bench", "meghdoot", "--share", "1.5"], "--share 1.5: must be in (0, 1]"),
+    (["bench", "meghdoot", "--peers", "1"], "--peers: at least one bound"),
+    (["bench", "meghdoot", "--reports", "zone,all"], "--reports 'zone,all'"),
+    (["bench", "sim", "--peers", "100"], "--peers: only for bench meghdoot"),
+])
+def test_bench_meghdoot_options_are_checked_in_one_line(argv: list[str], says: str,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], lines

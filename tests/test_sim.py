@@ -384,7 +384,13 @@ def test_bench_runs_small() -> None:
     for r in report["runs"]:
         assert r["ims"] == r["publications"] * 39 >= 400
         assert r["events_per_s"] > 0
+        # the loop's rates per CPU second as shares of a bare heapq loop's, same run
+        assert 0 < r["ims_share"] < 1 and 0 < r["events_share"] < 1
+    assert report["floor_events_per_s"] > 0
     assert report["target_met"] is False  # 40 nodes are not the 10,000-node target
+    table = bench_sim.format_result(report).splitlines()
+    assert table[1].split()[-2:] == [f"{report['runs'][0]['events_share']:.1%}",
+                                     f"{report['runs'][0]['ims_share']:.1%}"]
 
 
 def test_summary_counts_and_percentiles() -> None:

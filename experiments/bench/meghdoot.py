@@ -11,7 +11,16 @@ beforehand are not timed), milliseconds per client operation, inter-broker messa
 fresh process, as ``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports
 included). The cost per operation grows with the peer count and along the stream, so
 compare figures of one peer count and share only; the machine's other load shows in
-them too.
+them too. So each point also states its CPU time: microseconds of this process's CPU
+per IM, IMs per CPU second, and the simulator's events per CPU second as a share of a
+bare ``heapq`` loop's (:func:`experiments.bench.floor.bare_loop_rate`), measured in the
+same process just before the point, which the machine's load moves much as it moves
+the point.
+
+The default points are 1,000 and 3,000 peers at 30 % of the stream; ``peer_counts``
+and ``share`` choose others (``pubsublab bench meghdoot --peers 10000 --share 0.01``: a
+10,000-peer point, the first 1 % of its operations from the first join, the figure the
+paper's own scale is measured against; a whole 10,000-peer stream takes hours).
 
 Each point runs twice, side by side: with the core's load reports by zone (the default:
 a replicated zone's first peer reports for the group) and by peer (every peer to every
@@ -39,6 +48,7 @@ READINGS = ("zone", "peer")  # the core's load_reports, ours first
 
 def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     """One point, in the (fresh) process that calls it."""
+    from experiments.bench.floor import bare_loop_rate
     from experiments.plan import compile_plan
     from experiments.runs.simulated import on_demand_links
     from experiments.spec import load_spec
@@ -46,15 +56,18 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     from nodes.sim.engine import simulate
 
     baseline = peak_rss_mib()
+    floor = bare_loop_rate()
     plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}",
                                          f"routing.params.load_reports={load_reports}"]),
                         netem=False)
     ops = plan.workload.ops
     head = next((i for i, op in enumerate(ops) if op.msg.type is MsgType.JOIN), 0)
     n_ops = max(1, min(len(ops), head + round((len(ops) - head) * share)))
-    until_s = ops[n_ops - 1].t_s  # every op up to this one's time (ties included)
+    # Every op up to this one's time (ties included); the whole stream as `pubsublab sim`
+    # runs it, to the end of its phase (its load timers never stop by themselves).
+    until_s = plan.phase_s() if n_ops == len(ops) else ops[n_ops - 1].t_s
     alg = plan.algorithms[0]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
 
     def progress(x: float) -> None:
         print(f"[bench meghdoot] {peers} peers, {load_reports} reports: {x:.1%} of all "
@@ -66,28 +79,38 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
                       log_messages=False, window_ms=plan.window_ms, until_s=until_s,
                       on_demand=on_demand_links(plan), progress=progress)
     wall_s = time.perf_counter() - t0
+    cpu_s = max(time.process_time() - cpu0, 1e-9)
     done = sum(1 for op in ops if op.t_s <= until_s)
     ims = sum(result.ims_by_type.values())
     return {"peers": peers, "load_reports": load_reports, "share": share,
             "operations": done, "of_operations": len(ops), "first_join": head,
             "wall_s": round(wall_s, 2), "ms_per_operation": round(1000 * wall_s / done, 3),
             "ims": ims, "ims_per_s": round(ims / wall_s),
+            "cpu_s": round(cpu_s, 2), "us_per_im": round(1e6 * cpu_s / max(ims, 1), 2),
+            "ims_per_cpu_s": round(ims / cpu_s), "events": result.events,
+            "events_per_cpu_s": round(result.events / cpu_s),
+            "floor_events_per_s": round(floor),
+            "floor_share": round(result.events / cpu_s / floor, 4),
             "baseline_mib": round(baseline, 1), "peak_mib": round(peak_rss_mib(), 1)}
 
 
-def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3) -> dict[str, Any]:
+def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3,
+        readings: Sequence[str] = READINGS) -> dict[str, Any]:
     """Each peer count's point with each reading of load reports (module docstring),
-    each in a fresh process; ``ratios``: per peer count, by peer over by zone."""
+    each in a fresh process; ``ratios``: per peer count, by peer over by zone (with
+    both readings)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
     ctx = multiprocessing.get_context("spawn")
     points = []
     for peers in peer_counts:
-        for reading in READINGS:
+        for reading in readings:
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 points.append(pool.submit(_measure, peers, share, reading).result())
     by = {(p["peers"], p["load_reports"]): p for p in points}
     ratios = [{"peers": n, **{k: round(by[n, "peer"][k] / by[n, "zone"][k], 2)
                               for k in ("wall_s", "ims", "peak_mib")}}
-              for n in peer_counts]
+              for n in peer_counts if (n, "peer") in by and (n, "zone") in by]
     return {"spec": SPEC, "events": "uniform", "share": share, "points": points,
             "ratios": ratios,
             "memory": "VmHWM (peak RSS) of a fresh spawned process, MiB, interpreter "
@@ -101,12 +124,19 @@ def format_result(result: dict[str, Any]) -> str:
              "first join "
              f"(peak = {result['memory']}):",
              f"{'peers':>6} {'reports':>7} {'ops':>6} {'wall_s':>8} {'ms/op':>8} {'IMs':>9} "
-             f"{'IMs/s':>8} {'peak MiB':>9}"]
+             f"{'IMs/s':>8} {'cpu_s':>8} {'us/IM':>6} {'IMs/cpu_s':>9} {'floor':>6} "
+             f"{'peak MiB':>9}"]
     for p in result["points"]:
         lines.append(f"{p['peers']:6} {p['load_reports']:>7} {p['operations']:6} "
                      f"{p['wall_s']:8.1f} {p['ms_per_operation']:8.2f} {p['ims']:9} "
-                     f"{p['ims_per_s']:8} {p['peak_mib']:9.0f}")
-    lines.append("load reports by peer over by zone (wall, IMs, peak):")
+                     f"{p['ims_per_s']:8} {p['cpu_s']:8.1f} {p['us_per_im']:6.1f} "
+                     f"{p['ims_per_cpu_s']:9} {p['floor_share']:6.1%} {p['peak_mib']:9.0f}")
+    lines.append("us/IM: microseconds of CPU per inter-broker message; floor: the "
+                 "simulator's events per CPU second as a share of a bare heapq loop's, "
+                 "measured in the same process (" + ", ".join(
+                     f"{p['floor_events_per_s']}" for p in result["points"]) + " events/s)")
+    if result["ratios"]:
+        lines.append("load reports by peer over by zone (wall, IMs, peak):")
     for r in result["ratios"]:
         lines.append(f"{r['peers']:6} peers: {r['wall_s']:.2f}x wall, {r['ims']:.2f}x IMs, "
                      f"{r['peak_mib']:.2f}x peak")

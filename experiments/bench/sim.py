@@ -22,6 +22,12 @@ and imports included, about 40 MiB: ``baseline_mib``, read before the overlay is
 not ``ru_maxrss``, which a spawned child inherits from its parent across exec). Rates are
 messages (IMs) per second of the event loop, as in the table; ``ratio`` is static over
 on-demand.
+
+**Against the floor**: :func:`run` first measures a bare ``heapq`` event loop in the same
+process (:func:`experiments.bench.floor.bare_loop_rate`, events per CPU second), and each
+run states its event loop's events and IMs per CPU second as shares of it
+(``events_share``, ``ims_share``): the share is what the simulator's own work costs,
+and it moves less with the shared machine's load than the rates do.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.bench.floor import bare_loop_rate
 from experiments.runs.resources import peak_rss_mib
 from nodes.cores.interface import Action, Event, FromClient, Send
 from nodes.messages import Message, MsgType
@@ -65,7 +72,10 @@ def _overlay(kind: str, n: int, seed: int) -> nx.Graph:
     return g
 
 
-def _one(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
+def _one(kind: str, n: int, messages: int, seed: int,
+         floor: float | None = None) -> dict[str, Any]:
+    """One overlay's run; with ``floor`` (events per CPU second of a bare heapq loop),
+    its loop's rates per CPU second as shares of it."""
     t0 = time.perf_counter()
     overlay = _overlay(kind, n, seed)
     publications = math.ceil(messages / (n - 1))
@@ -80,15 +90,19 @@ def _one(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
         publish_rate_hz=100.0,
         seed=seed,
     )
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     # Set-up alone (links, spanning tree, cores) is the same run without client operations.
     simulate(overlay, replace(workload, ops=()), "flood", seed=seed, log_messages=False)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     result = simulate(overlay, workload, "flood", seed=seed, log_messages=False)
-    t4 = time.perf_counter()
+    t4, c4 = time.perf_counter(), time.process_time()
     ims = sum(result.ims_by_type.values())
     setup_s, total_s = t3 - t2, t4 - t3
     loop_s = max(total_s - setup_s, 1e-9)
+    loop_cpu_s = max((c4 - c3) - (c3 - c2), 1e-9)
+    shares = {} if floor is None else {
+        "events_share": round(result.events / loop_cpu_s / floor, 4),
+        "ims_share": round(ims / loop_cpu_s / floor, 4)}
     return {
         "overlay": kind,
         "nodes": n,
@@ -105,6 +119,9 @@ def _one(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
         "simulate_s": round(total_s, 3),
         "events_per_s": round(result.events / loop_s),
         "ims_per_s": round(ims / loop_s),
+        "loop_cpu_s": round(loop_cpu_s, 3),
+        "us_per_im": round(1e6 * loop_cpu_s / max(ims, 1), 2),
+        **shares,
     }
 
 
@@ -123,13 +140,15 @@ def run(
     least 100,000 IMs within five minutes. With ``on_demand`` the result also has
     ``on_demand``: :func:`on_demand_compare` at the largest node count.
     """
-    runs = [_one(kind, n, messages, seed) for n in node_counts for kind in overlays]
+    floor = bare_loop_rate()
+    runs = [_one(kind, n, messages, seed, floor) for n in node_counts for kind in overlays]
     at_target = [
         r for r in runs if r["nodes"] >= TARGET_NODES and r["ims"] >= TARGET_MESSAGES
     ]
     out = {
         "core": "flood",
         "seed": seed,
+        "floor_events_per_s": round(floor),
         "messages": messages,
         "runs": runs,
         "target": f"{TARGET_NODES} nodes, {TARGET_MESSAGES} IMs in under {TARGET_S:.0f} s",
@@ -232,10 +251,15 @@ if __name__ == "__main__":
 
 def format_result(result: dict[str, Any]) -> str:
     """The benchmark as a table of simulated events and inter-broker messages per second."""
-    lines = [f"{'overlay':15} {'nodes':>6} {'IMs':>8} {'events/s':>10} {'IMs/s':>10} {'sim_s':>7}"]
+    lines = [f"{'overlay':15} {'nodes':>6} {'IMs':>8} {'events/s':>10} {'IMs/s':>10} "
+             f"{'sim_s':>7} {'us/IM':>6} {'events':>7} {'IMs':>6}"]
     for r in result["runs"]:
         lines.append(f"{r['overlay']:15} {r['nodes']:6} {r['ims']:8} {r['events_per_s']:10} "
-                     f"{r['ims_per_s']:10} {r['simulate_s']:7.2f}")
+                     f"{r['ims_per_s']:10} {r['simulate_s']:7.2f} {r['us_per_im']:6.2f} "
+                     f"{r['events_share']:7.1%} {r['ims_share']:6.1%}")
+    lines.append(f"the last two: events and IMs per CPU second of the event loop as shares of "
+                 f"a bare heapq loop's, {result['floor_events_per_s']} events/s in this run "
+                 "(us/IM: microseconds of CPU per IM)")
     lines.append(f"target ({result['target']}): {'met' if result['target_met'] else 'NOT met'}")
     od = result.get("on_demand")
     if od:

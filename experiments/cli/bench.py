@@ -17,6 +17,8 @@ BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "m
 BROKER_OPTIONS = ("rates", "step_s", "max_delay_s", "sub_counts", "calibration_rate",
                   "calibration_step_s", "calibration_repeats", "calibration_out", "peer",
                   "filters", "repeats")
+# The options of bench meghdoot, by dest.
+MEGHDOOT_OPTIONS = ("peers", "share", "reports")
 # With --peer only these apply (the Mininet steps' and calibration's do not).
 PEER_OPTIONS = ("rates", "step_s", "filters", "repeats")
 
@@ -73,6 +75,13 @@ def add_parser(sub: Any) -> None:
                     "filter counts, exactly one of them matching (1,100,5000)")
     bo.add_argument("--repeats", type=int, metavar="N",
                     help="with --peer: A/B pairs per filter count and rate (2)")
+    mo = b.add_argument_group("bench meghdoot", "which points (experiments.bench.meghdoot)")
+    mo.add_argument("--peers", metavar="N,N,...", help="peer bounds (1000,3000); 10000 is "
+                    "the paper's largest: run it with a small --share (0.01 takes minutes)")
+    mo.add_argument("--share", type=float, metavar="X", help="share of the operations "
+                    "from the first join, in (0, 1] (0.3); 1: the whole stream, to its end")
+    mo.add_argument("--reports", metavar="R,R", help="load reports by zone, by peer or "
+                    "both (zone,peer)")
     json_flag(b)
     b.set_defaults(func=run)
 
@@ -127,9 +136,39 @@ def _run_peer(args: argparse.Namespace, given: dict[str, Any]) -> int:
     return 0
 
 
+def _run_meghdoot(args: argparse.Namespace) -> int:
+    """bench meghdoot with its points chosen (the defaults for what is not given)."""
+    from experiments.bench import meghdoot
+
+    kw: dict[str, Any] = {}
+    if args.peers is not None:
+        kw["peer_counts"] = _ints(args.peers, "--peers")
+        if not kw["peer_counts"] or min(kw["peer_counts"]) < 2:
+            raise SpecError("--peers: at least one bound, each 2 or more")
+    if args.share is not None:
+        if not 0 < args.share <= 1:
+            raise SpecError(f"--share {args.share}: must be in (0, 1]")
+        kw["share"] = args.share
+    if args.reports is not None:
+        kw["readings"] = [r.strip() for r in args.reports.split(",") if r.strip()]
+        wrong = [r for r in kw["readings"] if r not in meghdoot.READINGS]
+        if wrong or not kw["readings"]:
+            raise SpecError(f"--reports {args.reports!r}: want some of "
+                            f"{','.join(meghdoot.READINGS)}")
+    result = meghdoot.run(**kw)
+    emit(args, result, meghdoot.format_result(result))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print its figures; bench broker's options only for it."""
+    """Run the benchmark and print its figures; bench broker's and bench meghdoot's
+    options only for them."""
     given = {k: v for k in BROKER_OPTIONS if (v := getattr(args, k)) is not None}
+    theirs = [k for k in MEGHDOOT_OPTIONS if getattr(args, k) is not None]
+    if theirs and args.which != "meghdoot":
+        raise SpecError(f"--{theirs[0]}: only for bench meghdoot")
+    if args.which == "meghdoot" and not given:
+        return _run_meghdoot(args)
     if args.which != "broker":
         if given:
             raise SpecError(f"--{next(iter(given)).replace('_', '-')}: only for "

@@ -361,9 +361,10 @@ class MeghdootCore:
             un = msg.forwarded({"sub": [client, key[1]], "point": list(point)})
             return self._route(un, point, now_s)
         if t is MsgType.PUBLISH:
-            point, _ = self.space.event_geometry(msg_key(msg), msg.payload["attrs"])
+            key = msg_key(msg)
+            point, _ = self.space.event_geometry(key, msg.payload["attrs"])
             if can.contains(self.zone, point):  # the origin peer is the owner: contacted
-                self._contact(msg, now_s)
+                self._contact(key, now_s)
             return self._route(msg.forwarded(), point, now_s)
         if t in (MsgType.ADVERTISE, MsgType.UNADVERTISE):
             return []
@@ -397,16 +398,20 @@ class MeghdootCore:
                 return self._route(msg, tuple(msg.payload["point"]), now_s, peer)
             self.received += 1
             self._buckets.count(bucket_of(now_s, self.bucket_s))
-            if t is MsgType.PUBLISH:
-                self.loads.events.count()
-                if msg.payload.get("spread"):
-                    self.loads.spread.count()
-                self._contact(msg, now_s)
-            if msg.payload.get("spread"):
-                return self._spread_in(msg, now_s)
-            point = tuple(msg.payload["point"]) if t is not MsgType.PUBLISH else \
-                self.space.event_geometry(msg_key(msg), msg.payload["attrs"])[0]
-            return self._route(msg, point, now_s, peer)
+            spread = msg.payload.get("spread")
+            if t is not MsgType.PUBLISH:
+                if spread:
+                    return self._spread_in(msg, msg_key(msg), now_s)
+                return self._route(msg, tuple(msg.payload["point"]), now_s, peer)
+            key = msg_key(msg)  # one event's key, worked out once a hop
+            self.loads.events.count()
+            if spread:
+                self.loads.spread.count()
+            self._contact(key, now_s)
+            if spread:
+                return self._spread_in(msg, key, now_s)
+            return self._route(msg, self.space.event_geometry(key, msg.payload["attrs"])[0],
+                               now_s, peer)
         if t is MsgType.NOTIFY:
             pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops,
                           _publication(msg.payload))
@@ -453,12 +458,13 @@ class MeghdootCore:
             got = self._notified[key] = set()
             self._notified_order.append((now_s, key))
         out: list[Action] = []
+        add, append = got.add, out.append
         for client in clients:
             if client in got:
                 self.repeats += 1
             else:
-                got.add(client)
-                out.append(Deliver(client, pub))
+                add(client)
+                append(Deliver(client, pub))
         return out
 
     def _route(self, msg: Message, point: Point, now_s: float, sender: str | None = None
@@ -545,8 +551,9 @@ class MeghdootCore:
         if t is MsgType.JOIN:  # plain CAN join: this peer owns the newcomer's point
             return self.join.accept(msg, now_s)
         self.event_hops[msg.hops - 1] += 1
-        self._first_contact(msg_key(msg), now_s, HANDLED)
-        return self._deliver_event(msg, now_s)
+        key = msg_key(msg)
+        self._first_contact(key, now_s, HANDLED)
+        return self._deliver_event(msg, key, now_s)
 
     def _to_replicas(self, msg: Message) -> list[Action]:
         copy = msg.forwarded({**msg.payload, "copy": True})
@@ -554,14 +561,14 @@ class MeghdootCore:
 
     # ---- DeliverEvent ------------------------------------------------------------------------
 
-    def _contact(self, msg: Message, now_s: float) -> None:
-        """The event reached this peer (Meghdoot's "peers contacted", counted once)."""
-        key = msg_key(msg)
+    def _contact(self, key: str, now_s: float) -> None:
+        """The event ``key`` reached this peer (Meghdoot's "peers contacted", counted
+        once)."""
         if self._first_contact(key, now_s, CONTACTED):
             self.contacts.append(sys.intern(key))
 
-    def _spread_in(self, msg: Message, now_s: float) -> list[Action]:
-        key = msg_key(msg)
+    def _spread_in(self, msg: Message, key: str, now_s: float) -> list[Action]:
+        """A spread copy of event ``key`` (``msg_key(msg)``)."""
         if not self._first_contact(key, now_s, HANDLED):
             self.duplicates += 1
             return []
@@ -576,17 +583,18 @@ class MeghdootCore:
                 return [Send(picked, msg.forwarded({**msg.payload, "handoff": "picked"}))]
         if handoff:
             self.handoff_first += 1
-        return self._deliver_event(msg, now_s)
+        return self._deliver_event(msg, key, now_s)
 
-    def _deliver_event(self, msg: Message, now_s: float) -> list[Action]:
+    def _deliver_event(self, msg: Message, key: str, now_s: float) -> list[Action]:
+        """DeliverEvent for event ``key`` (``msg_key(msg)``) at this peer."""
         assert self.zone is not None
         attrs = msg.payload["attrs"]
         publication = _publication(msg.payload)
         pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, publication)
-        key = msg_key(msg)
         by_peer: dict[str, list[str]] = {}
+        subs = self.subs
         for sub_key in self._index.match(attrs):
-            sub = self.subs[sub_key]
+            sub = subs[sub_key]
             by_peer.setdefault(sub.peer, []).append(sub.client)
         out: list[Action] = []
         for peer in sorted(by_peer):

@@ -169,7 +169,14 @@ def reserve_nic(busy: list[tuple[float, float]], ready: float, busy_s: float,
     # now can hold nothing up, and the search starts at the first that ends after
     # ready (found by bisection: a peer reporting its load to a thousand
     # neighbours holds as many reservations).
-    del busy[:bisect.bisect_right(busy, now, key=_end)]
+    if busy and busy[0][1] <= now:
+        if busy[-1][1] <= now:  # all over (most frames: the NIC idle since the last)
+            busy.clear()
+        else:
+            del busy[:bisect.bisect_right(busy, now, key=_end)]
+    if not busy or busy[-1][1] < ready:  # after every reservation, touching none
+        busy.append((ready, ready + busy_s))
+        return ready
     start, pos = ready, len(busy)
     for i in range(bisect.bisect_right(busy, ready, key=_end), len(busy)):
         s, e = busy[i]
