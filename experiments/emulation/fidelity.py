@@ -87,11 +87,16 @@ class IdleSampler:
 
     def _read_processes(self) -> None:
         for proc in list(self._processes):
-            cpu_s = _process_cpu_s(proc.pid)
+            # once reaped its pid may be another process's: its last reading stands
+            cpu_s = None if proc.returncode is not None else _process_cpu_s(proc.pid)
             if cpu_s is None:
                 continue
-            args = proc.args if isinstance(proc.args, list | tuple) else [str(proc.args)]
-            self._cpu_s[proc.pid] = (process_kind([str(a) for a in args]), cpu_s)
+            if proc.pid in self._cpu_s:
+                kind = self._cpu_s[proc.pid][0]
+            else:  # read from its command line once
+                args = proc.args if isinstance(proc.args, list | tuple) else [str(proc.args)]
+                kind = process_kind([str(a) for a in args])
+            self._cpu_s[proc.pid] = (kind, cpu_s)
             # A process started before sampling began counts from its first reading.
             self._first_cpu_s.setdefault(proc.pid, cpu_s)
 
