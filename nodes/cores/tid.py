@@ -38,7 +38,7 @@ from nodes.cores.interface import Action, Arrived, Event, FromClient, LinkStats,
 from nodes.cores.params import Param
 from nodes.matching import SubscriptionIndex
 from nodes.messages import Message, MsgType
-from nodes.model import Filter, filter_from_json, matches, overlaps
+from nodes.model import Filter, filter_from_json, filter_to_json, matches, overlaps
 
 Tid = tuple[str, int]
 SubId = tuple[str, int]
@@ -300,11 +300,19 @@ class TidCore:
 
 
 DEFAULT_MAX_REROUTES = 2
+DEFAULT_MAX_TREES = 3
 DYNAMIC_PARAMS = (
     *LST_PARAMS,
     Param("max_reroutes", "int", DEFAULT_MAX_REROUTES, "hops",
           "how many times one notification may be sent over another last hop", minimum=0),
+    Param("max_trees", "int", DEFAULT_MAX_TREES, "",
+          "how many advertisement trees one advertisement may have (1: only the "
+          "client's; more: its host broker floods it again when a link it uses is "
+          "overloaded)", minimum=1),
 )
+# Tree k >= 1 of a publisher's advertisement n has TID (publisher, n + k * TREE_ID_STRIDE):
+# a client's advertisement ids stay below it, so re-issued trees never take a client's id.
+TREE_ID_STRIDE = 2**32
 
 Alternative = tuple[str, Tid]  # (the neighbour a rerouted copy goes to, the TID it is tagged with)
 
@@ -378,13 +386,70 @@ class TidDynamicCore(TidCore):
         self.max_reroutes = int(params["max_reroutes"])
         if self.max_reroutes < 0:
             raise ValueError(f"max_reroutes must be >= 0, got {self.max_reroutes}")
+        self.max_trees = int(params["max_trees"])
+        if self.max_trees < 1:
+            raise ValueError(f"max_trees must be >= 1, got {self.max_trees}")
+        # A hosted client advertisement's TID -> how many trees it has (its own included).
+        self._tree_count: dict[Tid, int] = {}
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
-        """The static core's handling, plus link statistics and rerouting (see the class
-        docstring)."""
+        """The static core's handling, plus link statistics, new trees and rerouting (see
+        the class docstring)."""
         if isinstance(event, LinkStats):
-            return self.lst.observe(event.links)
+            return [*self.lst.observe(event.links), *self._new_trees()]
         return super().handle(event, now_s)
+
+    def _from_client(self, client: str, msg: Message) -> list[Action]:
+        if msg.type is MsgType.ADVERTISE and msg.msg_id >= TREE_ID_STRIDE:
+            return [unhandled(msg, f"advertisement ids from {TREE_ID_STRIDE} on are the "
+                                   "broker's own trees")]
+        if msg.type is MsgType.UNADVERTISE:
+            # The advertisement goes with every tree its host broker flooded for it.
+            first = (msg.origin, int(msg.payload["adv_id"]))
+            actions: list[Action] = []
+            for tid in self._trees_of(first):
+                tree_msg = Message(msg.type, msg.msg_id, msg.origin, msg.hops,
+                                   {**msg.payload, "adv_id": tid[1]})
+                actions.extend(self._withdraw(tree_msg, tid, came_from=None))
+            self._tree_count.pop(first, None)
+            return actions
+        return super()._from_client(client, msg)
+
+    def _trees_of(self, first: Tid) -> list[Tid]:
+        """The TIDs of a hosted client advertisement's trees still stored, its own first."""
+        origin, n = first
+        count = self._tree_count.get(first, 1)
+        return [t for t in ((origin, n + k * TREE_ID_STRIDE) for k in range(count))
+                if t in self._srt]
+
+    def _new_trees(self) -> list[Action]:
+        """A new tree for each hosted advertisement whose newest tree leaves this broker
+        over an overloaded link (a subscription bound to it here has that last hop),
+        while it has fewer than ``max_trees``."""
+        if self.max_trees == 1 or not self._hosted:
+            return []
+        busy = {nb for nb in self.neighbours if self.lst.overloaded(nb)}
+        if not busy:
+            return []
+        newest: dict[Tid, Tid] = {}  # the newest tree's TID -> the client advertisement's
+        for origin, ids in self._hosted.items():
+            for n in ids:
+                count = self._tree_count.get((origin, n), 1)
+                if n < TREE_ID_STRIDE and count < self.max_trees:
+                    newest[(origin, n + (count - 1) * TREE_ID_STRIDE)] = (origin, n)
+        due = {newest[t] for sub in self._prt.values() for t, hop in sub.hops.items()
+               if hop in busy and t in newest}
+        actions: list[Action] = []
+        for first in sorted(due):
+            adv = self._srt[first]
+            k = self._tree_count.get(first, 1)
+            self._tree_count[first] = k + 1
+            tree = Message(MsgType.ADVERTISE, first[1] + k * TREE_ID_STRIDE, first[0], 0,
+                           {"filter": filter_to_json(adv.filter)})
+            actions.append(Record("new_tree", {"tid": list(first), "tree": k,
+                                               "overloaded": sorted(busy)}))
+            actions.extend(self._advertise(tree, last_hop=adv.last_hop))
+        return actions
 
     def _arrived(self, link: str, msg: Message) -> list[Action]:
         if msg.type is MsgType.PUBLISH:
