@@ -41,7 +41,7 @@ from nodes.cores.interface import (
     RoutingCore,
     Send,
 )
-from nodes.cores.tid import DYNAMIC_PARAMS, TidDynamicCore
+from nodes.cores.tid import DYNAMIC_PARAMS, TREE_ID_STRIDE, TidDynamicCore
 from nodes.messages import Message, MsgType
 from nodes.sim.engine import SimResult, simulate, summarize
 from nodes.workloads.ops import ClientOp, Workload
@@ -64,19 +64,21 @@ def _copy(broker: str, send: Send) -> Copy:
 
 class ForcedTid(TidDynamicCore):
     """``tid-dynamic`` whose links to ``overloaded`` neighbours are overloaded for good
-    (real windows are ignored); notes every notification copy and reroute record."""
+    (real windows are ignored, so trees are new only with ``new_trees``: then a window
+    may still issue one); notes every notification copy and reroute record."""
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any],
                  overloaded: Iterable[str], copies: list[Copy],
-                 reroutes: list[dict[str, Any]]) -> None:
+                 reroutes: list[dict[str, Any]], new_trees: bool = False) -> None:
         super().__init__(broker, neighbours, resolve_params("tid-dynamic", DYNAMIC_PARAMS, params))
         self.lst.update({nb: OVER for nb in overloaded})
         self._copies = copies
         self._reroutes = reroutes
+        self._windows_issue = new_trees
 
     def handle(self, event: Event, now_s: float) -> list[Action]:
         if isinstance(event, LinkStats):
-            return []
+            return self._new_trees() if self._windows_issue else []
         actions = super().handle(event, now_s)
         for a in actions:
             if isinstance(a, Send) and a.msg.type is MsgType.PUBLISH:
@@ -336,6 +338,65 @@ def test_lst_records_and_params() -> None:
         make_core("tid-dynamic", "x", [], {"max_reroutes": -1})
 
 
+# ---- new trees at the publisher's host broker ----------------------------------------------
+
+
+def _advertisements(actions: list[Action]) -> list[tuple[str, int]]:
+    """(link, TID number) of each ADVERTISE sent."""
+    return [(a.link, a.msg.msg_id) for a in actions
+            if isinstance(a, Send) and a.msg.type is MsgType.ADVERTISE]
+
+
+def test_a_host_broker_floods_a_new_tree_when_its_tree_leaves_by_an_overloaded_link() -> None:
+    core = make_core("tid-dynamic", "a", ["n1", "n2"], {"max_trees": 3})
+    adv = Message(MsgType.ADVERTISE, 1, "p", 0, {"filter": ADV})
+    assert _advertisements(core.handle(FromClient("p", adv), 0.0)) == [("n1", 1), ("n2", 1)]
+    over_n1 = LinkStats(50.0, {"n1": OVER, "n2": FREE})
+    assert core.handle(over_n1, 0.05) == [Record("lst", {"overloaded": ["n1"]})]  # no tree uses n1
+    sub = Message(MsgType.SUBSCRIBE, 1, "s", 2, {"filter": SUB, "tids": [list(P1)]})
+    core.handle(Arrived("n1", sub), 0.1)
+    # Now p's tree leaves by n1: a second tree (its own TID) is flooded on every link.
+    tree2, tree3 = 1 + TREE_ID_STRIDE, 1 + 2 * TREE_ID_STRIDE
+    actions = core.handle(over_n1, 0.15)
+    assert actions[0] == Record("new_tree", {"tid": ["p", 1], "tree": 1, "overloaded": ["n1"]})
+    assert _advertisements(actions) == [("n1", tree2), ("n2", tree2)]
+    assert next(a.msg.payload for a in actions if isinstance(a, Send)) == {"filter": ADV}
+    # None more until a subscription is bound to the newest tree over an overloaded link.
+    assert core.handle(over_n1, 0.2) == []
+    core.handle(Arrived("n2", sub.forwarded({"filter": SUB, "tids": [["p", tree2]]})), 0.25)
+    assert core.handle(over_n1, 0.3) == []  # bound by n2, which is free
+    core.handle(Arrived("n1", sub.forwarded({"filter": SUB, "tids": [["p", tree2]]})), 0.35)
+    assert _advertisements(core.handle(over_n1, 0.4)) == [("n1", tree3), ("n2", tree3)]
+    core.handle(Arrived("n1", sub.forwarded({"filter": SUB, "tids": [["p", tree3]]})), 0.45)
+    assert core.handle(over_n1, 0.5) == []  # max_trees reached
+    # Publications keep the first tree's TID; withdrawing the advertisement withdraws all.
+    pub = core.handle(FromClient("p", _publication(P1)), 0.6)
+    assert [a.msg.payload["tid"] for a in pub if isinstance(a, Send)] == [["p", 1]]
+    gone = core.handle(FromClient("p", Message(MsgType.UNADVERTISE, 99, "p", 0,
+                                               {"adv_id": 1})), 0.7)
+    assert sorted((a.link, a.msg.payload["adv_id"]) for a in gone if isinstance(a, Send)) == [
+        (nb, 1 + k * TREE_ID_STRIDE) for nb in ("n1", "n2") for k in range(3)]
+    assert core.state()["srt"] == {} and core.state()["prt"] == {}
+
+
+def test_no_new_tree_with_max_trees_1_nor_from_a_broker_that_hosts_nobody() -> None:
+    core = make_core("tid-dynamic", "a", ["n1"], {"max_trees": 1})
+    core.handle(FromClient("p", Message(MsgType.ADVERTISE, 1, "p", 0, {"filter": ADV})), 0.0)
+    core.handle(Arrived("n1", Message(MsgType.SUBSCRIBE, 1, "s", 2,
+                                      {"filter": SUB, "tids": [list(P1)]})), 0.1)
+    assert core.handle(LinkStats(50.0, {"n1": OVER}), 0.2) == [
+        Record("lst", {"overloaded": ["n1"]})]
+    # x is below u on p's trees and hosts nobody: it reroutes, never floods.
+    x = _core({S1: [("n1", P1)]}, ["n1"])
+    assert x.handle(LinkStats(50.0, {"n1": OVER}), 1.0) == []
+    # A client may not take an id of the broker's own trees.
+    refused = make_core("tid-dynamic", "a", ["n1"], {}).handle(
+        FromClient("p", Message(MsgType.ADVERTISE, TREE_ID_STRIDE, "p", 0, {"filter": ADV})), 0.0)
+    assert [a.kind for a in refused if isinstance(a, Record)] == ["unhandled"]
+    with pytest.raises(ValueError, match="max_trees"):
+        make_core("tid-dynamic", "x", [], {"max_trees": 0})
+
+
 # ---- random forced overloads -------------------------------------------------------------
 
 
@@ -381,20 +442,27 @@ def simulated_case(seed: int) -> tuple[list[Copy], list[dict[str, Any]]]:
     return copies, reroutes
 
 
-def shuffled_case(seed: int) -> tuple[list[Copy], list[dict[str, Any]]]:
+def shuffled_case(seed: int, new_trees: bool = False
+                  ) -> tuple[list[Copy], list[dict[str, Any]]]:
     """Random SCOT, repeated advertisements, random forced overloads, and the cores
     driven without the simulator: every step delivers the head of a random non-empty
     link (links stay FIFO), as if each message took its own random delay. Setup runs to
-    quiescence before the publications, as the oracle assumes."""
-    rng = random.Random(f"tid-dynamic-shuffled/{seed}")
+    quiescence before the publications, as the oracle assumes. With ``new_trees`` the
+    advertisements are not repeated by the workload; instead a statistics window comes
+    to a random broker at random steps (publications included), so the host brokers
+    flood new trees whenever a tree leaves them by an overloaded link."""
+    rng = random.Random(f"tid-dynamic-shuffled/{seed}/{new_trees}")
     overlay = random_scot(rng)
-    w = _more_trees(small_workload(overlay, seed), rng, pad_bytes=0)
+    w = small_workload(overlay, seed)
+    if not new_trees:
+        w = _more_trees(w, rng, pad_bytes=0)
     overloaded = _random_overloads(overlay, rng)
     copies: list[Copy] = []
     reroutes: list[dict[str, Any]] = []
     cores = {b: ForcedTid(b, sorted(overlay.neighbors(b)), {},
                           [nb for nb in overlay.neighbors(b) if (b, nb) in overloaded],
-                          copies, reroutes) for b in overlay}
+                          copies, reroutes, new_trees) for b in overlay}
+    brokers = sorted(overlay)
     queues: dict[tuple[str, str], list[Message]] = defaultdict(list)
     deliveries: dict[tuple[str, int], list[str]] = defaultdict(list)
 
@@ -411,7 +479,10 @@ def shuffled_case(seed: int) -> tuple[list[Copy], list[dict[str, Any]]]:
         ops = [op for op in w.ops if (op.msg.type is MsgType.PUBLISH) is publications]
         while ops or any(queues.values()):
             busy = sorted(link for link, q in queues.items() if q)
-            if ops and (not busy or rng.random() < 0.2):
+            if new_trees and rng.random() < 0.05:
+                b = rng.choice(brokers)
+                carry_out(b, cores[b].handle(LinkStats(50.0, {}), 0.0))
+            elif ops and (not busy or rng.random() < 0.2):
                 op = ops.pop(0)
                 carry_out(op.broker, cores[op.broker].handle(FromClient(op.client, op.msg), 0.0))
             else:
@@ -431,6 +502,19 @@ def test_random_forced_overloads_in_the_simulator_exactly_once(seed: int) -> Non
 @pytest.mark.parametrize("seed", range(30))
 def test_random_forced_overloads_in_random_order_exactly_once(seed: int) -> None:
     shuffled_case(seed)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_new_trees_in_random_order_exactly_once(seed: int) -> None:
+    shuffled_case(seed, new_trees=True)
+
+
+def test_the_random_new_trees_are_rerouted_onto() -> None:
+    """With one tree per advertisement in the workload, most alternatives are trees a
+    host broker flooded again; copies go onto such trees and off them again."""
+    reroutes = [r for seed in range(30) for r in shuffled_case(seed, new_trees=True)[1]]
+    assert sum(r["tid_to"][1] >= TREE_ID_STRIDE for r in reroutes) >= 40
+    assert any(r["tid_from"][1] >= TREE_ID_STRIDE for r in reroutes)
 
 
 def test_the_random_cases_do_reroute() -> None:
