@@ -90,7 +90,7 @@ def test_shared_and_per_algorithm_params_merge() -> None:
     plan = _plan(data)
     assert plan.algorithm("idr").params == {"theta": 5, "ce_min": 2.0}
     assert plan.algorithm("tid-dynamic").params == {"theta": 5, "ce_min": 1.0,
-                                                    "max_reroutes": 2}
+                                                    "max_reroutes": 2, "max_trees": 3}
     # Derived SCOT params reach idr's brokers, and a spec cannot set them.
     assert set(plan.algorithm("idr").broker_params("a0")) >= {"cluster", "primary", "theta"}
 

@@ -13,7 +13,10 @@ fixed delays and no load, first-arrival trees are shortest-path trees, and two s
 leave a common broker towards a subscriber the same way, so there would be nothing to
 reroute onto. The cases below make trees differ as load at advertisement time does in
 the paper's Fig. 1(b): a large (padded) advertisement on a slow link, or messages
-delivered in a random order.
+delivered in a random order. A publisher's host broker that finds a link its tree
+leaves by overloaded floods a new tree; driven by hand, and in random order with
+statistics windows at random steps, every pair is still delivered exactly once
+(tests/test_tid_burst.py has the burst rerouted over new trees in the simulator).
 """
 
 from __future__ import annotations

@@ -18,9 +18,11 @@ on any overlay. In short:
   kept *withdrawn* until it has come in on each. Overlap as in :mod:`nodes.cores.octopia`.
 
 The dynamic variant, registry name ``tid-dynamic``, is :class:`TidDynamicCore` below: the
-same core, except that a notification may leave an overloaded last hop for another last
-hop of the same subscriptions bound to a different TID (its docstring has the rules and
-why every subscriber still gets each notification exactly once).
+same core, except that a publisher's host broker floods its advertisement again, as a new
+tree with its own TID, when a link the newest tree leaves by is overloaded, and a
+notification may leave an overloaded last hop for another last hop of the same
+subscriptions bound to a different TID (its docstring has the rules and why every
+subscriber still gets each notification exactly once).
 
 Our readings and choices in full: docs/design/octopia-cores.md.
 """
@@ -325,6 +327,27 @@ class TidDynamicCore(TidCore):
     params ``theta`` and ``ce_min``) fed by the runtime's statistics windows, and logs an
     ``lst`` record with the overloaded links whenever that set changes (as ``idr`` does).
 
+    New trees (where the alternatives come from). The paper binds a subscription to the
+    TIDs of all matching advertisements and uses "paths associated with the bounded TIDs
+    ... in dynamic routing of publications provided their last hops are different"
+    (Section II). With one advertisement per publisher a subscription that matches one
+    publisher has one TID, and first-arrival trees on unloaded links leave a common
+    broker towards a subscriber the same way, so there is nothing to reroute onto. The
+    paper also says what a system with fixed paths must do when "a link is congested":
+    "reissue advertisements and subscriptions calls to generate new routing paths"
+    (Section I), and that a tree formed while links are loaded avoids them (Fig. 1(b)).
+    So: after each statistics window, for each advertisement of a local publisher whose
+    newest tree leaves this broker by an overloaded link (a subscription bound to that
+    tree here has it as last hop), the broker floods the advertisement again as tree k
+    (TID: the publisher and ``adv_id + k * TREE_ID_STRIDE``), up to ``max_trees`` trees
+    in all (default 3, a param; 1 turns this off), and logs a ``new_tree`` record. The
+    flood is :class:`TidCore`'s: first copies set last hops, so the new tree forms
+    around the links whose queues are long now; subscribers' host brokers bind their
+    local subscriptions to it, which go up it as a late advertisement's do. Notifications
+    keep the first tree's TID (``tid-static``'s routes when nothing is congested); the
+    new trees are alternatives only. Withdrawing the advertisement withdraws every tree
+    (one UNADVERTISE flood each).
+
     Terms. A notification copy carries a tag ``tid`` and, once rerouted, a *restriction*
     ``only`` (the subscription ids it serves) and ``reroutes`` (how many reroutes its
     line of copies has taken). A broker *serves* a subscription with a copy when the
@@ -354,7 +377,8 @@ class TidDynamicCore(TidCore):
     origin of its SUBSCRIBE messages, which is how a broker tells them apart).
         (a) The bindings of a subscription s of client c (host broker H) to a TID t are
             the path of t's advertisement tree from H up to the publisher's host, each
-            broker holding as last hop its child on that path. So at any broker all of
+            broker holding as last hop its child on that path (a new tree is an
+            advertisement tree like any other, and s climbs it from H). So at any broker all of
             c's subscriptions bound to t have the same last hop, and a child of the
             broker off that path has none of them bound to t (its subtree in t's tree is
             disjoint from the one holding H).
@@ -377,7 +401,10 @@ class TidDynamicCore(TidCore):
 
     Limitations (our choices). Link failures (``LinkDown``) are not routed around; the
     restriction grows the copy by the subscription ids it lists; the alternative is taken
-    only if free now, from the last window's verdict.
+    only if free now, from the last window's verdict. Only the publisher's host broker
+    (the root of its trees) floods a new tree, from its own links' verdicts: a congested
+    link further down a tree, or a congested host broker itself, gets no new tree.
+    Trees are never retired before the advertisement is (each stays in every SRT).
     """
 
     def __init__(self, broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> None:
