@@ -464,6 +464,8 @@ class TidDynamicCore(TidCore):
                 count = self._tree_count.get((origin, n), 1)
                 if n < TREE_ID_STRIDE and count < self.max_trees:
                     newest[(origin, n + (count - 1) * TREE_ID_STRIDE)] = (origin, n)
+        if not newest:
+            return []
         due = {newest[t] for sub in self._prt.values() for t, hop in sub.hops.items()
                if hop in busy and t in newest}
         actions: list[Action] = []
