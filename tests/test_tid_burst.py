@@ -3,7 +3,8 @@ floods new advertisement trees when the links its tree leaves by are overloaded,
 HRP's notifications are rerouted over them, every subscriber still gets each one exactly
 once, and the burst's mean delay falls below ``tid-static``'s. With ``max_trees`` 1 (no
 new trees) the HRP's subscriptions are bound to one TID, nothing can be rerouted, and
-the run is ``tid-static``'s."""
+the run is ``tid-static``'s. With the HRP's broker overwhelmed instead
+(octopia-burst-overwhelmed) it cannot reroute, as the data file's conditions say."""
 
 from __future__ import annotations
 
@@ -41,6 +42,18 @@ def plan() -> RunPlan:
     return compile_plan(load_spec("octopia-burst", QUICK))
 
 
+def _equals_static(plan: RunPlan, **params: Any) -> SimResult:
+    """Simulate ``tid-dynamic``: exactly once, and every delivery and delay
+    ``tid-static``'s; its result."""
+    static, static_summary = _run(plan, "tid-static")
+    dynamic, summary = _run(plan, "tid-dynamic", **params)
+    _exactly_once(dynamic, summary)
+    assert dynamic.deliveries == static.deliveries
+    assert summary["delay_ms"] == {**static_summary["delay_ms"],
+                                   "matching": summary["delay_ms"]["matching"]}
+    return dynamic
+
+
 def _exactly_once(result: SimResult, summary: dict[str, Any]) -> None:
     assert summary["delivered"] == summary["expected_deliveries"] > 0
     assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
@@ -60,12 +73,17 @@ def test_the_burst_is_rerouted_over_new_trees_exactly_once(plan: RunPlan) -> Non
 
 
 def test_with_one_tree_per_advertisement_nothing_is_rerouted(plan: RunPlan) -> None:
-    static, static_summary = _run(plan, "tid-static")
-    dynamic, summary = _run(plan, "tid-dynamic", max_trees=1)
-    _exactly_once(dynamic, summary)
+    dynamic = _equals_static(plan, max_trees=1)
     assert dynamic.record_counts.get("lst", 0) > 0  # congestion is seen ...
     assert "reroute" not in dynamic.record_counts  # ... and nothing can be done about it
-    assert dynamic.deliveries == static.deliveries
-    assert summary["delay_ms"] == {**static_summary["delay_ms"],
-                                   "matching": summary["delay_ms"]["matching"]}
     assert max(op.msg.msg_id for op in plan.workload.ops) < TREE_ID_STRIDE
+
+
+def test_an_overwhelmed_hrp_broker_gets_no_new_tree() -> None:
+    # The backlog waits in i1, which every HRP tree starts from; the overloaded links
+    # (into i1) carry other publishers' notifications, whose host brokers see no overload.
+    overwhelmed = compile_plan(load_spec("octopia-burst-overwhelmed", QUICK))
+    dynamic = _equals_static(overwhelmed)
+    counts = dynamic.record_counts
+    assert counts.get("lst", 0) > 0
+    assert ("new_tree" not in counts) and ("reroute" not in counts)
