@@ -100,6 +100,7 @@ from nodes.emulated.admission import LIMIT_KEYS, MAX_UNPROVEN, Limits, UnprovenC
 from nodes.emulated.admission_log import AdmissionLog
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
+from nodes.emulated.frame_protocol import read_frames
 from nodes.emulated.overlay_link import OverlayLink
 from nodes.emulated.overload import ClientGate
 from nodes.emulated.read_budget import ReadBudget
@@ -121,7 +122,6 @@ from nodes.emulated.runtime import (
     parse_hello,
     peer_host,
     peer_label,
-    read_frames,
     read_message,
 )
 from nodes.emulated.windows import QueueWindows
