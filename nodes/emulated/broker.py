@@ -821,6 +821,9 @@ class Broker:
         return self._last_frame
 
     def _act(self, action: Action) -> None:
+        if type(action) is Deliver:  # the commonest action first: one check, not a match
+            self._deliver(action.client, action.msg)
+            return
         match action:
             case Send(link=link, msg=msg):
                 target = self._links.get(link)
@@ -854,8 +857,8 @@ class Broker:
             log_message_now(self._log, Ev.DROP, client, msg, len(frame), reason=SLOW_CONSUMER)
             self._client_gone(client, SLOW_CONSUMER)
             return
-        log_message_now(self._log, Ev.DELIVER, client, msg, len(frame),
-                        t_pub=msg.payload.get("t_pub"))
+        self._log.message(Ev.DELIVER, time.monotonic(), time.time(), client, msg, len(frame),
+                          t_pub=msg.payload.get("t_pub"))
 
     def _fire_timer(self, timer_id: int, name: str) -> None:
         del self._timers[timer_id]

@@ -101,6 +101,9 @@ class FrameProtocol(asyncio.Protocol):
         or for a large body's share of the read budget."""
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        # Only `data` holds the bytes now: a large body is in memory twice at most (here
+        # and the body taken out of it), as it was when read out of a StreamReader.
+        self._chunks = chunks = []
         pos, end = 0, len(data)
         need = PREFIX_BYTES
         gate, bound, on_message = self._gate, self._bound, self._on_message
