@@ -149,3 +149,42 @@ def test_a_clear_gate_stops_reading_until_it_opens() -> None:
     before, reading, after = asyncio.run(gated())
     assert before == [] and not reading
     assert after == [1, 2, 3]
+
+
+def test_read_frames_takes_over_a_stream_with_what_its_reader_holds(tmp_path) -> None:
+    """On a real connection: the frames that arrived with the first one (in the stream
+    reader's buffer when the protocol takes over) and those after it are all handed on,
+    in order, and the peer's close ends the stream cleanly."""
+    from nodes.emulated.frame_protocol import read_frames
+    from nodes.emulated.runtime import read_message
+    from nodes.logs import JsonlLog
+
+    frames = _frames([10, 20, 30, 40])
+    log = JsonlLog(tmp_path / "x.jsonl", "x")
+
+    async def run() -> tuple[int, list[int], str]:
+        result: asyncio.Future[tuple[int, list[int], str]] = asyncio.Future()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            first = await read_message(reader)
+            assert first is not None
+            await asyncio.sleep(0.05)  # the rest waits in the reader's buffer meanwhile
+            got: list[int] = []
+            reason = await read_frames("peer", reader, writer, log,
+                                       lambda msg, size: got.append(msg.msg_id))
+            result.set_result((first.msg_id, got, reason))
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(frames[:3]))
+        await asyncio.sleep(0.2)
+        writer.write(frames[3])
+        writer.close()
+        out = await asyncio.wait_for(result, 5)
+        server.close()
+        return out
+
+    first, got, reason = asyncio.run(run())
+    log.close()
+    assert (first, got, reason) == (1, [2, 3, 4], CLOSED_BY_PEER)
