@@ -128,8 +128,6 @@ class FrameProtocol(asyncio.Protocol):
                 if msg.type is MsgType.HELLO:
                     raise ProtocolError("HELLO after the handshake")
                 on_message(msg, PREFIX_BYTES + len(body))
-                if self.done.done():
-                    return  # on_message ended this connection
         except (FrameError, ProtocolError) as exc:
             self._finish(exc)
             return
