@@ -365,6 +365,9 @@ class Broker:
         self._windows = QueueWindows(log)
         self._next_tick = 0.0
         self._tick_handle: asyncio.TimerHandle | None = None
+        # The loop, looked up once: asyncio.get_running_loop() makes a getpid() system
+        # call each time, and the core's clock is read for every message.
+        self._loop = asyncio.get_running_loop()
 
     def _make_link(self, name: str, nb: NeighbourConfig) -> OverlayLink:
         return OverlayLink(
@@ -780,7 +783,7 @@ class Broker:
         t_mono, t_wall = time.monotonic(), time.time()
         t0_s = time.perf_counter()
         try:
-            actions = self._core.handle(ev, asyncio.get_running_loop().time())
+            actions = self._core.handle(ev, self._loop.time())
         except Exception as exc:
             self._log.message(Ev.RECV, t_mono, t_wall, peer, msg, size)
             self._core_failed(ev, exc)
@@ -800,7 +803,7 @@ class Broker:
             return
         try:
             if actions is None:
-                actions = self._core.handle(event, asyncio.get_running_loop().time())
+                actions = self._core.handle(event, self._loop.time())
             for action in actions:
                 self._act(action)
         except Exception as exc:

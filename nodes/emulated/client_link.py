@@ -20,6 +20,7 @@ class ClientLink:
         self.name = name
         self.writer = writer
         self._transport = writer.transport
+        self._loop = asyncio.get_running_loop()  # once: each look-up is a getpid() call
         self._queue_bytes = limits.client_queue_bytes
         self._max_filters = limits.max_filters_per_client
         self._filters = 0  # SUBSCRIBE and ADVERTISE messages taken so far
@@ -55,7 +56,7 @@ class ClientLink:
             self._transport.abort()
             return False
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._pending.append(frame)
         self._pending_bytes += len(frame)
         if self._pending_bytes >= WRITE_BATCH_BYTES:

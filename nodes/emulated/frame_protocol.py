@@ -51,7 +51,10 @@ class FrameProtocol(asyncio.Protocol):
         # What arrived and is not handed on yet, in the chunks it came in (joined only
         # when a frame is whole, so a large body arriving slowly is copied once).
         self._chunks: list[bytes] = []
-        self._have = 0  # bytes in _chunks
+        # A large body being read (with its share of the read budget) grows here in place
+        # instead, as in a StreamReader's buffer: its bytes are held once, not per chunk.
+        self._large: bytearray | None = None
+        self._have = 0  # bytes in _chunks or _large
         self._need = PREFIX_BYTES  # bytes _chunks must hold before a frame can be whole
         self._paused = False  # by this protocol: the gate is clear, or a share is awaited
         self._eof = False
@@ -63,7 +66,10 @@ class FrameProtocol(asyncio.Protocol):
     # ---- the transport's callbacks -----------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
+        if self._large is not None:
+            self._large += data
+        else:
+            self._chunks.append(data)
         self._have += len(data)
         if not self._paused and self._have >= self._need:
             self._hand_on()
@@ -99,11 +105,10 @@ class FrameProtocol(asyncio.Protocol):
     def _hand_on(self) -> None:
         """Hand on every whole frame buffered, while the gate is open; pause for the gate
         or for a large body's share of the read budget."""
-        chunks = self._chunks
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        # Only `data` holds the bytes now: a large body is in memory twice at most (here
-        # and the body taken out of it), as it was when read out of a StreamReader.
-        self._chunks = chunks = []
+        data = self._buffered()
+        # Only `data` holds the bytes now: a large body is in memory twice at most (here,
+        # and the message's copy of it), as when it was read out of a StreamReader.
+        self._chunks, self._large = [], None
         pos, end = 0, len(data)
         need = PREFIX_BYTES
         gate, bound, on_message = self._gate, self._bound, self._on_message
@@ -119,21 +124,27 @@ class FrameProtocol(asyncio.Protocol):
                 need = PREFIX_BYTES + n_bytes
                 if end - pos < need:
                     break
-                body = data[pos + PREFIX_BYTES:pos + need]
-                pos += need
-                need = PREFIX_BYTES
-                msg = decode_body(body)
                 if self._reserved:
+                    # A view, not a slice: the large body is not held a third time while
+                    # its message takes its own copy.
+                    msg = decode_body(memoryview(data)[pos + PREFIX_BYTES:pos + need])
                     self._body_arrived()
+                else:
+                    msg = decode_body(data[pos + PREFIX_BYTES:pos + need])
+                pos += need
                 if msg.type is MsgType.HELLO:
                     raise ProtocolError("HELLO after the handshake")
-                on_message(msg, PREFIX_BYTES + len(body))
+                on_message(msg, need)
+                need = PREFIX_BYTES
         except (FrameError, ProtocolError) as exc:
             self._finish(exc)
             return
         if pos:
             data = data[pos:]
-        self._chunks = [data] if data else []
+        if self._reserved:  # the large body at the front is still arriving
+            self._large = data if isinstance(data, bytearray) else bytearray(data)
+        elif data:
+            self._chunks = [data]
         self._have = len(data)
         self._need = need
         if self._eof and not self._paused:
@@ -189,7 +200,7 @@ class FrameProtocol(asyncio.Protocol):
         if not self._have:
             self._finish(None)
             return
-        data = b"".join(self._chunks)
+        data = self._buffered()
         if len(data) < PREFIX_BYTES:
             self._finish(FrameError(f"stream ended inside a length prefix ({len(data)} bytes)"))
             return
@@ -197,9 +208,16 @@ class FrameProtocol(asyncio.Protocol):
         self._finish(FrameError(f"truncated frame: {len(data) - PREFIX_BYTES} of {n_bytes} "
                                 "body bytes"))
 
+    def _buffered(self) -> bytes | bytearray:
+        if self._large is not None:
+            return self._large
+        chunks = self._chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
     def _finish(self, exc: BaseException | None) -> None:
         if self.done.done():
             return
+        self._chunks, self._large, self._have = [], None, 0  # a cut-off frame's bytes go
         if exc is None:
             self.done.set_result(CLOSED_BY_PEER)
         else:
