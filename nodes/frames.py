@@ -79,8 +79,9 @@ def frame_size(msg: Message) -> int:
     return size + _PAYLOAD_LEN.size + len(msg.body) if msg.body else size
 
 
-def decode_body(body: bytes) -> Message:
-    """Decode one frame body (the bytes after the length prefix)."""
+def decode_body(body: bytes | bytearray | memoryview) -> Message:
+    """Decode one frame body (the bytes after the length prefix); a memoryview of a large
+    body is decoded without a copy of it besides the message's own ``body``."""
     if len(body) < _HEAD.size:
         raise FrameError(f"frame body too short: {len(body)} bytes")
     version, code, hops, msg_id, olen = _HEAD.unpack_from(body)
@@ -102,9 +103,9 @@ def decode_body(body: bytes) -> Message:
         payload_end = end + plen
         if len(body) < payload_end:
             raise FrameError(f"payload of {plen} bytes runs past the frame")
-        raw = body[payload_end:]
+        raw = bytes(body[payload_end:])  # one copy whether body is bytes or a view
     try:
-        origin = body[_HEAD.size : _HEAD.size + olen].decode()
+        origin = str(body[_HEAD.size : _HEAD.size + olen], "utf-8")
         payload = _decode_payload(body[end:payload_end]) if payload_end > end else {}
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad UTF-8 and bad JSON (msgspec's DecodeError is one);

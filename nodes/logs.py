@@ -270,7 +270,9 @@ class JsonlLog:
         fields of :class:`MessageRecord` only."""
         if type(ev) is not Ev or ev not in PER_MESSAGE:
             raise ValueError(f"log event {ev!r} is not the Ev of a message")
-        if self._max_bytes is not None and not self._admits(ev, t_mono, t_wall):
+        # Below the bound every message record is admitted: _admits (which stamps the
+        # time close() writes its record at) only matters once the log is full.
+        if self._max_bytes is not None and self.full and not self._admits(ev, t_mono, t_wall):
             return
         self._append(_encode_struct(MessageRecord(
             ev=ev, hops=msg.hops, link=link, msg_id=msg.msg_id, node=self.node,

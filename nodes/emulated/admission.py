@@ -50,15 +50,16 @@ peer, proven or not, can make a broker hold (config keys of :mod:`nodes.emulated
 So a connection holds, before its HELLO, at most ``hello_frame_bytes`` of an unread
 frame (and asyncio's 64 KiB read buffer) for at most ``hello_timeout_s``; after it,
 the frame being read and, for a client, ``client_queue_bytes`` out. A frame body of up to
-64 KiB sits in asyncio's read buffer; a larger one holds a share of ``read_budget_bytes``
-for at most ``body_timeout_s``. The stated bound on what frames being read hold, all
-connections together (:func:`read_bound_bytes`): ``read_budget_bytes`` twice over (a body
-is copied once out of the read buffer, which may also grow by an eighth past it) plus,
-per connection, asyncio's read buffer (2 x 64 KiB before it pauses the socket, plus one
-256 KiB read): at the defaults 128 MiB + 384 KiB per connection, where before 40
-connections proven with the secret pinned 16 MiB each (656 MB, about 16 GiB at the
-default ``max_connections``). The overlay links' output queues are another matter
-(:mod:`nodes.emulated.overlay_link`).
+64 KiB sits in the connection's read buffer (:mod:`nodes.emulated.frame_protocol`); a
+larger one holds a share of ``read_budget_bytes`` for at most ``body_timeout_s``. The
+stated bound on what frames being read hold, all connections together
+(:func:`read_bound_bytes`): ``read_budget_bytes`` twice over (a body is copied once out
+of the read buffer, which may also grow by an eighth past it) plus, per connection, the
+read buffer (a partial frame of up to 64 KiB and what one 256 KiB read brings with it,
+within the 2 x 64 KiB + 256 KiB that asyncio's stream reader held): at the defaults
+128 MiB + 384 KiB per connection, where before 40 connections proven with the secret
+pinned 16 MiB each (656 MB, about 16 GiB at the default ``max_connections``). The
+overlay links' output queues are another matter (:mod:`nodes.emulated.overlay_link`).
 
 **Slow consumers** (the policy of NATS): a broker never blocks on, nor buffers without
 bound for, one client. A notification for a client whose waiting bytes plus the new

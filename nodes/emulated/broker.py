@@ -100,6 +100,7 @@ from nodes.emulated.admission import LIMIT_KEYS, MAX_UNPROVEN, Limits, UnprovenC
 from nodes.emulated.admission_log import AdmissionLog
 from nodes.emulated.auth import NonceLog, parse_secret
 from nodes.emulated.client_link import ClientLink
+from nodes.emulated.frame_protocol import read_frames
 from nodes.emulated.overlay_link import OverlayLink
 from nodes.emulated.overload import ClientGate
 from nodes.emulated.read_budget import ReadBudget
@@ -121,7 +122,6 @@ from nodes.emulated.runtime import (
     parse_hello,
     peer_host,
     peer_label,
-    read_frames,
     read_message,
 )
 from nodes.emulated.windows import QueueWindows
@@ -365,6 +365,9 @@ class Broker:
         self._windows = QueueWindows(log)
         self._next_tick = 0.0
         self._tick_handle: asyncio.TimerHandle | None = None
+        # The loop, looked up once: asyncio.get_running_loop() makes a getpid() system
+        # call each time, and the core's clock is read for every message.
+        self._loop = asyncio.get_running_loop()
 
     def _make_link(self, name: str, nb: NeighbourConfig) -> OverlayLink:
         return OverlayLink(
@@ -780,7 +783,7 @@ class Broker:
         t_mono, t_wall = time.monotonic(), time.time()
         t0_s = time.perf_counter()
         try:
-            actions = self._core.handle(ev, asyncio.get_running_loop().time())
+            actions = self._core.handle(ev, self._loop.time())
         except Exception as exc:
             self._log.message(Ev.RECV, t_mono, t_wall, peer, msg, size)
             self._core_failed(ev, exc)
@@ -800,7 +803,7 @@ class Broker:
             return
         try:
             if actions is None:
-                actions = self._core.handle(event, asyncio.get_running_loop().time())
+                actions = self._core.handle(event, self._loop.time())
             for action in actions:
                 self._act(action)
         except Exception as exc:
@@ -821,6 +824,9 @@ class Broker:
         return self._last_frame
 
     def _act(self, action: Action) -> None:
+        if type(action) is Deliver:  # the commonest action first: one check, not a match
+            self._deliver(action.client, action.msg)
+            return
         match action:
             case Send(link=link, msg=msg):
                 target = self._links.get(link)
@@ -854,8 +860,8 @@ class Broker:
             log_message_now(self._log, Ev.DROP, client, msg, len(frame), reason=SLOW_CONSUMER)
             self._client_gone(client, SLOW_CONSUMER)
             return
-        log_message_now(self._log, Ev.DELIVER, client, msg, len(frame),
-                        t_pub=msg.payload.get("t_pub"))
+        self._log.message(Ev.DELIVER, time.monotonic(), time.time(), client, msg, len(frame),
+                          t_pub=msg.payload.get("t_pub"))
 
     def _fire_timer(self, timer_id: int, name: str) -> None:
         del self._timers[timer_id]

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.emulated.auth import parse_secret
+from nodes.emulated.frame_protocol import read_frames
 from nodes.emulated.runtime import (
     WRITE_BATCH_BYTES,
     Backoff,
@@ -82,7 +83,6 @@ from nodes.emulated.runtime import (
     log_now,
     parse_addr,
     parse_backoff,
-    read_frames,
 )
 from nodes.frames import FrameError, encode
 from nodes.logs import DEFAULT_LOG_MAX_BYTES, Ev, JsonlLog

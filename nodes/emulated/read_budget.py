@@ -1,11 +1,12 @@
 """The bytes of frame bodies a broker may hold at once while it reads them, shared by all
 its connections (``read_budget_bytes`` of :mod:`nodes.emulated.admission`).
 
-``StreamReader.readexactly(n)`` keeps a whole frame body in memory as it arrives, so
+A connection's reader (:mod:`nodes.emulated.frame_protocol`, and ``StreamReader.
+readexactly(n)`` for the HELLO) keeps a whole frame body in memory as it arrives, so
 without a shared bound every connection could pin one frame of
 :data:`nodes.frames.MAX_FRAME_BYTES`. A body larger than :data:`SMALL_BODY_BYTES` reserves
 its length here once its prefix is read and gives it back once it is decoded (or the
-connection is cut); a smaller one fits in asyncio's own per-connection buffer bound and
+connection is cut); a smaller one stays within a connection's own read bound and
 reserves nothing, so a full budget never delays ordinary publications.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-SMALL_BODY_BYTES = 64 * 1024  # asyncio's StreamReader limit: its buffer bound anyway
+SMALL_BODY_BYTES = 64 * 1024  # asyncio's StreamReader limit, the bound a connection's buffer had
 
 
 class ReadBudget:

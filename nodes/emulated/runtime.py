@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -109,7 +109,7 @@ class BodyBound:
 async def read_message(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES,
                        bound: BodyBound | None = None) -> Message | None:
     """The next message on ``reader``; ``None`` when the stream ends between frames (the
-    handshake's one frame: after it, :class:`FrameReader` reads a chunk at a time).
+    handshake's one frame: after it, :mod:`nodes.emulated.frame_protocol` reads the stream).
 
     Raises :class:`FrameError` for an undecodable or truncated frame, or one whose length
     prefix announces more than ``max_bytes`` (then none of its body is read); connection
@@ -158,73 +158,9 @@ async def _read_body(reader: asyncio.StreamReader, n_bytes: int) -> bytes:
         raise FrameError(f"truncated frame: {len(exc.partial)} of {n_bytes} body bytes") from None
 
 
-# What one wake-up of a reader takes from its stream at most: asyncio's own buffer bound.
-READ_CHUNK_BYTES = 64 * 1024
 # What a writer puts in one write of frames that are due together before it asks the
 # socket's backpressure (drain) again.
 WRITE_BATCH_BYTES = 64 * 1024
-
-
-class FrameReader:
-    """Splits a stream into frame bodies a chunk at a time: one wake-up of the event loop
-    hands over every frame that has arrived whole, instead of two reads per frame.
-
-    At most :data:`READ_CHUNK_BYTES` and one frame's bytes wait here beyond asyncio's own
-    buffer, so a reader that stops taking bodies (a closed gate) still stops the peer.
-    With ``bound``, a body over :data:`~nodes.emulated.read_budget.SMALL_BODY_BYTES` is
-    read as :func:`read_message` reads it: only with its reservation, and in time."""
-
-    def __init__(self, reader: asyncio.StreamReader, bound: BodyBound | None = None) -> None:
-        self._reader = reader
-        self._bound = bound
-        self._buf = bytearray()
-
-    async def bodies(self) -> list[bytes]:
-        """The bodies of the frames that arrived whole, at least one; ``[]`` when the
-        stream ends between frames. :class:`FrameError` as :func:`read_message`."""
-        while True:
-            bodies, big = self._split()
-            if bodies:
-                return bodies
-            if big:  # at the front of the buffer, which may hold its whole body and more
-                have = bytes(self._buf[PREFIX_BYTES:PREFIX_BYTES + big])
-                del self._buf[:PREFIX_BYTES + len(have)]
-                return [await _read_reserved(self._reader, big, have, self._bound)]
-            chunk = await self._reader.read(READ_CHUNK_BYTES)
-            if not chunk:
-                return self._ended()
-            self._buf += chunk
-
-    def _split(self) -> tuple[list[bytes], int]:
-        """The whole frames' bodies at the front of the buffer (taken out of it), and the
-        length of the next frame's body when it must wait for a reservation (else 0)."""
-        buf, pos, bodies = self._buf, 0, []
-        end = len(buf)
-        while end - pos >= PREFIX_BYTES:
-            try:
-                n_bytes = body_length(bytes(buf[pos:pos + PREFIX_BYTES]))
-            except FrameError:
-                if bodies:  # the frames before a bad prefix are handled first
-                    break
-                raise
-            if self._bound is not None and n_bytes > SMALL_BODY_BYTES:
-                del buf[:pos]
-                return bodies, 0 if bodies else n_bytes
-            if end - pos - PREFIX_BYTES < n_bytes:
-                break
-            bodies.append(bytes(buf[pos + PREFIX_BYTES:pos + PREFIX_BYTES + n_bytes]))
-            pos += PREFIX_BYTES + n_bytes
-        del buf[:pos]
-        return bodies, 0
-
-    def _ended(self) -> list[bytes]:
-        if not self._buf:
-            return []
-        if len(self._buf) < PREFIX_BYTES:
-            raise FrameError(f"stream ended inside a length prefix ({len(self._buf)} bytes)")
-        n_bytes = body_length(bytes(self._buf[:PREFIX_BYTES]))
-        raise FrameError(f"truncated frame: {len(self._buf) - PREFIX_BYTES} of {n_bytes} "
-                         "body bytes")
 
 
 class HelloCounter:
@@ -283,49 +219,6 @@ def parse_hello(msg: Message) -> tuple[str, Role]:
     if role not in ROLES:
         raise ProtocolError(f"HELLO role {role!r} is not one of {ROLES}")
     return name, role
-
-
-async def read_frames(
-    peer: str,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    log: JsonlLog,
-    on_message: Callable[[Message, int], None],
-    *,
-    gate: asyncio.Event | None = None,
-    bound: BodyBound | None = None,
-) -> str:
-    """Hand every message after the handshake to ``on_message``, with its frame's length
-    in bytes, until the connection ends; return why it ended. A bad frame (undecodable,
-    truncated, or a second HELLO), or a :class:`Violation` raised by ``on_message``, is
-    logged as an ``error`` record naming ``peer`` and ends the connection (the reason
-    returned is then the violation's code); the connection is closed in every case. With
-    ``gate``, no message is handed on while it is clear (the socket's buffers then fill
-    and the peer's writes wait: backpressure; what waits here is at most one chunk of
-    :class:`FrameReader`). With ``bound``, large bodies are read as :func:`read_message`
-    says."""
-    frames = FrameReader(reader, bound)
-    try:
-        while True:
-            if gate is not None and not gate.is_set():
-                await gate.wait()
-            bodies = await frames.bodies()
-            if not bodies:
-                return "closed by peer"
-            for body in bodies:
-                if gate is not None and not gate.is_set():
-                    await gate.wait()
-                msg = decode_body(body)
-                if msg.type is MsgType.HELLO:
-                    raise ProtocolError("HELLO after the handshake")
-                on_message(msg, PREFIX_BYTES + len(body))
-    except (FrameError, ProtocolError) as exc:
-        log_now(log, Ev.ERROR, peer=peer, addr=peer_label(writer), stage="read", reason=str(exc))
-        return exc.code if isinstance(exc, Violation) else f"protocol error: {exc}"
-    except ConnectionError as exc:
-        return f"connection lost: {exc!r}"
-    finally:
-        writer.close()
 
 
 def peer_label(writer: asyncio.StreamWriter) -> str:
