@@ -134,6 +134,12 @@ def _outcome(job: PointJob, reported: dict[str, Any]) -> PointOutcome:
                         host)
 
 
+def _first_line(exc: Exception) -> str:
+    """The first line of a Java exception's message, as Py4J passes it on."""
+    text = str(getattr(exc, "java_exception", exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOutcome]:
     """Run ``jobs`` as Spark tasks on ``master`` (module docstring), all at once, and
     return their outcomes in their order. Each task is told whether it is among the
@@ -144,7 +150,11 @@ def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOu
     from analysis.session import spark_session
 
     check_master(master)
-    spark = spark_session(master, app_name=APP_NAME)
+    try:
+        spark = spark_session(master, app_name=APP_NAME)
+    except Py4JJavaError as exc:  # something answers at host:port that is no Spark master
+        raise SpecError(f"--master {master}: the application did not start there "
+                        f"({_first_line(exc)}); is it a Spark master?") from None
     try:
         sc = spark.sparkContext
         slots = sc.defaultParallelism
@@ -156,9 +166,8 @@ def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOu
             try:
                 (reported,) = sc.parallelize([(task, str(job.log))], 1).map(launch).collect()
             except Py4JJavaError as exc:  # the task failed as often as Spark retries it
-                first = str(exc.java_exception).splitlines()[0]
-                return PointOutcome(job, None, f"Spark task failed: {first}; log {job.log}",
-                                    None)
+                return PointOutcome(job, None, f"Spark task failed: {_first_line(exc)}; "
+                                               f"log {job.log}", None)
             outcome = _outcome(job, reported)
             log(f"{what}: {job.name} {'done' if outcome.error is None else 'FAILED'} "
                 f"on {outcome.host}" + (f": {outcome.error}" if outcome.error else ""))

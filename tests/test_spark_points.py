@@ -1,0 +1,188 @@
+"""``pubsublab reproduce PAPER --master spark://...`` on a standalone cluster of one master
+and two one-core workers on 127.0.0.1 (tests/spark_standalone.py): Kyra's quick
+reproduction (7 points, the quickest paper here) writes the page of a local run, its
+points run as tasks of both workers' executors, each point in its own process; a point
+whose process is killed is listed failed on the page with its log, and --resume runs
+it again; a --master that is no Spark URL or does not answer fails in one line before
+anything runs. About 2 minutes here (2 cores shared with other runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_standalone import Cluster, spark_env, standalone_cluster
+
+from experiments.spark_points import APP_NAME
+
+PAPER = "kyra"
+POINTS = 7  # Kyra's quick points: 5 experiments of one point, selectivity at 2
+TIMEOUT_S = 420  # bounded; a loaded two-core machine needs minutes
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with standalone_cluster(tmp_path_factory.mktemp("spark"), workers=2) as started:
+        yield started
+
+
+def _reproduce(out: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "reproduce", PAPER,
+                             "--quick", "--out", str(out), "--json", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=spark_env())
+
+
+def _result(proc: subprocess.Popen[str], what: str, cluster: Cluster | None = None,
+            status: int = 0) -> tuple[dict[str, Any], str]:
+    """The --json object and the stderr of a reproduction that exits with ``status``."""
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{what}: over {TIMEOUT_S} s\n{err[-4000:]}")
+    assert proc.returncode == status, (f"{what}: exit {proc.returncode}\n{err[-4000:]}\n"
+                                       f"{cluster.tails() if cluster else ''}")
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _summaries(result: dict[str, Any]) -> list[tuple[str, float | None, dict[str, Any]]]:
+    """Per run, its experiment, x and summaries by algorithm, the matching delay (a
+    measure of wall time) left out."""
+    folder = Path(result["page"]).parent
+    runs = []
+    for run in result["runs"]:
+        summaries = {}
+        for f in sorted((folder / run["run_dir"]).glob("*/summary.json")):
+            s = json.loads(f.read_text())
+            s["delay_ms"] = {k: v for k, v in s["delay_ms"].items() if k != "matching"}
+            summaries[f.parent.name] = s
+        runs.append((run["experiment"], run["x"], summaries))
+    return runs
+
+
+def _runs(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run list without what names this run or measures its time."""
+    return [{k: v for k, v in r.items() if k not in ("run_dir", "resources")}
+            for r in result["runs"]]
+
+
+@pytest.fixture(scope="module")
+def local_and_cluster(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+                      ) -> dict[str, tuple[dict[str, Any], str]]:
+    """The quick reproduction run here and on the cluster (at once, while the cluster
+    starts): each one's --json object and stderr."""
+    out = tmp_path_factory.mktemp("reproductions")
+    procs = {"local": _reproduce(out / "local")}
+    try:
+        cluster.wait_for_workers()
+        procs["cluster"] = _reproduce(out / "cluster", "--master", cluster.url)
+        return {name: _result(p, name, cluster) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def test_the_cluster_writes_the_page_of_a_local_run(
+        cluster: Cluster, local_and_cluster: dict[str, tuple[dict[str, Any], str]]) -> None:
+    (local, _), (remote, err) = local_and_cluster["local"], local_and_cluster["cluster"]
+    assert f"{POINTS} points on {cluster.url}" in err
+    assert remote["rows"] == local["rows"] and len(local["rows"]) > 10
+    assert any(r["ours"] is not None for r in remote["rows"])
+    assert _runs(remote) == _runs(local) and len(remote["runs"]) == POINTS
+    assert _summaries(remote) == _summaries(local)
+    folder = Path(remote["page"]).parent
+    assert (folder / "reproduction.html").stat().st_size > 10_000
+    # Each point ran in its own process, its output in its own log beside its run.
+    logs = sorted(folder.glob("*/*.log"))
+    assert len(logs) == POINTS and all("took" in p.read_text() for p in logs), logs
+    # It ran on the cluster: the master lists it finished, both workers ran executors.
+    finished = cluster.finished_apps(APP_NAME, 1)
+    assert len(finished) == 1, f"{cluster.state()}\n{cluster.tails()}"
+    for work in cluster.work_dirs:
+        assert [d.name for d in work.glob("app-*")] == [finished[0]["id"]], cluster.tails()
+
+
+def _point_process(out: Path, deadline_s: float) -> tuple[int, dict[str, Any]]:
+    """The first point process found whose task names ``out``: its pid and task."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # ended meanwhile
+            if (len(argv) > 3 and argv[2] == b"experiments.point_process"
+                    and str(out).encode() in argv[3]):
+                return int(pid), json.loads(argv[3])
+        time.sleep(0.02)
+    pytest.fail(f"no point process of {out} within {deadline_s} s")
+
+
+def test_a_point_whose_process_dies_is_failed_on_the_page_and_resume_runs_it(
+        cluster: Cluster, local_and_cluster: dict[str, tuple[dict[str, Any], str]],
+        tmp_path: Path) -> None:
+    local, _ = local_and_cluster["local"]
+    proc = _reproduce(tmp_path, "--master", cluster.url)
+    try:
+        pid, task = _point_process(tmp_path, TIMEOUT_S)
+        os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
+        result, err = _result(proc, "cluster, a point killed", cluster, status=1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    (failed,) = result["failed"]
+    assert failed["experiment"] == Path(task["out"]).name
+    assert "killed by signal 9" in failed["error"]
+    folder = Path(result["page"]).parent
+    assert (folder / failed["log"]).is_file()
+    assert len(result["runs"]) == POINTS - 1
+    page = (folder / "reproduction.html").read_text()
+    assert "<h2>Points failed</h2>" in page and f"href='{failed['log']}'" in page
+    assert re.search(rf"1 points failed: {re.escape(failed['experiment'])}", err)
+    assert f"--resume {folder} --master {cluster.url}" in err
+    # --resume (here, without the cluster) runs that point alone, and the page is whole.
+    again, err = _result(_reproduce(tmp_path, "--resume", str(folder)), "resume")
+    assert err.count("reusing") == POINTS - 1 and "failed" not in again
+    assert again["rows"] == local["rows"]
+    assert "Points failed" not in (folder / "reproduction.html").read_text()
+
+
+@pytest.mark.parametrize(("command", "master", "line"), [
+    (["reproduce", PAPER, "--quick"], "yarn",
+     "--master 'yarn': not a Spark master URL; wanted spark://HOST:PORT (a standalone "
+     "master) or local[N]"),
+    (["reproduce", PAPER, "--quick"], "spark://127.0.0.1:FREE",
+     "--master spark://127.0.0.1:FREE: no Spark master answers at 127.0.0.1:FREE "
+     "(Connection refused, 3 s timeout)"),
+    (["sim", "flood-demo", "--sweep", "workload.n_publishers=2,4"], "spark://127.0.0.1",
+     "--master 'spark://127.0.0.1': not a Spark master URL; wanted spark://HOST:PORT (a "
+     "standalone master) or local[N]"),
+], ids=["no-url", "nothing-listens", "sweep-without-port"])
+def test_a_master_that_is_no_url_or_does_not_answer_fails_in_one_line(
+        command: list[str], master: str, line: str, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on (bound, not listening)
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+        res = subprocess.run([sys.executable, "-m", "experiments.cli", *command,
+                              "--master", master.replace("FREE", port), "--out",
+                              str(tmp_path)],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"pubsublab: error: {line.replace('FREE', port)}"]
+    assert not list(tmp_path.iterdir())  # nothing made, nothing run
