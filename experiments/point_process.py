@@ -4,12 +4,13 @@ in its own process, as a Spark task starts it (:mod:`experiments.spark_points`).
 ``TASK`` is a JSON object: ``kind`` (``reproduce`` or ``sweep``), ``spec`` and
 ``overrides`` (what the point's plan is compiled from), ``out`` (the folder its run
 folder goes into), ``label``, ``logs`` and ``first`` (among the first points the cluster
-starts); a reproduction's point also ``name``, ``est_s``, ``deadline`` (the sitting's
-end in seconds since the epoch, null without a limit) and ``trust``; a sweep's point
-``allow_large``. The point runs with the function a local run uses; its progress goes
-to standard error (the point's log) and its result, one JSON object, is the last line
-of standard output: ``run_dir``, or ``paused`` (how far it got) or ``not_started``
-(no time left for it). An error leaves a traceback in the log and a non-zero status.
+starts); a reproduction's point also ``name``, ``est_s``, ``can_pause``, ``deadline``
+(the sitting's end in seconds since the epoch, null without a limit) and ``trust``; a
+sweep's point ``allow_large``. The point runs with the function a local run uses; its
+progress goes to standard error (the point's log) and its result, one JSON object, is
+the last line of standard output: ``run_dir``, or ``paused`` (how far it got) or
+``not_started`` (no time left for it). An error leaves a traceback in the log and a
+non-zero status.
 """
 
 from __future__ import annotations
@@ -33,12 +34,11 @@ def _reproduce_point(task: dict[str, Any]) -> dict[str, Any]:
     from experiments.runs.simulated import RunPaused
     from nodes.time_left import TimeLeft
 
-    plan = compile_plan(load_spec(task["spec"], task["overrides"]))
     deadline = task["deadline"]
     left_s = None if deadline is None else max(0.0, deadline - time.time())
-    can_pause = not (task["logs"] or plan.rounds)
-    if not task["first"] and not time_for(left_s, can_pause, task["est_s"]):
+    if not task["first"] and not time_for(left_s, task["can_pause"], task["est_s"]):
         return {"not_started": True}
+    plan = compile_plan(load_spec(task["spec"], task["overrides"]))
     progress = TimeLeft(task["name"], [(task["name"], task["est_s"])], log)
     progress.start()
     try:

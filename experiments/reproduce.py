@@ -33,6 +33,14 @@ first point it runs goes on to its first pause however little time is left, so t
 each sitting gets on. ``resume`` goes on: a paused point is resumed where it stopped, on
 the code it started on. A reproduction of Meghdoot at full scale (about 17 hours here)
 runs this way over several sittings.
+
+``master``: a Spark master URL; the points to run go to that cluster at once, each in its
+own process on an executor (:mod:`experiments.spark_points`, which runs
+:func:`simulate_point` there through :mod:`experiments.point_process`), and the page is
+a local run's. A point whose process fails is listed on the page (``failed``: its error
+and log) and ``resume`` runs it again. With ``pause_after_s`` each point pauses inside
+its process at the sitting's end; points that had no time to start are named in the
+pause.
 """
 
 from __future__ import annotations
@@ -401,6 +409,7 @@ def _point_job(name: str, x: float | None, exp: Mapping[str, Any], overrides: li
         "kind": "reproduce", "name": f"{name}{_at(x)}", "spec": exp["spec"],
         "overrides": overrides, "out": str(out), "label": label,
         "logs": bool(exp.get("logs")), "est_s": est_s, "deadline": deadline,
+        "can_pause": not (exp.get("logs") or plan.rounds),
         "trust": trust}, point_log(out, label))
 
 

@@ -169,8 +169,8 @@ def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOu
                 return PointOutcome(job, None, f"Spark task failed: {_first_line(exc)}; "
                                                f"log {job.log}", None)
             outcome = _outcome(job, reported)
-            log(f"{what}: {job.name} {'done' if outcome.error is None else 'FAILED'} "
-                f"on {outcome.host}" + (f": {outcome.error}" if outcome.error else ""))
+            log(f"{what}: {job.name} ended on {outcome.host}" if outcome.error is None
+                else f"{what}: {job.name} FAILED: {outcome.error}")
             return outcome
 
         with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:

@@ -186,3 +186,26 @@ def test_a_master_that_is_no_url_or_does_not_answer_fails_in_one_line(
     assert res.stderr.strip().splitlines() == [
         f"pubsublab: error: {line.replace('FREE', port)}"]
     assert not list(tmp_path.iterdir())  # nothing made, nothing run
+
+
+def test_points_that_can_pause_pause_on_the_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    """Meghdoot's quick reproduction (its points can pause) in a sitting of no time: the
+    first two points (one per worker's core) pause inside at their first pause, the
+    others do not start, and the command printed goes on on the cluster."""
+    cluster.wait_for_workers()
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "reproduce",
+                             "meghdoot", "--quick", "--out", str(tmp_path), "--master",
+                             cluster.url, "--pause-after-min", "0.0001", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=spark_env())
+    paused, _ = _result(proc, "meghdoot, one sitting", cluster)
+    folder = Path(paused["paused"])
+    assert paused["go_on"] == (f"pubsublab reproduce meghdoot --quick --resume {folder} "
+                               f"--pause-after-min 0.0001 --master {cluster.url}")
+    how_far = paused["how_far"]
+    assert re.match(r"reproduce meghdoot paused after .*, 0 of 9 points done, ", how_far)
+    shares = re.findall(r"meghdoot paused at (\d+)% of its client operations", how_far)
+    assert len(shares) == 2 and all(0 < int(s) < 100 for s in shares), how_far
+    assert how_far.count(": not started") == 7, how_far
+    assert len(list(folder.rglob("paused.json"))) == 2
+    assert not (folder / "reproduction.html").exists()  # the page waits for every point
