@@ -17,8 +17,9 @@ Choices:
   write into the reproduction (or sweep) folder at the driver's path: every executor
   must see both under the same names (a shared file system; on one machine, any local
   folder). Each point's output goes to ``<its out folder>/<label>.log``.
-- **The session** is :func:`analysis.session.spark_session`'s, named ``pubsublab-points``,
-  stopped when the points are done (the master then lists the application finished).
+- **The session** is :func:`analysis.session.spark_session`'s, named ``pubsublab-points:
+  WHAT`` (``reproduce PAPER``, ``sweep``), stopped when the points are done (the master
+  then lists the application finished).
 - **Masters**: ``spark://HOST:PORT`` (a standalone master, checked with a TCP connect
   before anything starts) or ``local[N]`` (N executor threads on this machine, each
   point still its own process).
@@ -151,7 +152,7 @@ def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOu
 
     check_master(master)
     try:
-        spark = spark_session(master, app_name=APP_NAME)
+        spark = spark_session(master, app_name=f"{APP_NAME}: {what}")
     except Py4JJavaError as exc:  # something answers at host:port that is no Spark master
         raise SpecError(f"--master {master}: the application did not start there "
                         f"({_first_line(exc)}); is it a Spark master?") from None

@@ -4,7 +4,7 @@ reproduction (7 points, the quickest paper here) writes the page of a local run,
 points run as tasks of both workers' executors, each point in its own process; a point
 whose process is killed is listed failed on the page with its log, and --resume runs
 it again; a --master that is no Spark URL or does not answer fails in one line before
-anything runs. About 2 minutes here (2 cores shared with other runs)."""
+anything runs. About 4 minutes here (2 cores shared with other runs, load 8 to 10)."""
 
 from __future__ import annotations
 
@@ -78,16 +78,26 @@ def _runs(result: dict[str, Any]) -> list[dict[str, Any]]:
             for r in result["runs"]]
 
 
+def _sweep(out: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "sim", "flood-demo",
+                             "--sweep", "workload.n_publishers=2,4", "--no-logs", "--out",
+                             str(out), "--json", *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=spark_env())
+
+
 @pytest.fixture(scope="module")
 def local_and_cluster(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
                       ) -> dict[str, tuple[dict[str, Any], str]]:
-    """The quick reproduction run here and on the cluster (at once, while the cluster
-    starts): each one's --json object and stderr."""
+    """The quick reproduction and a small sweep run here (while the cluster starts) and
+    on the cluster (both at once: the master starts the second application as the first
+    frees the cores): each one's --json object and stderr."""
     out = tmp_path_factory.mktemp("reproductions")
-    procs = {"local": _reproduce(out / "local")}
+    procs = {"local": _reproduce(out / "local"), "sweep-local": _sweep(out / "sweep-local")}
     try:
         cluster.wait_for_workers()
         procs["cluster"] = _reproduce(out / "cluster", "--master", cluster.url)
+        procs["sweep-cluster"] = _sweep(out / "sweep-cluster", "--master", cluster.url)
         return {name: _result(p, name, cluster) for name, p in procs.items()}
     finally:
         for p in procs.values():
@@ -110,10 +120,10 @@ def test_the_cluster_writes_the_page_of_a_local_run(
     logs = sorted(folder.glob("*/*.log"))
     assert len(logs) == POINTS and all("took" in p.read_text() for p in logs), logs
     # It ran on the cluster: the master lists it finished, both workers ran executors.
-    finished = cluster.finished_apps(APP_NAME, 1)
+    finished = cluster.finished_apps(f"{APP_NAME}: reproduce {PAPER}", 1)
     assert len(finished) == 1, f"{cluster.state()}\n{cluster.tails()}"
     for work in cluster.work_dirs:
-        assert [d.name for d in work.glob("app-*")] == [finished[0]["id"]], cluster.tails()
+        assert (work / finished[0]["id"]).is_dir(), cluster.tails()
 
 
 def _point_process(out: Path, deadline_s: float) -> tuple[int, dict[str, Any]]:
@@ -209,3 +219,25 @@ def test_points_that_can_pause_pause_on_the_cluster(cluster: Cluster, tmp_path: 
     assert how_far.count(": not started") == 7, how_far
     assert len(list(folder.rglob("paused.json"))) == 2
     assert not (folder / "reproduction.html").exists()  # the page waits for every point
+
+
+def _sweep_summaries(result: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's summaries by value and algorithm, the matching delay (wall time) left out."""
+    return {v: {alg: {**s, "delay_ms": {k: d for k, d in s["delay_ms"].items()
+                                        if k != "matching"}}
+                for alg, s in summaries.items()} for v, summaries in result.items()}
+
+
+def test_a_sweep_on_the_cluster_summarises_as_a_local_one(
+        cluster: Cluster, local_and_cluster: dict[str, tuple[dict[str, Any], str]]) -> None:
+    (local, _), (remote, err) = (local_and_cluster["sweep-local"],
+                                 local_and_cluster["sweep-cluster"])
+    assert f"2 points on {cluster.url}" in err
+    assert _sweep_summaries(remote) == _sweep_summaries(local)
+    assert sorted(local) == ["2", "4"]
+    assert all(s["flood"]["delivered"] > 0 for s in local.values())
+    # Each point's output in its own log in the sweep folder (where the figures are).
+    figure = re.search(r"figures: (\S+\.png)", err)
+    assert figure, err
+    assert sorted(p.name for p in Path(figure[1]).parent.glob("*.log")) == [
+        "n_publishers-2.log", "n_publishers-4.log"]
