@@ -9,7 +9,9 @@ Choices:
   on its executor, which runs the point with the same function as a local run; a point
   that runs out of memory or crashes takes only its own process down, and the task
   reports it failed with its log. The point dies with the task (``PR_SET_PDEATHSIG``): an
-  executor that is lost does not leave a point writing beside the one Spark starts again.
+  executor that is lost takes its point with it, and the point is failed (Spark's next
+  attempt of the task reports it and runs nothing: a point that takes its worker down,
+  out of memory, would take every worker down in turn).
 - **One Spark job per point**, submitted from its own driver thread: a failed point
   fails its job alone, and the others' results come back.
 - **Shared paths**: the executors run the point in this project at the driver's path,
@@ -98,11 +100,19 @@ def _launcher(python_path: str) -> Callable[[tuple[str, str]], dict[str, Any]]:
         import subprocess
         import sys
 
+        from pyspark import TaskContext
+
         task, log_path = job
         host = socket.gethostname()
         if not os.path.isdir(os.path.join(python_path, "experiments")):
             return {"host": host, "error": f"no pubsublab at {python_path} on {host}: "
                                            "every executor needs it at the driver's path"}
+        attempt = TaskContext.get().attemptNumber()
+        if attempt > 0:  # an earlier attempt's executor was lost with the point
+            return {"host": host, "error": f"its executor was lost while it ran (Spark's "
+                                           f"attempt {attempt + 1}, not run again: a point "
+                                           f"that takes its worker down would take them "
+                                           f"all); log {log_path}"}
 
         def die_with_task() -> None:  # PR_SET_PDEATHSIG (1): SIGKILL when the task ends
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)

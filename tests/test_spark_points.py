@@ -126,52 +126,6 @@ def test_the_cluster_writes_the_page_of_a_local_run(
         assert (work / finished[0]["id"]).is_dir(), cluster.tails()
 
 
-def _point_process(out: Path, deadline_s: float) -> tuple[int, dict[str, Any]]:
-    """The first point process found whose task names ``out``: its pid and task."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue  # ended meanwhile
-            if (len(argv) > 3 and argv[2] == b"experiments.point_process"
-                    and str(out).encode() in argv[3]):
-                return int(pid), json.loads(argv[3])
-        time.sleep(0.02)
-    pytest.fail(f"no point process of {out} within {deadline_s} s")
-
-
-def test_a_point_whose_process_dies_is_failed_on_the_page_and_resume_runs_it(
-        cluster: Cluster, local_and_cluster: dict[str, tuple[dict[str, Any], str]],
-        tmp_path: Path) -> None:
-    local, _ = local_and_cluster["local"]
-    proc = _reproduce(tmp_path, "--master", cluster.url)
-    try:
-        pid, task = _point_process(tmp_path, TIMEOUT_S)
-        os.kill(pid, signal.SIGKILL)  # as the kernel's OOM killer would
-        result, err = _result(proc, "cluster, a point killed", cluster, status=1)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    (failed,) = result["failed"]
-    assert failed["experiment"] == Path(task["out"]).name
-    assert "killed by signal 9" in failed["error"]
-    folder = Path(result["page"]).parent
-    assert (folder / failed["log"]).is_file()
-    assert len(result["runs"]) == POINTS - 1
-    page = (folder / "reproduction.html").read_text()
-    assert "<h2>Points failed</h2>" in page and f"href='{failed['log']}'" in page
-    assert re.search(rf"1 points failed: {re.escape(failed['experiment'])}", err)
-    assert f"--resume {folder} --master {cluster.url}" in err
-    # --resume (here, without the cluster) runs that point alone, and the page is whole.
-    again, err = _result(_reproduce(tmp_path, "--resume", str(folder)), "resume")
-    assert err.count("reusing") == POINTS - 1 and "failed" not in again
-    assert again["rows"] == local["rows"]
-    assert "Points failed" not in (folder / "reproduction.html").read_text()
-
-
 @pytest.mark.parametrize(("command", "master", "line"), [
     (["reproduce", PAPER, "--quick"], "yarn",
      "--master 'yarn': not a Spark master URL; wanted spark://HOST:PORT (a standalone "
@@ -241,3 +195,81 @@ def test_a_sweep_on_the_cluster_summarises_as_a_local_one(
     assert figure, err
     assert sorted(p.name for p in Path(figure[1]).parent.glob("*.log")) == [
         "n_publishers-2.log", "n_publishers-4.log"]
+
+
+def _ancestors(pid: int) -> Iterator[int]:
+    """The pids of a process's parent, its parent's parent, ... (while they are alive)."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        yield pid
+
+
+def _point_process(out: Path, deadline_s: float, under: int | None = None,
+                   not_label: str | None = None) -> tuple[int, dict[str, Any]]:
+    """The first point process found whose task names ``out`` (and, if given, that runs
+    under the process ``under`` and is not the point ``not_label``): its pid and task."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # ended meanwhile
+            if (len(argv) > 3 and argv[2] == b"experiments.point_process"
+                    and str(out).encode() in argv[3]):
+                task = json.loads(argv[3])
+                if task["label"] != not_label and (
+                        under is None or under in _ancestors(int(pid))):
+                    return int(pid), task
+        time.sleep(0.02)
+    pytest.fail(f"no point process of {out} within {deadline_s} s")
+
+
+def _log_of(task: dict[str, Any]) -> str:
+    """A point's log as the page names it (in the reproduction folder)."""
+    return f"{Path(task['out']).name}/{task['label']}.log"
+
+
+def test_a_point_whose_process_or_worker_dies_is_failed_and_resume_runs_it(
+        cluster: Cluster, local_and_cluster: dict[str, tuple[dict[str, Any], str]],
+        tmp_path: Path) -> None:
+    """One point's process killed (as the kernel's OOM killer would), then the second
+    worker with everything it started while it runs another point (as a machine that
+    goes down): both points are failed on the page, with their logs; the other five
+    make the rows; --resume runs the two alone. The last test here: one worker is left."""
+    local, _ = local_and_cluster["local"]
+    _, first, second = cluster.procs  # the master, the workers
+    proc = _reproduce(tmp_path, "--master", cluster.url)
+    try:
+        # On the first worker: its task reports it before the second worker goes down.
+        pid, killed = _point_process(tmp_path, TIMEOUT_S, under=first.pid)
+        os.kill(pid, signal.SIGKILL)
+        _, lost = _point_process(tmp_path, TIMEOUT_S, under=second.pid,
+                                 not_label=killed["label"])
+        os.killpg(second.pid, signal.SIGKILL)  # the worker, its executor, their processes
+        result, err = _result(proc, "cluster, a point and a worker killed", cluster,
+                              status=1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    failed = {p["log"]: p for p in result["failed"]}
+    assert sorted(failed) == sorted([_log_of(killed), _log_of(lost)]), result["failed"]
+    assert "killed by signal 9" in failed[_log_of(killed)]["error"]
+    assert "its executor was lost while it ran" in failed[_log_of(lost)]["error"]
+    folder = Path(result["page"]).parent
+    assert all((folder / log).is_file() for log in failed)
+    assert len(result["runs"]) == POINTS - 2
+    page = (folder / "reproduction.html").read_text()
+    assert "<h2>Points failed</h2>" in page
+    assert all(f"href='{log}'" in page for log in failed)
+    assert "2 points failed: " in err and f"--resume {folder} --master {cluster.url}" in err
+    # --resume (here, without the cluster) runs those points alone, and the page is whole.
+    again, err = _result(_reproduce(tmp_path, "--resume", str(folder)), "resume")
+    assert err.count("reusing") == POINTS - 2 and "failed" not in again
+    assert again["rows"] == local["rows"]
+    assert "Points failed" not in (folder / "reproduction.html").read_text()
