@@ -247,8 +247,8 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
 
 
 def simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, list[str]],
-                    logs: bool, pause_after_s: float | None, progress: TimeLeft,
-                    trust: bool = False) -> Path:
+                   logs: bool, pause_after_s: float | None, progress: TimeLeft,
+                   trust: bool = False) -> Path:
     """Run one point in the simulator into ``out`` (its run folder returned), going on
     with its paused run there if it has one. ``source``: the spec argument and overrides
     the plan was compiled from; ``pause_after_s``: when to pause, if at all (a point
