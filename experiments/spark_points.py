@@ -88,9 +88,9 @@ class PointOutcome:
 
 
 def _launcher(python_path: str) -> Callable[[tuple[str, str]], dict[str, Any]]:
-    """The function a Spark task runs: start the point process, wait, report. Defined
-    here, it is shipped by value (standard library only): the executors import nothing
-    of this project but the point process itself, from ``python_path``."""
+    """The function a Spark task runs: start the point process, wait, report. Made here,
+    it is shipped by value (it imports only the standard library and pyspark): the
+    executors import nothing of this project but the point process, from ``python_path``."""
 
     def launch(job: tuple[str, str]) -> dict[str, Any]:
         import ctypes
@@ -133,7 +133,7 @@ def _launcher(python_path: str) -> Callable[[tuple[str, str]], dict[str, Any]]:
 
 def _outcome(job: PointJob, reported: dict[str, Any]) -> PointOutcome:
     """What a task reported, as an outcome: the point process's last line of output is
-    its result; a process that died says how (a signal's name)."""
+    its result; for a process that failed, the signal that killed it or its status."""
     host = reported.get("host")
     if "error" in reported:
         return PointOutcome(job, None, reported["error"], host)
@@ -176,10 +176,10 @@ def run_points(master: str, jobs: Sequence[PointJob], what: str) -> list[PointOu
             task = json.dumps({**job.task, "first": index < slots})
             try:
                 (reported,) = sc.parallelize([(task, str(job.log))], 1).map(launch).collect()
+                outcome = _outcome(job, reported)
             except Py4JJavaError as exc:  # the task failed as often as Spark retries it
-                return PointOutcome(job, None, f"Spark task failed: {_first_line(exc)}; "
-                                               f"log {job.log}", None)
-            outcome = _outcome(job, reported)
+                outcome = PointOutcome(job, None, f"Spark task failed: {_first_line(exc)}; "
+                                                  f"log {job.log}", None)
             log(f"{what}: {job.name} ended on {outcome.host}" if outcome.error is None
                 else f"{what}: {job.name} FAILED: {outcome.error}")
             return outcome
