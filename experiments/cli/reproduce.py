@@ -64,8 +64,9 @@ def add_parser(sub: Any) -> None:
     rp.add_argument("--master", metavar="URL",
                     help="run the points on a Spark cluster, spark://HOST:PORT (or local[N] "
                          "on this machine), all at once, each point its own process on an "
-                         "executor (a point that crashes fails alone: the page lists it "
-                         "with its log, and --resume runs it again); the page equals a "
+                         "executor (a point that crashes or whose worker dies fails "
+                         "alone: the page lists it with its log, and --resume runs it "
+                         "again); the page equals a "
                          "local run's. Every executor must see this project and the "
                          "--out folder at the same paths as here (a shared file system; "
                          "on one machine any local folder) and run $PYSPARK_PYTHON with "
