@@ -4,7 +4,7 @@ reproduction (7 points, the quickest paper here) writes the page of a local run,
 points run as tasks of both workers' executors, each point in its own process; a point
 whose process is killed is listed failed on the page with its log, and --resume runs
 it again; a --master that is no Spark URL or does not answer fails in one line before
-anything runs. About 4 minutes here (2 cores shared with other runs, load 8 to 10)."""
+anything runs. 4 to 5.5 minutes here (2 cores shared with other runs, load 8 to 17)."""
 
 from __future__ import annotations
 
