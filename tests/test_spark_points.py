@@ -1,10 +1,12 @@
 """``pubsublab reproduce PAPER --master spark://...`` on a standalone cluster of one master
 and two one-core workers on 127.0.0.1 (tests/spark_standalone.py): Kyra's quick
 reproduction (7 points, the quickest paper here) writes the page of a local run, its
-points run as tasks of both workers' executors, each point in its own process; a point
-whose process is killed is listed failed on the page with its log, and --resume runs
-it again; a --master that is no Spark URL or does not answer fails in one line before
-anything runs. 4 to 5.5 minutes here (2 cores shared with other runs, load 8 to 17)."""
+points run as tasks of both workers' executors, each point in its own process, and a
+small sweep summarises as a local one; a point whose process is killed, and one whose
+worker is killed under it, are listed failed on the page with their logs, and --resume
+runs them again; Meghdoot's points pause on the cluster; a --master that is no Spark
+URL or does not answer fails in one line before anything runs. 4 to 5.5 minutes here
+(2 cores shared with other runs, load 8 to 17)."""
 
 from __future__ import annotations
 
