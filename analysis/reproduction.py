@@ -458,11 +458,14 @@ img { display: block; width: 264px; }
 def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                points: Mapping[str, Sequence[Point]], out_dir: Path, *, runtime: str,
                quick: bool, beside: Beside | None = None,
-               not_run: Sequence[Mapping[str, Any]] = ()) -> Path:
+               not_run: Sequence[Mapping[str, Any]] = (),
+               failed: Sequence[Mapping[str, Any]] = ()) -> Path:
     """``out_dir/reproduction.html``: one self-contained page (figures inline as base64
     PNG) with the rows, our figure beside each, and links to the run folders; with
     ``beside``, the other runtime's numbers in their own columns and curves; with
-    ``not_run`` (experiment, x, est_s), a table of the points that did not run."""
+    ``not_run`` (experiment, x, est_s), a table of the points that did not run; with
+    ``failed`` (experiment, x, error, log: a path in ``out_dir``), a table of the points
+    whose process failed, linking their logs."""
     e = html.escape
     scale = "quick scale (tests and CI)" if quick else "the specs' stated scale"
     shown = (f"<b>{e(runtime)}</b>, beside <b>{e(beside.runtime)}</b> (the reproduction "
@@ -491,6 +494,8 @@ def write_page(paper: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     body += _run_lines(points, out_dir, beside)
     if not_run:
         body += _not_run_lines(paper, not_run, out_dir, runtime=runtime, quick=quick)
+    if failed:
+        body += _failed_lines(paper, failed, out_dir, quick=quick)
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>Reproduction: {e(paper['paper'])}</title><style>{_STYLE}</style>"
             f"</head><body>{''.join(body)}</body></html>")
@@ -680,6 +685,25 @@ def _not_run_lines(paper: Mapping[str, Any], not_run: Sequence[Mapping[str, Any]
              f"<td class='num'>{duration_text(p['est_s'])}</td><td class='num'>"
              f"{'paused at ' + _pct(p['paused']) if 'paused' in p else '-'}</td></tr>"
              for p in not_run]
+    body.append("</table>")
+    return body
+
+
+def _failed_lines(paper: Mapping[str, Any], failed: Sequence[Mapping[str, Any]],
+                  out_dir: Path, *, quick: bool) -> list[str]:
+    """The section of the points whose process failed (on a Spark cluster), with their
+    logs, and the command that runs them again."""
+    e = html.escape
+    body = [
+        "<h2>Points failed</h2><p>These points' processes failed, so the rows above stand "
+        f"on the others (their scale names them). <code>pubsublab reproduce "
+        f"{e(paper['paper'])}{' --quick' if quick else ''} --resume {e(str(out_dir))}"
+        "</code> (with <code>--master URL</code> to run them on a cluster again) runs "
+        "them again.</p><table id='failed'><tr><th>Experiment</th><th>x</th>"
+        "<th>Error</th><th>Log</th></tr>"]
+    body += [f"<tr><td>{e(p['experiment'])}</td><td>{_fmt(p['x'])}</td>"
+             f"<td>{e(p['error'])}</td><td><a href='{e(p['log'])}'>{e(p['log'])}</a></td>"
+             "</tr>" for p in failed]
     body.append("</table>")
     return body
 

@@ -33,6 +33,14 @@ first point it runs goes on to its first pause however little time is left, so t
 each sitting gets on. ``resume`` goes on: a paused point is resumed where it stopped, on
 the code it started on. A reproduction of Meghdoot at full scale (about 17 hours here)
 runs this way over several sittings.
+
+``master``: a Spark master URL; the points to run go to that cluster at once, each in its
+own process on an executor (:mod:`experiments.spark_points`, which runs
+:func:`simulate_point` there through :mod:`experiments.point_process`), and the page is
+a local run's. A point whose process fails is listed on the page (``failed``: its error
+and log) and ``resume`` runs it again. With ``pause_after_s`` each point pauses inside
+its process at the sitting's end; points that had no time to start are named in the
+pause.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from experiments.plan import RunPlan, compile_plan
 from experiments.progress import log
 from experiments.runs.manifest import spec_as_written
 from experiments.runs.simulated import RunPaused, resume_simulation, run_simulation
+from experiments.spark_points import PointJob, check_master, point_log, run_points
 from experiments.spec import PAPERS, PAPERS_DIR, Spec, SpecError, load_spec
 from nodes.runfolder import (
     MANIFEST,
@@ -237,9 +246,9 @@ def load_beside(folder: Path, paper_name: str, runtime: str, quick: bool,
     return Beside(_shown(result["runtime"]), folder.resolve(), points, result["rows"])
 
 
-def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, list[str]],
-                    logs: bool, pause_after_s: float | None, progress: TimeLeft,
-                    trust: bool = False) -> Path:
+def simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, list[str]],
+                   logs: bool, pause_after_s: float | None, progress: TimeLeft,
+                   trust: bool = False) -> Path:
     """Run one point in the simulator into ``out`` (its run folder returned), going on
     with its paused run there if it has one. ``source``: the spec argument and overrides
     the plan was compiled from; ``pause_after_s``: when to pause, if at all (a point
@@ -256,12 +265,13 @@ def _simulate_point(plan: RunPlan, out: Path, label: str, source: tuple[str, lis
 
 
 def _sitting_over(folder: Path, again: str, progress: TimeLeft, spent_s: float,
-                  where: str) -> RunPaused:
+                  where: str, done: int | None = None) -> RunPaused:
     """The RunPaused of the reproduction in ``folder`` that paused after ``spent_s``
     ``where`` (a point and how far it got, or the point it stopped before); ``again``:
-    the command that goes on."""
+    the command that goes on; ``done``: the points done, if not ``progress``'s count."""
+    done = progress.done if done is None else done
     return RunPaused(folder, f"{progress.what} paused after {duration_text(spent_s)}, "
-                             f"{progress.done} of {len(progress.steps)} points done, {where}",
+                             f"{done} of {len(progress.steps)} points done, {where}",
                      again)
 
 
@@ -273,7 +283,8 @@ def _not_run_text(point: Mapping[str, Any]) -> str:
 
 
 def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
-                  beside: Path | None, pause_after_s: float | None) -> str:
+                  beside: Path | None, pause_after_s: float | None,
+                  master: str | None = None) -> str:
     """The command that goes on with the reproduction in ``folder`` after a pause, as
     the shell reads it (paths quoted; sudo for Mininet)."""
     return shlex.join([*(["sudo"] if runtime == "emulated" else []),
@@ -282,13 +293,14 @@ def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
                        *(["--quick"] if quick else []), "--resume", str(folder.resolve()),
                        *(["--beside", str(beside.resolve())] if beside is not None else []),
                        *(["--pause-after-min", f"{pause_after_s / 60:g}"]
-                         if pause_after_s is not None else [])])
+                         if pause_after_s is not None else []),
+                       *(["--master", master] if master is not None else [])])
 
 
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
               resume: Path | None = None, beside: Path | None = None, run: bool = True,
-              pause_after_s: float | None = None, trust: bool = False
-              ) -> tuple[Path, dict[str, Any]]:
+              pause_after_s: float | None = None, trust: bool = False,
+              master: str | None = None) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
     earlier reproduction folder of the same paper, runtime and scale: each point that has
@@ -301,9 +313,13 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     done) and onto the page. With ``pause_after_s``, the
     reproduction pauses after that much wall time (module docstring): RunPaused, whose
     message says how to go on. A paused point's state is read only if this user's key
-    signed it, or with ``trust`` (:mod:`nodes.sim.checkpoint`)."""
+    signed it, or with ``trust`` (:mod:`nodes.sim.checkpoint`). With ``master``, a Spark
+    master URL, the points to run go to that cluster all at once
+    (:mod:`experiments.spark_points`); a point whose process fails goes into the
+    result's ``failed`` (experiment, x, error, log) and onto the page, and ``resume``
+    runs it again."""
     t0 = time.monotonic()
-    _check_flags(runtime, resume, run, pause_after_s)
+    _check_flags(runtime, resume, run, pause_after_s, master)
     paper = load_paper(paper_name)
     other = (load_beside(beside, paper_name, runtime, quick,
                          [(r["figure"], r["metric"]) for r in paper["rows"]])
@@ -318,8 +334,10 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     progress = TimeLeft(f"reproduce {paper_name}", [
         (f"{name} run {i} of {len(pts)}{_at(x)}", est) for name, pts in todo.items()
         for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)], log)
-    again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s)
-    points: dict[str, list[Point]] = {}
+    again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s, master)
+    points: dict[str, list[Point | None]] = {}
+    # With a master, the points to run there: (experiment, index) -> (x, job).
+    jobs: dict[tuple[str, int], tuple[float | None, PointJob]] = {}
     not_run: list[dict[str, Any]] = []
     ran = False  # a point has run (or gone on) in this sitting
     for name, plans in todo.items():
@@ -332,11 +350,11 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             done = (finished_run(out, plan.spec, "emulated" if emulated else "simulated")
                     if resume is not None else None)
             left_s = _left_s(t0, pause_after_s)
-            if (run and done is None and ran
-                    and not _time_for(left_s, not (emulated or logs or plan.rounds), est)):
+            if (run and done is None and ran and master is None
+                    and not time_for(left_s, not (emulated or logs or plan.rounds), est)):
                 raise _sitting_over(folder, again, progress, time.monotonic() - t0,
                                     f"before {name}{_at(x)}")
-            if run:  # with nothing to run, no time left to tell
+            if run and (master is None or done is not None):  # no time left to tell else
                 progress.start()
             if done is not None:
                 log(f"reproduce {paper_name}: {name}{_at(x)}: reusing {done.name}")
@@ -348,26 +366,80 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
                                               else paused_run(out, plan)))
                 continue
             ran = True
+            if master is not None:
+                jobs[name, len(points[name])] = x, _point_job(
+                    name, x, exp, overrides, plan, out, est, t0, pause_after_s, trust)
+                points[name].append(None)
+                continue
             if emulated:
                 run_dir = _run_emulated(plan, out)
             else:
                 try:
-                    run_dir = _simulate_point(plan, out, _point_label(plan, exp, x),
-                                              (exp["spec"], overrides),
-                                              logs, left_s, progress, trust)
+                    run_dir = simulate_point(plan, out, _point_label(plan, exp, x),
+                                             (exp["spec"], overrides),
+                                             logs, left_s, progress, trust)
                 except RunPaused as paused:
                     raise _sitting_over(folder, again, progress, time.monotonic() - t0,
                                         f"{name}{_at(x)}: {paused.how_far}") from None
             points[name].append(load_point(run_dir, x))
             progress.finish()
-    result = _write_result(paper, paper_name, runtime, quick, folder, points, other,
-                           not_run if not run else None)
+    failed = (_run_on_cluster(master, jobs, points, folder, again, progress, t0)
+              if jobs and master is not None else [])
+    result = _write_result(paper, paper_name, runtime, quick, folder,
+                           {n: [p for p in pts if p is not None] for n, pts in points.items()},
+                           other, not_run if not run else None, failed)
     log(f"reproduce {paper_name}: {len(result['rows'])} rows in "
         f"{duration_text(progress.elapsed_s())}; page {result['page']}")
+    if failed:
+        log(f"reproduce {paper_name}: {len(failed)} points failed: "
+            + "; ".join(f"{p['experiment']}{_at(p['x'])} ({p['error']})" for p in failed)
+            + f". Run them again with: {again}")
     return folder, result
 
 
-def _time_for(left_s: float | None, can_pause: bool, est_s: float) -> bool:
+def _point_job(name: str, x: float | None, exp: Mapping[str, Any], overrides: list[str],
+               plan: RunPlan, out: Path, est_s: float, t0: float,
+               pause_after_s: float | None, trust: bool) -> PointJob:
+    """A point of the reproduction as :mod:`experiments.point_process` runs it: into
+    ``out``, pausing at the sitting's end (``t0`` its monotonic start) as a local run's."""
+    label = _point_label(plan, exp, x)
+    deadline = (None if pause_after_s is None
+                else time.time() + pause_after_s - (time.monotonic() - t0))
+    return PointJob(f"{name}{_at(x)}", {
+        "kind": "reproduce", "name": f"{name}{_at(x)}", "spec": exp["spec"],
+        "overrides": overrides, "out": str(out), "label": label,
+        "logs": bool(exp.get("logs")), "est_s": est_s, "deadline": deadline,
+        "can_pause": not (exp.get("logs") or plan.rounds),
+        "trust": trust}, point_log(out, label))
+
+
+def _run_on_cluster(master: str,
+                    jobs: Mapping[tuple[str, int], tuple[float | None, PointJob]],
+                    points: dict[str, list[Point | None]], folder: Path, again: str,
+                    progress: TimeLeft, t0: float) -> list[dict[str, Any]]:
+    """Run ``jobs`` on the Spark ``master`` and put each finished one's point in its place
+    in ``points``; returns the failed ones (experiment, x, error, log). RunPaused if a
+    point paused or had no time to start, naming them (the page is written once none
+    does, as in a local run)."""
+    outcomes = run_points(master, [job for _, job in jobs.values()], progress.what)
+    failed, stopped = [], []
+    for ((name, i), (x, _)), outcome in zip(jobs.items(), outcomes, strict=True):
+        result = outcome.result
+        if result is None:
+            failed.append({"experiment": name, "x": x, "error": outcome.error,
+                           "log": str(outcome.job.log.relative_to(folder))})
+        elif "run_dir" in result:
+            points[name][i] = load_point(Path(result["run_dir"]), x)
+        else:
+            stopped.append(f"{outcome.job.name}: {result.get('paused', 'not started')}")
+    if stopped:
+        done = sum(p is not None for pts in points.values() for p in pts)
+        raise _sitting_over(folder, again, progress, time.monotonic() - t0,
+                            "; ".join(stopped), done)
+    return failed
+
+
+def time_for(left_s: float | None, can_pause: bool, est_s: float) -> bool:
     """Whether a point that is not the sitting's first may start with ``left_s`` seconds
     left (None: no bound): one that can pause needs ``START_LEFT_S``, another its whole
     estimate ``est_s``. The first point of a sitting runs even past the time (to its
@@ -424,8 +496,16 @@ def _plan_points(paper: dict[str, Any], runtime: str, quick: bool
 
 
 def _check_flags(runtime: str, resume: Path | None, run: bool,
-                 pause_after_s: float | None) -> None:
-    """SpecError for flags that do not go together, before anything is read or made."""
+                 pause_after_s: float | None, master: str | None = None) -> None:
+    """SpecError for flags that do not go together, and for a Spark master that is no
+    URL or does not answer, before anything is read or made."""
+    if master is not None:
+        if runtime == "emulated":
+            raise SpecError("--master: Mininet points run one at a time on this machine; "
+                            "--master is for --runtime sim")
+        if not run:
+            raise SpecError("--master: --no-run runs nothing on it")
+        check_master(master)
     if not run and resume is None:
         raise SpecError("--no-run reads the finished points of a reproduction folder: "
                         "give it with --resume FOLDER")
@@ -437,21 +517,23 @@ def _check_flags(runtime: str, resume: Path | None, run: bool,
 
 def _write_result(paper: dict[str, Any], paper_name: str, runtime: str, quick: bool,
                   folder: Path, points: dict[str, list[Point]], other: Beside | None,
-                  not_run: list[dict[str, Any]] | None) -> dict[str, Any]:
+                  not_run: list[dict[str, Any]] | None,
+                  failed: list[dict[str, Any]]) -> dict[str, Any]:
     """The rows, the reproduction index and the page of the points read or run; with
-    ``not_run`` (--no-run), the points missing go onto both. Returns the index with the
-    page's path."""
+    ``not_run`` (--no-run) or ``failed`` (points whose process failed on a cluster), the
+    points missing go onto both. Returns the index with the page's path."""
     shown = _shown(runtime)
-    rows = headline_rows(paper, points, shown, not_run or [])
+    rows = headline_rows(paper, points, shown, [*(not_run or []), *failed])
     if other is not None:
         rows = with_beside(rows, other.rows, other.runtime)
     result = {"paper": paper_name, "runtime": runtime, "quick": quick, "rows": rows,
               "runs": run_records(points, folder),
               **({"not_run": not_run} if not_run is not None else {}),
+              **({"failed": failed} if failed else {}),
               **({"beside": str(other.folder)} if other is not None else {})}
     write_json(folder / REPRODUCTION_INDEX, result)
     page = write_page(paper, rows, points, folder, runtime=shown, quick=quick,
-                      beside=other, not_run=not_run or [])
+                      beside=other, not_run=not_run or [], failed=failed)
     if not_run:
         log(f"reproduce {paper_name}: {len(not_run)} points not run (--no-run): "
             + ", ".join(map(_not_run_text, not_run)))

@@ -61,6 +61,17 @@ def add_parser(sub: Any) -> None:
                          "first point runs at least to its first pause, so each sitting "
                          "gets on). For a "
                          "reproduction longer than one sitting (Meghdoot's, about 17 hours).")
+    rp.add_argument("--master", metavar="URL",
+                    help="run the points on a Spark cluster, spark://HOST:PORT (or local[N] "
+                         "on this machine), all at once, each point its own process on an "
+                         "executor (a point that crashes or whose worker dies fails "
+                         "alone: the page lists it with its log, and --resume runs it "
+                         "again); the page equals a "
+                         "local run's. Every executor must see this project and the "
+                         "--out folder at the same paths as here (a shared file system; "
+                         "on one machine any local folder) and run $PYSPARK_PYTHON with "
+                         "pubsublab's dependencies. With --pause-after-min the points "
+                         "that can pause pause as in a local run")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
                     help="folder for the reproduction folder (default ./runs)")
     trust_flag(rp)
@@ -77,10 +88,15 @@ def run(args: argparse.Namespace) -> int:
     beside = Path(args.beside) if args.beside else None
     pause_s = pause_after_s(args)
 
+    failed = False
+
     def work() -> tuple[Any, str]:
+        nonlocal failed
         _, result = reproduce(args.paper, args.runtime, args.quick, out_dir(args.out),
                               resume, beside, run=not args.no_run, pause_after_s=pause_s,
-                              trust=args.trust_paused_state)
+                              trust=args.trust_paused_state, master=args.master)
+        failed = bool(result.get("failed"))
         return result, f"{format_rows(result['rows'])}\npage: {result['page']}"
 
-    return emit_or_pause(args, work)
+    status = emit_or_pause(args, work)
+    return 1 if failed else status

@@ -33,6 +33,12 @@ def add_parser(sub: Any) -> None:
     sm.add_argument("--sweep", metavar="KEY.PATH=V1,V2,...",
                     help="one run per value of a spec field, with line figures over it, "
                          "e.g. --sweep workload.n_publishers=100,200,300")
+    sm.add_argument("--master", metavar="URL",
+                    help="with --sweep: run the points on a Spark cluster, "
+                         "spark://HOST:PORT (or local[N] on this machine), all at once, "
+                         "each its own process on an executor; every executor must see "
+                         "this project and the --out folder at the same paths as here (a "
+                         "shared file system; on one machine any local folder)")
     sm.add_argument("--no-logs", action="store_true",
                     help="count only; skip per-message logs (for very large runs)")
     allow_large_flag(sm)
@@ -51,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if pause_s is not None and (args.sweep or not args.no_logs):
         raise SpecError("--pause-after-min: only for one run with --no-logs (a paused run "
                         "cannot keep log files open)")
+    if args.master is not None and not args.sweep:
+        raise SpecError("--master: runs the points of a --sweep; one run runs here")
     if args.sweep:
         key, _, raw = args.sweep.partition("=")
         values = [v for v in raw.split(",") if v]
@@ -58,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--sweep {args.sweep!r}: expected key.path=V1,V2,...")
         sweep_dir, results = run_sweep(args.spec, args.set, key, values, out_dir(args.out),
                                        log_messages=not args.no_logs,
-                                       allow_large=args.allow_large)
+                                       allow_large=args.allow_large, master=args.master)
         text = "\n".join(f"{key}={v}\n{summary_table(s)}" for v, s in results.items())
         emit(args, results, f"{text}\nsweep folder: {sweep_dir}")
         return 0

@@ -31,6 +31,7 @@ from experiments.runs.manifest import (
 )
 from experiments.runs.resources import RunCost, cost_text, parts_cost
 from experiments.runs.summaries import log_extras, record_extras
+from experiments.spark_points import PointJob, check_master, point_log, run_points
 from experiments.spec import SpecError, load_spec
 from nodes.metrics.log_summary import summarize_logs
 from nodes.metrics.summary import delay_stats_ms
@@ -394,27 +395,57 @@ def on_demand_links(plan: RunPlan) -> LinkModel | None:
 
 
 def run_sweep(spec_arg: str, overrides: list[str], key: str, values: list[Any],
-              out_base: Path, *, log_messages: bool = True, allow_large: bool = False
+              out_base: Path, *, log_messages: bool = True, allow_large: bool = False,
+              master: str | None = None
               ) -> tuple[Path, dict[str, dict[str, dict[str, Any]]]]:
     """Simulate ``spec_arg`` once per value of the spec field ``key`` (as the papers'
     x axes sweep the number of advertisements or subscribers); one run folder per value
-    inside a sweep folder, and line figures over the swept value."""
+    inside a sweep folder, and line figures over the swept value. With ``master``, a
+    Spark master URL, the points run on that cluster at once
+    (:mod:`experiments.spark_points`); RuntimeError naming those whose process failed."""
+    if master is not None:
+        check_master(master)
     # Every point is compiled before the first runs: a bad value fails the sweep at once.
-    plans = [compile_plan(load_spec(spec_arg, [*overrides, f"{key}={v}"]),
-                          allow_large=allow_large) for v in values]
+    sets = [[*overrides, f"{key}={v}"] for v in values]
+    plans = [compile_plan(load_spec(spec_arg, s), allow_large=allow_large) for s in sets]
     sweep_dir = new_run_dir(out_base, f"{plans[0].name}-sim-sweep")
-    points, results = [], {}
-    progress = TimeLeft("sweep", [(f"{key}={v}", 1.0) for v in values], log, seconds=False)
-    for value, plan in zip(values, plans, strict=True):
-        progress.start()
-        label = re.sub(r"[^A-Za-z0-9._-]", "_", f"{key.rsplit('.', 1)[-1]}-{value}")
-        _, summaries = run_simulation(plan, sweep_dir, log_messages=log_messages, label=label)
-        points.append((float(value), summaries))
-        results[str(value)] = summaries
-        progress.finish()
+    labels = [re.sub(r"[^A-Za-z0-9._-]", "_", f"{key.rsplit('.', 1)[-1]}-{v}") for v in values]
+    if master is not None:
+        summaries = _sweep_on_cluster(master, spec_arg, sets, labels, plans, sweep_dir,
+                                      log_messages, allow_large)
+    else:
+        summaries = []
+        progress = TimeLeft("sweep", [(f"{key}={v}", 1.0) for v in values], log, seconds=False)
+        for plan, label in zip(plans, labels, strict=True):
+            progress.start()
+            summaries.append(run_simulation(plan, sweep_dir, log_messages=log_messages,
+                                            label=label)[1])
+            progress.finish()
+    points = [(float(v), s) for v, s in zip(values, summaries, strict=True)]
+    results = {str(v): s for v, s in zip(values, summaries, strict=True)}
     write_json(sweep_dir / SWEEP, {"key": key, "values": values, "summaries": results})
     x_label = key.rsplit(".", 1)[-1]
     figures = draw(points, sweep_dir, x_label=x_label, figures=OCTOPIA_FIGURES + BURST_FIGURES)
     figures += draw_sweep_blocks(results, x_label, sweep_dir)
     log(f"figures: {', '.join(str(f) for f in figures)}")
     return sweep_dir, results
+
+
+def _sweep_on_cluster(master: str, spec_arg: str, sets: list[list[str]], labels: list[str],
+                      plans: list[RunPlan], sweep_dir: Path, log_messages: bool,
+                      allow_large: bool) -> list[dict[str, dict[str, Any]]]:
+    """A sweep's points (their overrides ``sets``, compiled to ``plans``) run on the
+    Spark ``master``, each into ``sweep_dir``; their summaries, read back from their run
+    folders, in order, by algorithm in the plan's order (as a local run returns them)."""
+    jobs = [PointJob(label, {"kind": "sweep", "spec": spec_arg, "overrides": s,
+                             "out": str(sweep_dir), "label": label, "logs": log_messages,
+                             "allow_large": allow_large}, point_log(sweep_dir, label))
+            for s, label in zip(sets, labels, strict=True)]
+    outcomes = run_points(master, jobs, "sweep")
+    failed = [f"{o.job.name} ({o.error})" for o in outcomes if o.result is None]
+    if failed:
+        raise RuntimeError(f"sweep {sweep_dir}: {len(failed)} of {len(jobs)} points "
+                           f"failed: {'; '.join(failed)}")
+    return [{a.name: read_json(Path(o.result["run_dir"]) / a.name / SUMMARY)
+             for a in plan.algorithms}
+            for o, plan in zip(outcomes, plans, strict=True) if o.result is not None]
