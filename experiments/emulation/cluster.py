@@ -57,6 +57,11 @@ TUNNEL_MTU = 1450  # 1500 less VXLAN's outer Ethernet, IP, UDP and VXLAN headers
 SSH_TIMEOUT_S = 20.0
 PID_WAIT_S = 10.0  # how long a remote process has to write its pid file
 REMOTE_STATE = "/run/pubsublab/remote"  # pid files of remote processes, per run group
+# How a process enters its node: mnexec -a without Mininet's usual -d. The cluster
+# edition starts every process in a process group of its own (RemoteMixin._popen), and
+# mnexec -d forks when it leads one: its parent would exit at once, so the process would
+# look ended (and a remote one's ssh session would close) while it runs on.
+MNEXEC = ("mnexec", "-a")
 _CGROUP2 = "$(awk '$3 == \"cgroup2\" {print $2; exit}' /proc/mounts)"
 
 
@@ -185,6 +190,10 @@ class RemoteProcess:
         return self.local.pid
 
     @property
+    def args(self) -> Any:
+        return self.local.args
+
+    @property
     def returncode(self) -> int | None:
         return self.local.returncode
 
@@ -193,6 +202,10 @@ class RemoteProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         return self.local.wait(timeout)
+
+    def communicate(self, input: bytes | None = None, timeout: float | None = None
+                    ) -> tuple[bytes | None, bytes | None]:
+        return self.local.communicate(input, timeout)
 
     def remote_pid(self) -> int | None:
         """The process's pid on its server (None if it never wrote it: it did not start)."""
@@ -223,11 +236,15 @@ class RemoteProcess:
             self.local.kill()
 
 
-def remote_argv(argv: Sequence[str], name: str, pid_file: str) -> list[str]:
-    """``argv`` as the words a remote shell reads (SSH joins them with spaces), run after
-    the process has joined the run's group and written its pid to ``pid_file``."""
+def remote_argv(argv: Sequence[str], node_pid: int, name: str, pid_file: str) -> list[str]:
+    """The words a remote shell reads (SSH joins them with spaces) to run ``argv`` in the
+    namespace of the node whose shell is ``node_pid``, after joining the run's group and
+    writing its pid to ``pid_file``: both before ``mnexec`` enters the node, whose
+    namespace has a /sys of its own without the cgroup mount. (:data:`MNEXEC` says why
+    not ``mnexec -d``.)"""
     script = f"{join_script(name)} && echo $$ > {pid_file} && exec \"$@\""
-    return [shlex.quote(a) for a in ("sh", "-c", script, "sh", *argv)]
+    return [shlex.quote(a) for a in ("sh", "-c", script, "sh", *MNEXEC, str(node_pid),
+                                     *argv)]
 
 
 def node_classes(servers: Servers, local_ip: dict[str, str]) -> tuple[Any, Any, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, Servers
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import IdleSampler, iperf_pair, process_cpu_text, sample_links
@@ -59,8 +60,11 @@ def workload_phases(plan: RunPlan) -> tuple[Phase, ...]:
 
 
 def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
-                   phases: tuple[Phase, ...] = ()) -> tuple[Path, dict[str, Any]]:
+                   phases: tuple[Phase, ...] = (), ssh_config: Path | None = None
+                   ) -> tuple[Path, dict[str, Any]]:
     """Run ``plan`` in Mininet; returns the run folder and the final manifest.
+    A plan placed on servers is built across them, reached with ``ssh_config``
+    (:mod:`experiments.emulation.cluster`).
 
     ``phases`` run in order on the live network after the fidelity check (the brokers'
     workload, the bulk rounds); each may add its results to the manifest dict it gets.
@@ -81,12 +85,15 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
         plan = replace(plan, delay_loss_mechanism=found["mechanisms"]["delay_loss"])
     run_dir = new_run_dir(out_base, spec.name)
     mechanisms = link_mechanisms(graph, found["mechanisms"]["delay_loss"] == "netem")
+    if plan.placement:
+        mark_cross_server(mechanisms, plan.placement)
     manifest: dict[str, Any] = {
         **base_manifest(plan, run_dir, "emulated"), "status": "running",
         "probe": found, "switch": spec.switch,
         "topology": {"nodes": graph.number_of_nodes(), "links": graph.number_of_edges(),
                      "notes": list(graph.graph.get("notes", []))},
         "links": mechanisms,
+        **({"servers": plan.servers_describe()} if plan.placement else {}),
     }
     in_broker = sorted({k for row in mechanisms for k, v in row["mechanism"].items()
                         if v == "in-broker"})
@@ -96,8 +103,10 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     write_manifest(run_dir, manifest)
     log(f"run folder {run_dir}")
     controller = ControllerProcess(run_dir / CONTROLLER_DIR, log=log) if spec.controller else None
+    servers = Servers(spec.servers, ssh_config) if plan.placement else None
     emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller,
-                    cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST])
+                    cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST],
+                    servers=servers, placement=plan.placement)
     t_start = time.monotonic()
     try:
         log(f"building {graph.number_of_nodes()} nodes, {graph.number_of_edges()} links")
@@ -147,6 +156,18 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             log(f"torn down; manifest {run_dir / MANIFEST} ({manifest['status']})")
     _report_fidelity(manifest["fidelity"], spec)
     return run_dir, manifest
+
+
+def mark_cross_server(mechanisms: list[dict[str, Any]], placement: Mapping[str, str]) -> None:
+    """Add to each link's row the servers of its ends, whether it crosses servers and,
+    where it does, what carries it there (the tunnel; the rate stays HTB's on its ends)."""
+    for row in mechanisms:
+        ends = {row["a"]: placement[row["a"]], row["b"]: placement[row["b"]]}
+        row["servers"] = ends
+        row["crosses_servers"] = len(set(ends.values())) > 1
+        if row["crosses_servers"]:
+            row["mechanism"] = {**row["mechanism"],
+                                "tunnel": f"vxlan udp/{VXLAN_PORT}, mtu {TUNNEL_MTU}"}
 
 
 def _check_links(emu: Emulation, graph: nx.Graph, spec: Spec) -> list[dict[str, Any]]:
