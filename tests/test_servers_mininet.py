@@ -25,8 +25,10 @@ import pytest
 from test_teardown import _RunProcesses, _wait_for
 
 from experiments.emulation.cgroups import unified_mount
-from experiments.emulation.cluster import REMOTE_STATE
+from experiments.emulation.cluster import REMOTE_STATE, Servers
+from experiments.emulation.server_checks import check_server, clock_offset_ms, first_failure
 from experiments.plan import compile_plan
+from experiments.runs.manifest import code_fingerprint
 from experiments.spec import load_spec
 from topologies.placement import cross_server_links
 
@@ -214,3 +216,56 @@ def test_a_run_across_servers_killed_outright_is_swept_on_both(tmp_path: Path,
     assert run.namespaces_left() - {os.stat(f"/run/netns/{NETNS}").st_ino} == set()
     _assert_server_clean(server, proc.pid)
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "killed"
+
+
+def _refused(tmp_path: Path, server: str, ssh_config: Path) -> str:
+    """The one line of a run refused for ``server``; no run folder was made."""
+    out = tmp_path / "refused"
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "demo", "--out",
+                          str(out), *DEMO, "--servers", f"localhost,{server}",
+                          "--ssh-config", str(ssh_config)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert not [p for p in out.iterdir() if p.is_dir()], "nothing is built for a refused run"
+    return line
+
+
+def test_a_server_that_cannot_take_its_part_is_refused_in_one_line(tmp_path: Path,
+                                                                  server: Server) -> None:
+    unreachable = _refused(tmp_path, "10.254.7.3", server.ssh_config)
+    assert "server 10.254.7.3: ssh: not reached as root" in unreachable
+    assert "ssh-copy-id" in unreachable
+    no_key = tmp_path / "no_key_config"
+    no_key.write_text(server.ssh_config.read_text().replace("IdentityFile", "IdentityFile "
+                                                            "/nonexistent #"))
+    assert f"server {server.address}: ssh: not reached" in _refused(tmp_path, server.address,
+                                                                     no_key)
+    servers = Servers(("localhost", server.address), server.ssh_config)
+    checks = {c.name: c for c in check_server(servers, server.address, "sha256:another")}
+    code = checks[f"{server.address}: code"]
+    assert not code.ok and "sha256:another" in code.detail and "same pubsublab" in code.fix
+    assert checks[f"{server.address}: clock"].ok, checks[f"{server.address}: clock"]
+
+
+class _SkewedServers(Servers):
+    """A server here whose clock reads ``SKEW_S`` ahead: every script runs in a local
+    shell, with ``date`` answering the skewed time."""
+
+    SKEW_S = 30
+
+    def argv(self, server: str, script: str) -> list[str]:
+        skewed = f'echo "$(( $(date +%s) + {self.SKEW_S} )).$(date +%N)"'
+        return ["sh", "-c", script.replace("date +%s.%N", skewed)]
+
+
+def test_a_server_whose_clock_is_off_is_refused() -> None:
+    servers = _SkewedServers(("localhost", "skewed"))
+    offset_ms, err_ms = clock_offset_ms(servers, "skewed")
+    assert abs(offset_ms - 30_000) < 50 and err_ms < 50, (offset_ms, err_ms)
+    checks = {c.name: c for c in check_server(servers, "skewed", code_fingerprint())}
+    clock = checks["skewed: clock"]
+    assert not clock.ok and "allowed: 5 ms" in clock.detail and "NTP" in clock.fix
+    assert checks["skewed: code"].ok  # the rest of the server is fine: only the clock fails
+    line = first_failure(list(checks.values()))
+    assert line is not None and line.startswith("server skewed: clock: +30")

@@ -30,11 +30,12 @@ from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import IdleSampler, iperf_pair, process_cpu_text, sample_links
 from experiments.emulation.network import Emulation
+from experiments.emulation.server_checks import check_servers, first_failure
 from experiments.interrupts import at_prompt, teardown
 from experiments.plan import RunPlan, link_mechanisms
 from experiments.progress import log
 from experiments.runs.faults import LOSSY, run_faults
-from experiments.runs.manifest import base_manifest
+from experiments.runs.manifest import base_manifest, code_fingerprint
 from experiments.spec import Spec, SpecError
 from nodes.runfolder import CONTROLLER_DIR, CPU_IDLE, MANIFEST, new_run_dir, write_manifest
 
@@ -83,6 +84,11 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     if plan.delay_loss_mechanism != found["mechanisms"]["delay_loss"]:
         # The plan guessed netem from the kernel's module list; the probe tried it.
         plan = replace(plan, delay_loss_mechanism=found["mechanisms"]["delay_loss"])
+    servers = Servers(spec.servers, ssh_config) if plan.placement else None
+    if servers is not None:  # every server can take its part, or one line and nothing built
+        failed = first_failure(check_servers(servers, code_fingerprint(), out_base))
+        if failed:
+            raise RuntimeError(failed)
     run_dir = new_run_dir(out_base, spec.name)
     mechanisms = link_mechanisms(graph, found["mechanisms"]["delay_loss"] == "netem")
     if plan.placement:
@@ -103,7 +109,6 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     write_manifest(run_dir, manifest)
     log(f"run folder {run_dir}")
     controller = ControllerProcess(run_dir / CONTROLLER_DIR, log=log) if spec.controller else None
-    servers = Servers(spec.servers, ssh_config) if plan.placement else None
     emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller,
                     cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST],
                     servers=servers, placement=plan.placement)
