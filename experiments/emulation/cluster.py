@@ -46,8 +46,9 @@ import re
 import shlex
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,49 @@ def tunnel_addresses(servers: Servers) -> dict[str, str]:
     ips = {s: server_ip(s) for s in servers.remote}
     ips["localhost"] = local_ip_towards(next(iter(ips.values())))
     return ips
+
+
+class RemoteCpuTimes:
+    """Another server's CPU counters, as :class:`experiments.emulation.fidelity.IdleSampler`
+    reads this machine's: one SSH session prints /proc/stat's first line every
+    :data:`CPU_READ_S`, a thread keeps the latest, and calling the object returns its
+    idle and total jiffies (a context manager: the session ends on exit)."""
+
+    CPU_READ_S = 0.1
+
+    def __init__(self, servers: Servers, server: str,
+                 parse: Callable[[str], tuple[int, int]]) -> None:
+        script = f"while :; do head -1 /proc/stat; sleep {self.CPU_READ_S:g}; done"
+        self._proc = subprocess.Popen(servers.argv(server, script), stdout=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL, text=True)
+        self._parse = parse
+        self._latest: tuple[int, int] | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True,
+                                        name=f"cpu-{server}")
+        self._thread.start()
+        if not self._ready.wait(SSH_TIMEOUT_S):
+            self.close()
+            raise RuntimeError(f"server {server}: its CPU counters were not read over ssh")
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith("cpu "):
+                self._latest = self._parse(line)
+                self._ready.set()
+
+    def __call__(self) -> tuple[int, int]:
+        assert self._latest is not None
+        return self._latest
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+
+    def __enter__(self) -> RemoteCpuTimes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -15,6 +15,7 @@ killed outright, the next run sets it to ``killed``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -25,10 +26,16 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, Servers
+from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, RemoteCpuTimes, Servers
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
-from experiments.emulation.fidelity import IdleSampler, iperf_pair, process_cpu_text, sample_links
+from experiments.emulation.fidelity import (
+    IdleSampler,
+    cpu_times_of,
+    iperf_pair,
+    process_cpu_text,
+    sample_links,
+)
 from experiments.emulation.network import Emulation
 from experiments.emulation.server_checks import check_servers, first_failure
 from experiments.interrupts import at_prompt, teardown
@@ -121,8 +128,13 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             manifest["controller"] = controller.summary()
             manifest["timing"]["controller_start_s"] = manifest["controller"]["startup_s"]
         log(f"network up in {emu.build_s:.1f} s")
-        # Idle CPU is sampled while the network carries traffic, not while it is built.
-        with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle:
+        # Idle CPU is sampled while the network carries traffic, not while it is built;
+        # on every server of the run.
+        with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle, \
+                contextlib.ExitStack() as stack:
+            remote_idle = {s: stack.enter_context(IdleSampler(cpu_times=stack.enter_context(
+                RemoteCpuTimes(servers, s, cpu_times_of)))) for s in
+                (servers.remote if servers is not None else ())}
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()
@@ -140,6 +152,10 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
                 with at_prompt():
                     CLI(emu.net)
         manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct)
+        if remote_idle:
+            manifest["fidelity"]["cpu_idle"]["servers"] = {
+                s: sampler.summary(spec.fidelity.min_idle_pct)
+                for s, sampler in remote_idle.items()}
         # Deliveries lost without a declared fault to explain them end the run "lossy".
         manifest["faults"] = run_faults(plan, manifest.get("summaries", {}))
         manifest["status"] = LOSSY if manifest["faults"]["lossy"] else "ok"
@@ -204,5 +220,10 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
         log(f"FIDELITY WARNING: CPU idle fell below {spec.fidelity.min_idle_pct} % in "
             f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s (min "
             f"{idle['min_pct']} %): emulated timing in this run is not trustworthy")
+    for server, there in idle.get("servers", {}).items():
+        if not there["ok"]:
+            log(f"FIDELITY WARNING: on server {server}, CPU idle fell below "
+                f"{spec.fidelity.min_idle_pct} % in {there['seconds_below']} of "
+                f"{len(there['per_second_pct'])} s (min {there['min_pct']} %)")
     if "by_process" in idle:
         log(f"CPU of the run's own processes, {process_cpu_text(idle['by_process'])}")
