@@ -157,6 +157,9 @@ def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
         assert s["client_failures"] == {}
     assert two["expected_deliveries"] == one["expected_deliveries"] > 1000
     assert two["delivered"] == one["delivered"] == one["expected_deliveries"]
+    # The scheduled throttle of b0-b1 reached both ends, b1's on the other server.
+    (change,) = two["link_schedule"]
+    assert "error" not in change and abs(change["applied_at_s"] - 2.0) < 0.5, change
 
     # The manifest names where every node ran and every link that crossed servers.
     manifest = json.loads((run_dir / "manifest.json").read_text())
