@@ -25,7 +25,7 @@ import pytest
 from test_teardown import _RunProcesses, _wait_for
 
 from experiments.emulation.cgroups import unified_mount
-from experiments.emulation.cluster import REMOTE_STATE, Servers
+from experiments.emulation.cluster import REMOTE_STATE, Servers, control_paths
 from experiments.emulation.server_checks import check_server, clock_offset_ms, first_failure
 from experiments.plan import compile_plan
 from experiments.runs.manifest import code_fingerprint
@@ -139,6 +139,7 @@ def _assert_server_clean(srv: Server, runner: int) -> None:
     assert mount is not None
     assert not (mount / "pubsublab" / group).exists()
     assert not Path(REMOTE_STATE, group).exists()
+    assert control_paths(runner) == [], "the runner's shared SSH connections are gone"
 
 
 def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
@@ -193,6 +194,7 @@ def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
     assert mount is not None
     assert not [g for g in (mount / "pubsublab").glob(f"*-{server.address}")], \
         "the run's group on the server is gone"
+    assert not list(Path("/tmp").glob("pubsublab-ssh-*")), "no shared SSH connection is left"
 
 
 def test_a_run_across_servers_killed_outright_is_swept_on_both(tmp_path: Path,
@@ -261,7 +263,7 @@ class _SkewedServers(Servers):
 
     SKEW_S = 30
 
-    def argv(self, server: str, script: str) -> list[str]:
+    def argv(self, server: str, script: str, *, may_lead: bool = True) -> list[str]:
         skewed = f'echo "$(( $(date +%s) + {self.SKEW_S} )).$(date +%N)"'
         return ["sh", "-c", script.replace("date +%s.%N", skewed)]
 

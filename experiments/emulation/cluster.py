@@ -42,6 +42,7 @@ and the same pubsublab checkout and Python at the same path (``pubsublab doctor
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
@@ -56,6 +57,14 @@ from typing import Any
 VXLAN_PORT = 4789  # IANA's VXLAN port
 TUNNEL_MTU = 1450  # 1500 less VXLAN's outer Ethernet, IP, UDP and VXLAN headers
 SSH_TIMEOUT_S = 20.0
+# The shared connections' sockets, per process that opens them; %C hashes this user, the
+# server and its port. A SIGKILLed runner's stay behind, for the next run's sweep.
+CONTROL_DIR = Path("/tmp")
+
+
+def control_paths(runner_pid: int) -> list[Path]:
+    """The control sockets a runner's SSH connections made (:meth:`Servers.ssh_base`)."""
+    return sorted(CONTROL_DIR.glob(f"pubsublab-ssh-{runner_pid}-*"))
 PID_WAIT_S = 10.0  # how long a remote process has to write its pid file
 REMOTE_STATE = "/run/pubsublab/remote"  # pid files of remote processes, per run group
 # How a process enters its node: mnexec -a without Mininet's usual -d. The cluster
@@ -79,14 +88,24 @@ class Servers:
         return tuple(s for s in self.names if s != "localhost")
 
     def ssh_base(self) -> list[str]:
-        """How every SSH connection of the run starts (without the destination)."""
+        """How every SSH connection of the run starts (without the destination). The
+        connections to one server share one (ControlMaster): the first, a node's shell
+        that lives as long as the network, carries the rest, so that a command there
+        (a throttle's tc, a signal) costs a round trip rather than a key exchange; with
+        ControlPersist off, no SSH process outlives the connections that use it."""
         cfg = ["-F", str(self.ssh_config)] if self.ssh_config is not None else []
         return ["ssh", "-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S:g}",
-                *cfg]
+                "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={CONTROL_DIR}/pubsublab-ssh-{os.getpid()}-%C",
+                "-o", "ControlPersist=no", *cfg]
 
-    def argv(self, server: str, script: str) -> list[str]:
-        """The command that runs the shell ``script`` as root on ``server``."""
-        return [*self.ssh_base(), f"root@{server}", "sh", "-c", shlex.quote(script)]
+    def argv(self, server: str, script: str, *, may_lead: bool = True) -> list[str]:
+        """The command that runs the shell ``script`` as root on ``server``. Without
+        ``may_lead`` it uses a shared connection but never becomes one (a session that
+        is ended by a signal, whose end would cut the others and leave its socket)."""
+        lead = [] if may_lead else ["-o", "ControlMaster=no"]
+        return [*self.ssh_base()[:1], *lead, *self.ssh_base()[1:], f"root@{server}", "sh",
+                "-c", shlex.quote(script)]
 
     def run(self, server: str, script: str, timeout_s: float = SSH_TIMEOUT_S
             ) -> subprocess.CompletedProcess[str]:
@@ -329,7 +348,8 @@ class RemoteCpuTimes:
     def __init__(self, servers: Servers, server: str,
                  parse: Callable[[str], tuple[int, int]]) -> None:
         script = f"while :; do head -1 /proc/stat; sleep {self.CPU_READ_S:g}; done"
-        self._proc = subprocess.Popen(servers.argv(server, script), stdout=subprocess.PIPE,
+        self._proc = subprocess.Popen(servers.argv(server, script, may_lead=False),
+                                      stdout=subprocess.PIPE,
                                       stdin=subprocess.DEVNULL, text=True)
         self._parse = parse
         self._latest: tuple[int, int] | None = None

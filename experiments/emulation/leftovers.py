@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.emulation.cgroups import RunCgroup, remove_host_groups
-from experiments.emulation.cluster import Servers, undo_server
+from experiments.emulation.cluster import Servers, control_paths, undo_server
 from nodes.runfolder import read_json, write_json
 
 STATE_DIR = Path(os.environ.get("PUBSUBLAB_STATE_DIR", "/run/pubsublab"))
@@ -133,6 +133,8 @@ def undo_run(state: dict[str, Any]) -> tuple[list[str], list[str]]:
         there, left_there = undo_server(servers, entry["server"], entry["group"], nodes)
         removed += there
         left += left_there
+    for sock in control_paths(int(state.get("runner", 0))) if state.get("servers") else ():
+        sock.unlink(missing_ok=True)  # a killed runner's shared SSH connections
     removed += remove_network_leftovers(nodes, bridges)
     removed += remove_host_groups(nodes)
     left += network_leftovers(nodes, bridges)
