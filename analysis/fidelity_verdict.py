@@ -6,7 +6,8 @@ Two criteria, each as the runner measured it:
 
 - **CPU**: the machine stayed at least ``criterion_min_idle_pct`` % idle (Mininet-HiFi's
   35 %) in every second sampled; a run below it in some seconds fails, with the share of
-  seconds below;
+  seconds below. A run spread over servers holds it only if every server did (each is
+  sampled alike: ``cpu_idle.servers``);
 - **links**: every sampled overlay link's iperf3 rate came within 10 % of its configured
   rate; a run with a link outside fails, naming it.
 
@@ -31,15 +32,12 @@ def fidelity_verdict(fidelity: Mapping[str, Any] | None) -> dict[str, Any] | Non
     without samples; ``links``: ``checked`` sampled links, ``off`` those outside 10 %."""
     if not fidelity:
         return None
-    cpu = None
     idle = fidelity.get("cpu_idle") or {}
-    samples = idle.get("per_second_pct") or []
-    if samples:
-        below = int(idle.get("seconds_below", 0))
-        cpu = {"criterion_min_idle_pct": idle.get("criterion_min_idle_pct"),
-               "seconds_below": below, "seconds": len(samples),
-               "share_below_pct": round(100 * below / len(samples), 1),
-               "min_pct": idle.get("min_pct"), "ok": below == 0}
+    cpu = _cpu(idle)
+    others = {s: _cpu(x) for s, x in (idle.get("servers") or {}).items()}
+    if cpu is not None and others:
+        cpu["servers"] = others
+        cpu["ok"] = cpu["ok"] and all(x is not None and x["ok"] for x in others.values())
     checked = fidelity.get("links") or []
     links = {"checked": len(checked),
              "off": [{k: r.get(k) for k in ("a", "b", "configured_mbps", "achieved_mbps")}
@@ -50,6 +48,26 @@ def fidelity_verdict(fidelity: Mapping[str, Any] | None) -> dict[str, Any] | Non
             "links": links}
 
 
+def _cpu(idle: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The CPU criterion of one machine's idle samples (None without samples)."""
+    samples = idle.get("per_second_pct") or []
+    if not samples:
+        return None
+    below = int(idle.get("seconds_below", 0))
+    return {"criterion_min_idle_pct": idle.get("criterion_min_idle_pct"),
+            "seconds_below": below, "seconds": len(samples),
+            "share_below_pct": round(100 * below / len(samples), 1),
+            "min_pct": idle.get("min_pct"), "ok": below == 0}
+
+
+def _cpu_text(cpu: Mapping[str, Any]) -> str:
+    if cpu["seconds_below"] == 0:
+        return (f"CPU idle at or above {cpu['criterion_min_idle_pct']:g} % in all "
+                f"{cpu['seconds']} s sampled")
+    return (f"CPU idle below {cpu['criterion_min_idle_pct']:g} % in {cpu['seconds_below']} "
+            f"of {cpu['seconds']} s ({cpu['share_below_pct']:g} %, min {cpu['min_pct']:g} %)")
+
+
 def fidelity_text(verdict: Mapping[str, Any]) -> str:
     """One line: ``fidelity ok: ...``, ``fidelity FAILED: ...`` (what failed, the share of
     seconds under the CPU criterion) or ``fidelity unchecked: ...``."""
@@ -57,13 +75,12 @@ def fidelity_text(verdict: Mapping[str, Any]) -> str:
     parts = []
     if cpu is None:
         parts.append("CPU idle not sampled")
-    elif cpu["ok"]:
-        parts.append(f"CPU idle at or above {cpu['criterion_min_idle_pct']:g} % in all "
-                     f"{cpu['seconds']} s sampled")
+    elif "servers" in cpu:
+        parts.append("; ".join([f"here: {_cpu_text(cpu)}"] + [
+            f"on {s}: " + ("CPU idle not sampled" if x is None else _cpu_text(x))
+            for s, x in cpu["servers"].items()]))
     else:
-        parts.append(f"CPU idle below {cpu['criterion_min_idle_pct']:g} % in "
-                     f"{cpu['seconds_below']} of {cpu['seconds']} s "
-                     f"({cpu['share_below_pct']:g} %, min {cpu['min_pct']:g} %)")
+        parts.append(_cpu_text(cpu))
     if links["off"]:
         parts.append(f"{len(links['off'])} of {links['checked']} sampled links outside 10 % "
                      "of their rate (" + ", ".join(

@@ -58,6 +58,7 @@ from nodes.workloads.kinds import WORKLOADS, RunContext, WorkloadKind, check_typ
 from nodes.workloads.ops import Workload
 from topologies.graph import brokers, overlay_of, path_links
 from topologies.links import LinkParams
+from topologies.placement import cross_server_links, place_on_servers
 from topologies.registry import build_graph
 
 SETTLE_S = 2.0  # a stock phase lasts until its last operation plus this (no duration_s)
@@ -129,6 +130,8 @@ class RunPlan:
     notes: tuple[str, ...] = field(default=())
     links: str = "fixed"  # or "on-demand" (see the module docstring)
     processing: Processing | None = None  # the simulator's processing model
+    # Node -> server when the spec spreads the network over servers (placement_of); {}: here.
+    placement: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -212,7 +215,21 @@ class RunPlan:
                 "per_broker": {b: vars(t).copy()
                                for b, t in self.processing.per_broker.items()},
                 "cpu_share": dict(self.processing.cpu_share)},
+            **({"servers": self.servers_describe()} if self.placement else {}),
         }
+
+    def servers_describe(self) -> dict[str, Any]:
+        """The placement on servers: per server its nodes and their estimated demand
+        (:func:`broker_demand`), and the links that cross servers."""
+        demand = broker_demand(self.workload)
+        per: dict[str, dict[str, Any]] = {s: {"nodes": [], "demand_ops": 0}
+                                          for s in self.spec.servers}
+        for node, server in sorted(self.placement.items()):
+            per[server]["nodes"].append(node)
+            per[server]["demand_ops"] += demand.get(node, 0)
+        return {"placement": per,
+                "cross_server_links": [list(e) for e in
+                                       cross_server_links(self.graph, self.placement)]}
 
 
 # What one emulated broker host costs: the broker and its client group are Python
@@ -657,4 +674,24 @@ def compile_plan(spec: Spec, *, netem: bool | None = None,
         workload_params=wparams, workload=workload, bulk=bulk,
         link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
         duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",
-        notes=tuple(notes), links=links, processing=processing_model(spec))
+        notes=tuple(notes), links=links, processing=processing_model(spec),
+        placement=placement_of(spec, graph, workload))
+
+
+def broker_demand(workload: Workload | None) -> dict[str, int]:
+    """Per broker, the client operations it serves (publications, subscriptions and the
+    rest): the placement's estimate of a broker's share of the run's CPU. A broker's host
+    runs its clients too, and every operation costs the broker at least one message; what
+    the overlay routes through it is not counted, so it errs toward even shares."""
+    demand: dict[str, int] = {}
+    for op in workload.ops if workload is not None else ():
+        demand[op.broker] = demand.get(op.broker, 0) + 1
+    return demand
+
+
+def placement_of(spec: Spec, graph: nx.Graph, workload: Workload | None) -> dict[str, str]:
+    """Which server builds each node (:func:`topologies.placement.place_on_servers` by
+    :func:`broker_demand`); {} for a spec without ``servers``."""
+    if not spec.servers:
+        return {}
+    return place_on_servers(graph, broker_demand(workload), spec.servers)

@@ -57,6 +57,14 @@ def format_plan(plan: RunPlan) -> str:
             base_s, per_s = plan.processing.seconds(b)
             lines.append(f"  {b} at its CPU share: {base_s * 1e3:.3g} ms + {per_s * 1e3:.3g} ms "
                          f"per notification handed on")
+    if "servers" in d:
+        srv = d["servers"]
+        total = sum(row["demand_ops"] for row in srv["placement"].values()) or 1
+        lines.append(f"servers (placed by the client operations each broker serves; "
+                     f"{len(srv['cross_server_links'])} links cross servers, in VXLAN tunnels):")
+        for server, row in srv["placement"].items():
+            lines.append(f"  {server:<16} {100 * row['demand_ops'] / total:5.1f} % of the "
+                         f"operations: {', '.join(row['nodes']) or 'nothing'}")
     cap = d["capture"]
     lines.append("capture: " + (f"on, snaplen {cap['snaplen']}, at most {cap['max_mb']:g} MB"
                                 if cap["enabled"] else "off"))

@@ -248,6 +248,8 @@ class Spec:
     link_overrides: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
     link_schedule: tuple[LinkChange, ...] = ()
     broker: BrokerSpec = field(default_factory=BrokerSpec)
+    # Servers the emulated network is spread over (see _servers); () is this machine alone.
+    servers: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved spec as plain data, for the manifest."""
@@ -268,12 +270,14 @@ class Spec:
             "link_overrides": [{"a": a, "b": b, **dict(f)} for a, b, f in self.link_overrides],
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
             "broker": {**vars(self.broker), "cpu": dict(self.broker.cpu)},
+            # Only when set, so that the resolved spec of every earlier run stays the same.
+            **({"servers": list(self.servers)} if self.servers else {}),
         }
 
 
 _TOP = {"name", "description", "topology", "links", "switch", "controller", "duration_s",
         "seed", "scale", "fidelity", "capture", "workload", "routing", "link_overrides",
-        "link_schedule", "broker"}
+        "link_schedule", "broker", "servers"}
 
 
 def _link_params(d: Any, where: str) -> LinkParams:
@@ -298,6 +302,7 @@ def parse_spec(data: Any) -> Spec:
     overrides = _link_overrides(d.get("link_overrides") or [])
     schedule = _link_schedule(d.get("link_schedule") or [])
     broker = _broker(d.get("broker") or {})
+    servers = _servers(d.get("servers") or [], switch, broker)
     workload = d.get("workload") or {}
     if not isinstance(workload, Mapping):
         raise _fail("workload", workload, "a mapping")
@@ -322,7 +327,36 @@ def parse_spec(data: Any) -> Spec:
         link_overrides=overrides,
         link_schedule=schedule,
         broker=broker,
+        servers=servers,
     )
+
+
+SERVER_RE = re.compile(r"^(localhost|[a-z0-9]([a-z0-9.-]{0,62}[a-z0-9])?)$", re.IGNORECASE)
+
+
+def _servers(data: Any, switch: str, broker: BrokerSpec) -> tuple[str, ...]:
+    """``servers``: the machines one emulated run is spread over (Mininet's cluster edition,
+    :mod:`experiments.emulation.cluster`); ``localhost`` is this one and must be among them.
+    Checked against what cannot cross servers: Open vSwitch (its userspace datapath and the
+    controller run here) and ``broker.cpu`` (its cgroups are made on this machine)."""
+    if not isinstance(data, list | tuple) or not all(isinstance(s, str) for s in data):
+        raise _fail("servers", data, "a list of host names or addresses, e.g. "
+                                     "[localhost, 192.168.56.12]")
+    if not data:
+        return ()
+    for s in data:
+        if not SERVER_RE.match(s):
+            raise _fail("servers", s, "a host name or IPv4 address (letters, digits, '.', '-')")
+    if len(set(data)) != len(data) or len(data) < 2 or "localhost" not in data:
+        raise _fail("servers", list(data), "two or more distinct servers, localhost among them "
+                                           "(this machine runs the controller of the run)")
+    if switch != "bridge":
+        raise _fail("switch", switch, "bridge when servers are given (Open vSwitch and its "
+                                      "controller run on this machine only)")
+    if broker.cpu:
+        raise SpecError("broker.cpu: not supported with servers (CPU-limited hosts are "
+                        "cgroups of this machine): remove one of them")
+    return tuple(data)
 
 
 def _topology(data: Any) -> TopologySpec:

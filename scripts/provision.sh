@@ -13,12 +13,17 @@ VENV="${PUBSUBLAB_VENV:-$REPO/.venv}"
 # git: every run's manifest records the revision (a bare Debian 12 has no git).
 # mosquitto and mosquitto-clients: the peer of `pubsublab bench broker --peer mosquitto`
 # (started on its own port by the benchmark; its load generator is mosquitto_pub).
+# openssh-server and sudo: runs spread over servers (run --servers) use Mininet's cluster
+# edition, which reaches the other servers by SSH and runs its commands there through
+# sudo. The two-server test starts an sshd of its own in a network namespace; the
+# package's service is left as Debian sets it up (the lab VMs run sshd already).
 # python3-networkx, -yaml, -numpy: `mn --custom topologies/custom.py` runs the topology
 # builders in the system Python, and they reach nodes.cores, which imports numpy.
 APT_PACKAGES=(mininet openvswitch-switch tcpdump tshark bridge-utils ethtool iperf3
               iputils-ping iproute2 procps psmisc openjdk-17-jre-headless
               python3-venv python3-pip python3-networkx python3-yaml python3-numpy
-              chromium chromium-driver tmux git mosquitto mosquitto-clients)
+              chromium chromium-driver tmux git mosquitto mosquitto-clients
+              openssh-server sudo)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from experiments.cli.common import SpecError, emit, json_flag, out_dir, plan_of, spec_arguments
@@ -34,6 +35,16 @@ def add_emulated_parser(sub: Any, name: str, helptext: str,
                    help="emulate even an overlay or workload larger than this machine "
                         "holds (64 brokers per core, 60 MB each within half the memory; "
                         "a workload's estimated operations at 200 B each within half)")
+    r.add_argument("--servers", metavar="HOST,HOST,...",
+                   help="spread the network over these servers (localhost is this machine; "
+                        "the others reached as root by SSH with a key): brokers and their "
+                        "clients placed by the client operations each broker serves, SCOT "
+                        "clusters kept together where they fit, links between servers in "
+                        "VXLAN tunnels; the run folder must be on a file system every "
+                        "server mounts at the same path (the spec's field: servers)")
+    r.add_argument("--ssh-config", type=Path, metavar="FILE",
+                   help="with --servers: the SSH client configuration that reaches them "
+                        "(default: root's own, ~/.ssh/config)")
     json_flag(r)
     r.set_defaults(func=func)
 
@@ -58,6 +69,10 @@ def run_emulated(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     from experiments.runs.summaries import summary_table
     from experiments.runs.testbed import run_experiment, workload_phases
 
+    if args.servers:
+        args.set = [*args.set, f"servers=[{args.servers}]"]
+    if args.ssh_config is not None and not args.ssh_config.is_file():
+        raise SpecError(f"--ssh-config: {args.ssh_config} is not a file")
     plan = plan_of(args)
     if not args.allow_large:
         mem_mb = physical_memory_bytes() / 2**20
@@ -68,7 +83,8 @@ def run_emulated(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
     if os.geteuid() != 0:
         raise PermissionError("emulated runs need root: run with sudo")
     phases = workload_phases(plan)
-    run_dir, manifest = run_experiment(plan, out_dir(args.out), cli=args.cli, phases=phases)
+    run_dir, manifest = run_experiment(plan, out_dir(args.out), cli=args.cli, phases=phases,
+                                       ssh_config=args.ssh_config)
     summaries = manifest.get("summaries", {})
     fidelity = fidelity_verdict(manifest.get("fidelity"))
     result = {"run_dir": str(run_dir), "status": manifest["status"],

@@ -245,11 +245,12 @@ def probe() -> dict[str, Any]:
 def format_report(result: dict[str, Any]) -> str:
     """Human-readable table of a probe result."""
     lines = []
+    width = max(13, *(len(c["name"]) + 1 for c in result["checks"]))
     for c in result["checks"]:
         mark = "ok " if c["ok"] else ("MISSING" if c["required"] else "no ")
-        line = f"{mark:8}{c['name']:13}{c['detail']}"
+        line = f"{mark:8}{c['name']:{width}}{c['detail']}"
         if c["fix"]:
-            line += f"\n{'':21}-> {c['fix']}"
+            line += f"\n{'':{8 + width}}-> {c['fix']}"
         lines.append(line)
     mech = ", ".join(f"{k}={v}" for k, v in result["mechanisms"].items())
     lines.append(f"mechanisms: {mech}")

@@ -16,7 +16,7 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,15 @@ IPERF_PORT = 5201
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these
 
 
-def _cpu_times() -> tuple[int, int]:
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    values = [int(x) for x in fields]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+def cpu_times_of(stat_line: str) -> tuple[int, int]:
+    """Idle (with iowait) and total jiffies of /proc/stat's first line."""
+    values = [int(x) for x in stat_line.split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
     return idle, sum(values)
+
+
+def _cpu_times() -> tuple[int, int]:
+    return cpu_times_of(Path("/proc/stat").read_text().splitlines()[0])
 
 
 def process_kind(argv: Sequence[str]) -> str:
@@ -74,8 +78,10 @@ class IdleSampler:
     period before its end, so the figures are lower bounds by up to a period's use."""
 
     def __init__(self, period_s: float = 1.0, path: Path | None = None,
-                 processes: list[subprocess.Popen[bytes]] | None = None) -> None:
+                 processes: list[subprocess.Popen[bytes]] | None = None,
+                 cpu_times: Callable[[], tuple[int, int]] = _cpu_times) -> None:
         self.period_s = period_s
+        self._cpu_times = cpu_times  # another server's (RemoteCpuTimes), or this one's
         self.path = path
         self.samples_pct: list[float] = []
         self._processes = processes if processes is not None else []
@@ -102,10 +108,10 @@ class IdleSampler:
 
     def _loop(self) -> None:
         self._read_processes()
-        idle0, total0 = _cpu_times()
+        idle0, total0 = self._cpu_times()
         while not self._stop.wait(self.period_s):
             self._read_processes()
-            idle1, total1 = _cpu_times()
+            idle1, total1 = self._cpu_times()
             if total1 > total0:
                 pct = round(100.0 * (idle1 - idle0) / (total1 - total0), 1)
                 self.samples_pct.append(pct)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.emulation.cgroups import RunCgroup, remove_host_groups
+from experiments.emulation.cluster import Servers, control_paths, undo_server
 from nodes.runfolder import read_json, write_json
 
 STATE_DIR = Path(os.environ.get("PUBSUBLAB_STATE_DIR", "/run/pubsublab"))
@@ -56,6 +57,12 @@ class RunState:
 
     def add_nodes(self, names: list[str]) -> None:
         self.data["nodes"] = sorted(set(self.data["nodes"]) | set(names))
+        self._save()
+
+    def add_servers(self, entries: list[dict[str, Any]]) -> None:
+        """The run's groups on other servers (``server``, ``group``, ``ssh_config``),
+        named before they are made (:mod:`experiments.emulation.cluster`)."""
+        self.data["servers"] = entries
         self._save()
 
     def add_bridges(self, names: list[str]) -> None:
@@ -120,6 +127,14 @@ def undo_run(state: dict[str, Any]) -> tuple[list[str], list[str]]:
         except (OSError, RuntimeError) as exc:
             left.append(f"cgroup {cgroup.path}: {exc}")
     nodes, bridges = state.get("nodes", []), state.get("bridges", [])
+    for entry in state.get("servers", []):
+        cfg = entry.get("ssh_config")
+        servers = Servers((entry["server"],), None if cfg is None else Path(cfg))
+        there, left_there = undo_server(servers, entry["server"], entry["group"], nodes)
+        removed += there
+        left += left_there
+    for sock in control_paths(int(state.get("runner", 0))) if state.get("servers") else ():
+        sock.unlink(missing_ok=True)  # a killed runner's shared SSH connections
     removed += remove_network_leftovers(nodes, bridges)
     removed += remove_host_groups(nodes)
     left += network_leftovers(nodes, bridges)

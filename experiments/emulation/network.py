@@ -43,6 +43,10 @@ Mechanisms (chosen from the capability probe and written to the manifest):
   actually used from its cgroup's ``cpuacct.usage``. The limit is the broker's: a
   process started with ``popen(..., cpu_limited=False)`` (the runners' clients) runs in
   the host's namespace outside the cgroup.
+- servers (``servers``, with the plan's ``placement`` of every node): the nodes on other
+  servers are Mininet cluster-edition nodes there, links between servers VXLAN tunnels
+  with HTB on their ends, and the run has a cgroup on every server
+  (:mod:`experiments.emulation.cluster`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,19 @@ from typing import IO, Any
 import networkx as nx
 
 from experiments.emulation.cgroups import RunCgroup, cgroup_mount
+from experiments.emulation.cluster import (
+    MNEXEC,
+    REMOTE_STATE,
+    TUNNEL_MTU,
+    RemoteProcess,
+    Servers,
+    group_name,
+    join_script,
+    make_server_group,
+    node_classes,
+    remote_argv,
+    tunnel_addresses,
+)
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.leftovers import (
     STATE_DIR,
@@ -259,10 +276,16 @@ class Emulation:
     def __init__(self, graph: nx.Graph, *, switch: str, probe: dict[str, Any], log: Log,
                  controller: ControllerProcess | None = None,
                  cpu_limits: Mapping[str, float] | None = None,
-                 status_files: Sequence[Path] = ()) -> None:
+                 status_files: Sequence[Path] = (), servers: Servers | None = None,
+                 placement: Mapping[str, str] | None = None) -> None:
         if controller is not None and switch != "ovs":
             raise ValueError(f"a controller needs switch 'ovs', not {switch!r}")
         self.cpu_limits = dict(cpu_limits or {})
+        if servers is not None and (cpu_limits or switch != "bridge" or not placement):
+            raise ValueError("servers: want a placement, switch 'bridge' and no cpu_limits")
+        self.servers = servers
+        self.placement = dict(placement or {})
+        self._remote_started = 0  # numbers the pid files of processes on other servers
         for host, share in self.cpu_limits.items():
             if graph.nodes.get(host, {}).get("kind", "switch") == "switch":
                 raise ValueError(f"cpu_limits: {host!r} is not a host of the graph")
@@ -276,7 +299,7 @@ class Emulation:
         self.probe = probe
         self.log = log
         self.net: Any = None
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[Any] = []  # subprocess.Popen, or RemoteProcess on another server
         self.status_files = list(status_files)
         self.state: RunState | None = None
         self.cgroup: RunCgroup | None = None
@@ -309,18 +332,24 @@ class Emulation:
         self.state.add_nodes(list(self.graph.nodes))
         if self.switch == "ovs":
             self.state.add_bridges(switches)
+        if self.servers is not None:
+            self._server_groups()
         # Our own names might still be taken by something a sweep could not attribute.
         remove_network_leftovers(list(self.graph.nodes), switches if self.switch == "ovs" else [])
         if self.controller is not None:
             self.controller.start()
             self.controller.wait_listening()
         t0 = time.monotonic()
-        self.net = Mininet(topo=topo, link=HighBwTCLink, switch=self._switch_class(),
-                           controller=None, autoSetMacs=True, build=False,
-                           waitConnected=False)
+        classes: dict[str, Any] = {"link": HighBwTCLink, "switch": self._switch_class()}
+        if self.servers is not None:
+            classes = self._cluster_classes(topo)
+        self.net = Mininet(topo=topo, **classes, controller=None, autoSetMacs=True,
+                           build=False, waitConnected=False)
         if self.controller is not None:
             _add_remote_controller(self.net, self.controller.host, self.controller.port)
         self.net.build()
+        if self.servers is not None:
+            self._join_server_groups()
         self._check_cpu_quotas()
         t_switches = time.monotonic()
         self.net.start()
@@ -331,7 +360,55 @@ class Emulation:
             self._checksum_offload_off()
         if not netem:
             self._queue_limits_without_netem()
+        if self.servers is not None and self.cross_server_links():
+            self._tunnel_mtu()
         self.build_s = time.monotonic() - t0
+
+    # -- servers (experiments.emulation.cluster) -------------------------------------
+    def _server_groups(self) -> None:
+        """Name the run's group on every other server in the state, then make it."""
+        assert self.servers is not None and self.state is not None
+        entries = [{"server": s, "group": group_name(os.getpid(), s),
+                    "ssh_config": None if self.servers.ssh_config is None
+                    else str(self.servers.ssh_config)} for s in self.servers.remote]
+        self.state.add_servers(entries)
+        for e in entries:
+            make_server_group(self.servers, e["server"], e["group"])
+
+    def _cluster_classes(self, topo: Any) -> dict[str, Any]:
+        """Mininet's classes for nodes on servers, each node's server in its topo info."""
+        assert self.servers is not None
+        ips = tunnel_addresses(self.servers)
+        for node in topo.nodes():
+            server = self.placement[node]
+            topo.nodeInfo(node).update(server=server, serverIP=ips[server], user="root")
+        host, bridge, link = node_classes(self.servers, ips)
+        return {"host": host, "switch": partial(bridge, stp=False), "link": link}
+
+    def _join_server_groups(self) -> None:
+        """Put the shells of the nodes on other servers into the run's group there."""
+        assert self.servers is not None
+        for server in self.servers.remote:
+            pids = [n.pid for n in self.net.hosts + self.net.switches if n.server == server]
+            name = group_name(os.getpid(), server)
+            script = "; ".join(f"{join_script(name).replace('$$', str(pid))}" for pid in pids)
+            res = self.servers.run(server, script or "true")
+            if res.returncode != 0:
+                raise RuntimeError(f"server {server}: node shells not put into the run's "
+                                   f"cgroup: {res.stderr.strip()}")
+
+    def cross_server_links(self) -> list[tuple[str, str]]:
+        """The links whose ends are on different servers (none without servers)."""
+        from topologies.placement import cross_server_links
+
+        return cross_server_links(self.graph, self.placement) if self.placement else []
+
+    def _tunnel_mtu(self) -> None:
+        """Every interface gets the tunnel's MTU, so a frame that fits one link fits all."""
+        for node in self.net.hosts + self.net.switches:
+            names = [i.name for i in node.intfList() if i.name != "lo"]
+            if names:
+                node.cmd("; ".join(f"ip link set {n} mtu {TUNNEL_MTU}" for n in names))
 
     def _cpu_limited_hosts(self, topo: Any) -> None:
         """Make the limited hosts Mininet CPULimitedHosts (CFS) with their share."""
@@ -424,7 +501,7 @@ class Emulation:
                         raise RuntimeError(f"queue limit on {intf.name} failed: {out.strip()}")
 
     def popen(self, host: str, argv: list[str], *, cpu_limited: bool = True,
-              **kwargs: Any) -> subprocess.Popen[bytes]:
+              **kwargs: Any) -> subprocess.Popen[bytes] | RemoteProcess:
         """Start a process on a Mininet host; it is ended by pid at teardown (and, as a
         member of the run's cgroup, by the next run if this one is killed). With
         ``cpu_limited`` false, a process on a CPU-limited host runs in the host's network
@@ -434,7 +511,17 @@ class Emulation:
             # Mininet's CPULimitedHost.popen puts the process in the host's cgroup with
             # mnexec -g; a plain Host's mnexec (namespace only) leaves it in ours.
             kwargs["mncmd"] = ["mnexec", "-da", str(node.pid)]
-        proc = node.popen(argv, **kwargs)
+        server = getattr(node, "server", "localhost")
+        if self.servers is not None and server != "localhost":
+            self._remote_started += 1
+            name = group_name(os.getpid(), server)
+            pid_file = f"{REMOTE_STATE}/{name}/{self._remote_started}.pid"
+            local = node.popen(remote_argv(argv, node.pid, name, pid_file), mncmd=[], **kwargs)
+            proc: Any = RemoteProcess(local, self.servers, server, pid_file)
+        else:
+            if self.servers is not None:
+                kwargs.setdefault("mncmd", [*MNEXEC, str(node.pid)])
+            proc = node.popen(argv, **kwargs)
         self.procs.append(proc)
         return proc
 

@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.emulation.cluster import Servers
 from experiments.emulation.leftovers import STATE_DIR
 from experiments.spec import MAX_LINK_MBPS, MIN_LINK_MBPS, LinkChange
 from nodes.logs import iter_jsonl
@@ -42,8 +44,41 @@ HTB_CLASS = "5:1"
 LIVE_RUN = STATE_DIR / "live-run"
 
 
+class ShellPid(int):
+    """The pid of a Mininet host's shell on another server of the live run: an int, so
+    that a link's ends stay (pid, interface), that also knows how to reach its server."""
+
+    servers: Servers
+    server: str
+
+    def __new__(cls, pid: int, servers: Servers, server: str) -> ShellPid:
+        obj = super().__new__(cls, pid)
+        obj.servers, obj.server = servers, server
+        return obj
+
+
+def _remote_shell(name: str) -> ShellPid | None:
+    """The shell of host ``name`` if the live run placed it on another server."""
+    server = (_live().get("placement") or {}).get(name, "localhost")
+    if server == "localhost":
+        return None
+    cfg = _live().get("ssh_config")
+    servers = Servers((server,), None if cfg is None else Path(cfg))
+    # Mininet's host shell, exactly: mnexec ... env PS1=.. bash --norc --noediting -is NAME
+    res = servers.run(server, "pgrep -o -x -f " + shlex.quote(
+        f"bash --norc --noediting -is mininet:{name}"))
+    if not res.stdout.strip().isdigit():
+        raise LookupError(f"no Mininet host named {name!r} is running on server {server}")
+    return ShellPid(int(res.stdout), servers, server)
+
+
 def mininet_host_pid(name: str) -> int:
-    """The pid of the shell of Mininet host ``name`` (LookupError if none runs)."""
+    """The pid of the shell of Mininet host ``name`` (LookupError if none runs): on this
+    machine, or, where the live run placed it on another server, there (a
+    :class:`ShellPid`)."""
+    remote = _remote_shell(name)
+    if remote is not None:
+        return remote
     marker = f"mininet:{name}".encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -58,8 +93,10 @@ def mininet_host_pid(name: str) -> int:
 
 
 def _in_ns(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["mnexec", "-a", str(pid), *argv], capture_output=True, text=True,
-                          check=False)
+    cmd = ["mnexec", "-a", str(int(pid)), *argv]
+    if isinstance(pid, ShellPid):
+        return pid.servers.run(pid.server, shlex.join(cmd))
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
 def _addresses(pid: int) -> list[tuple[str, ipaddress.IPv4Interface]]:
@@ -110,23 +147,34 @@ def configured_mbps(configured: Mapping[tuple[str, str], float | None], a: str, 
 
 
 @contextlib.contextmanager
-def live_run(run_dir: Path) -> Iterator[None]:
-    """While the body runs, :func:`throttle` records each change in ``run_dir``."""
+def live_run(run_dir: Path, placement: Mapping[str, str] | None = None,
+             ssh_config: Path | None = None) -> Iterator[None]:
+    """While the body runs, :func:`throttle` records each change in ``run_dir``, and
+    finds the hosts the run placed on other servers there (``placement``, reached with
+    ``ssh_config``)."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    write_json(LIVE_RUN, {"run_dir": str(run_dir), "runner": os.getpid()})
+    write_json(LIVE_RUN, {"run_dir": str(run_dir), "runner": os.getpid(),
+                          **({"placement": dict(placement),
+                              "ssh_config": None if ssh_config is None else str(ssh_config)}
+                             if placement else {})})
     try:
         yield
     finally:
         LIVE_RUN.unlink(missing_ok=True)
 
 
-def _live_run_dir() -> Path | None:
-    """The folder of the run whose workload runs now, if any (a killed runner's stale
-    pointer is ignored)."""
+def _live() -> dict[str, Any]:
+    """The live run's record ({} if none: a killed runner's stale record is ignored)."""
     live = read_json(LIVE_RUN)
-    if not live or not Path(f"/proc/{live['runner']}").exists():
-        return None
-    return Path(live["run_dir"])
+    if not isinstance(live, dict) or not Path(f"/proc/{live.get('runner')}").exists():
+        return {}
+    return live
+
+
+def _live_run_dir() -> Path | None:
+    """The folder of the run whose workload runs now, if any."""
+    live = _live()
+    return Path(live["run_dir"]) if live else None
 
 
 def throttle(a: str, b: str, bw_mbps: float) -> dict[str, Any]:

@@ -250,7 +250,8 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
             manifest["capture"] = {**cap.describe(), "algorithms": {}}
         progress = TimeLeft(f"run {plan.name}", [(a.name, algorithm_estimate_s(plan))
                                                  for a in plan.algorithms], log)
-        with live_run(run_dir):
+        with live_run(run_dir, emu.placement,
+                      emu.servers.ssh_config if emu.servers is not None else None):
             try:
                 for alg in plan.algorithms:
                     out = run_dir / alg.name

@@ -15,9 +15,10 @@ killed outright, the next run sets it to ``killed``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -25,15 +26,23 @@ from typing import Any
 
 import networkx as nx
 
+from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, RemoteCpuTimes, Servers
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
-from experiments.emulation.fidelity import IdleSampler, iperf_pair, process_cpu_text, sample_links
+from experiments.emulation.fidelity import (
+    IdleSampler,
+    cpu_times_of,
+    iperf_pair,
+    process_cpu_text,
+    sample_links,
+)
 from experiments.emulation.network import Emulation
+from experiments.emulation.server_checks import check_servers, first_failure
 from experiments.interrupts import at_prompt, teardown
 from experiments.plan import RunPlan, link_mechanisms
 from experiments.progress import log
 from experiments.runs.faults import LOSSY, run_faults
-from experiments.runs.manifest import base_manifest
+from experiments.runs.manifest import base_manifest, code_fingerprint
 from experiments.spec import Spec, SpecError
 from nodes.runfolder import CONTROLLER_DIR, CPU_IDLE, MANIFEST, new_run_dir, write_manifest
 
@@ -59,8 +68,11 @@ def workload_phases(plan: RunPlan) -> tuple[Phase, ...]:
 
 
 def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
-                   phases: tuple[Phase, ...] = ()) -> tuple[Path, dict[str, Any]]:
+                   phases: tuple[Phase, ...] = (), ssh_config: Path | None = None
+                   ) -> tuple[Path, dict[str, Any]]:
     """Run ``plan`` in Mininet; returns the run folder and the final manifest.
+    A plan placed on servers is built across them, reached with ``ssh_config``
+    (:mod:`experiments.emulation.cluster`).
 
     ``phases`` run in order on the live network after the fidelity check (the brokers'
     workload, the bulk rounds); each may add its results to the manifest dict it gets.
@@ -79,14 +91,22 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     if plan.delay_loss_mechanism != found["mechanisms"]["delay_loss"]:
         # The plan guessed netem from the kernel's module list; the probe tried it.
         plan = replace(plan, delay_loss_mechanism=found["mechanisms"]["delay_loss"])
+    servers = Servers(spec.servers, ssh_config) if plan.placement else None
+    if servers is not None:  # every server can take its part, or one line and nothing built
+        failed = first_failure(check_servers(servers, code_fingerprint(), out_base))
+        if failed:
+            raise RuntimeError(failed)
     run_dir = new_run_dir(out_base, spec.name)
     mechanisms = link_mechanisms(graph, found["mechanisms"]["delay_loss"] == "netem")
+    if plan.placement:
+        mark_cross_server(mechanisms, plan.placement)
     manifest: dict[str, Any] = {
         **base_manifest(plan, run_dir, "emulated"), "status": "running",
         "probe": found, "switch": spec.switch,
         "topology": {"nodes": graph.number_of_nodes(), "links": graph.number_of_edges(),
                      "notes": list(graph.graph.get("notes", []))},
         "links": mechanisms,
+        **({"servers": plan.servers_describe()} if plan.placement else {}),
     }
     in_broker = sorted({k for row in mechanisms for k, v in row["mechanism"].items()
                         if v == "in-broker"})
@@ -97,7 +117,8 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
     log(f"run folder {run_dir}")
     controller = ControllerProcess(run_dir / CONTROLLER_DIR, log=log) if spec.controller else None
     emu = Emulation(graph, switch=spec.switch, probe=found, log=log, controller=controller,
-                    cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST])
+                    cpu_limits=plan.broker.cpu, status_files=[run_dir / MANIFEST],
+                    servers=servers, placement=plan.placement)
     t_start = time.monotonic()
     try:
         log(f"building {graph.number_of_nodes()} nodes, {graph.number_of_edges()} links")
@@ -107,8 +128,13 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             manifest["controller"] = controller.summary()
             manifest["timing"]["controller_start_s"] = manifest["controller"]["startup_s"]
         log(f"network up in {emu.build_s:.1f} s")
-        # Idle CPU is sampled while the network carries traffic, not while it is built.
-        with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle:
+        # Idle CPU is sampled while the network carries traffic, not while it is built;
+        # on every server of the run.
+        with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle, \
+                contextlib.ExitStack() as stack:
+            remote_idle = {s: stack.enter_context(IdleSampler(cpu_times=stack.enter_context(
+                RemoteCpuTimes(servers, s, cpu_times_of)))) for s in
+                (servers.remote if servers is not None else ())}
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()
@@ -126,6 +152,10 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
                 with at_prompt():
                     CLI(emu.net)
         manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct)
+        if remote_idle:
+            manifest["fidelity"]["cpu_idle"]["servers"] = {
+                s: sampler.summary(spec.fidelity.min_idle_pct)
+                for s, sampler in remote_idle.items()}
         # Deliveries lost without a declared fault to explain them end the run "lossy".
         manifest["faults"] = run_faults(plan, manifest.get("summaries", {}))
         manifest["status"] = LOSSY if manifest["faults"]["lossy"] else "ok"
@@ -147,6 +177,18 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
             log(f"torn down; manifest {run_dir / MANIFEST} ({manifest['status']})")
     _report_fidelity(manifest["fidelity"], spec)
     return run_dir, manifest
+
+
+def mark_cross_server(mechanisms: list[dict[str, Any]], placement: Mapping[str, str]) -> None:
+    """Add to each link's row the servers of its ends, whether it crosses servers and,
+    where it does, what carries it there (the tunnel; the rate stays HTB's on its ends)."""
+    for row in mechanisms:
+        ends = {row["a"]: placement[row["a"]], row["b"]: placement[row["b"]]}
+        row["servers"] = ends
+        row["crosses_servers"] = len(set(ends.values())) > 1
+        if row["crosses_servers"]:
+            row["mechanism"] = {**row["mechanism"],
+                                "tunnel": f"vxlan udp/{VXLAN_PORT}, mtu {TUNNEL_MTU}"}
 
 
 def _check_links(emu: Emulation, graph: nx.Graph, spec: Spec) -> list[dict[str, Any]]:
@@ -178,5 +220,10 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
         log(f"FIDELITY WARNING: CPU idle fell below {spec.fidelity.min_idle_pct} % in "
             f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s (min "
             f"{idle['min_pct']} %): emulated timing in this run is not trustworthy")
+    for server, there in idle.get("servers", {}).items():
+        if not there["ok"]:
+            log(f"FIDELITY WARNING: on server {server}, CPU idle fell below "
+                f"{spec.fidelity.min_idle_pct} % in {there['seconds_below']} of "
+                f"{len(there['per_second_pct'])} s (min {there['min_pct']} %)")
     if "by_process" in idle:
         log(f"CPU of the run's own processes, {process_cpu_text(idle['by_process'])}")
