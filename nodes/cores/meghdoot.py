@@ -101,10 +101,9 @@ PARAMS = (
           "reports its group's loads) or 'peer' (every peer its own)",
           choices=("zone", "peer")),
     Param("report_rule", "str", "periodic", "",
-          "when a peer sends its load reports: 'periodic' (every load period) or "
-          "'on_change' (when a load it reports moved by more than report_change since its "
-          "last report, or its zone, replica group or named neighbours changed; to a peer "
-          "new in its table; else every heartbeat_periods load periods, as a heartbeat)",
+          "when a peer reports loads: 'periodic' (every load period) or 'on_change' "
+          "(when a load moved by more than report_change or its zone or group changed, "
+          "to a peer new in its table, else every heartbeat_periods load periods)",
           choices=("periodic", "on_change")),
     Param("report_change", "float", 0.25, "",
           "share of its last reported value by which a load or its propagation messages "
