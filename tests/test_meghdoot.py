@@ -10,6 +10,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -18,7 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodes.cores import can, make_core, resolve_params
-from nodes.cores.interface import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
+from nodes.cores.interface import (
+    Arrived,
+    Deliver,
+    Event,
+    FromClient,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
 from nodes.cores.meghdoot import PARAMS, MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
@@ -805,6 +815,23 @@ def test_an_on_change_peer_reports_what_moved_to_every_neighbour_and_a_new_one_a
     # The first reading, as before: every period, to all.
     _, (q1, _) = _two_zones(report_rule="periodic")
     assert [tick(t) for t in (1.0, 2.0)] == [everyone, everyone]
+
+
+def test_an_emulated_broker_s_peer_takes_the_reading_of_its_config(tmp_path: Path) -> None:
+    """The emulated runtime hosts the same core: a broker's config carries the reading,
+    and its core re-arms its load timer by name at every tick, as the simulator's."""
+    from experiments.plan import compile_plan
+    from experiments.runs.brokers import broker_configs
+    from experiments.spec import load_spec
+    from nodes.emulated.auth import new_secret
+    from nodes.emulated.broker import BrokerConfig, build_core
+    plan = compile_plan(load_spec("meghdoot-emulated", [
+        "routing.params.report_rule=on_change", "routing.params.heartbeat_periods=4"]))
+    configs = broker_configs(plan, "meghdoot", emulate_link=False, log_dir=tmp_path)
+    core = build_core(BrokerConfig.from_json({**configs[min(configs)], "secret": new_secret()}))
+    assert isinstance(core, MeghdootCore) and core.loads.on_change and core.loads.beat == 4
+    out = core.handle(TimerFired("load"), 1.0)  # the seed peer: no neighbours, no reports
+    assert [a for a in out if not isinstance(a, Record)] == [SetTimer("load", 1.0)]
 
 
 @pytest.mark.parametrize(("rule", "declared_at"), [("periodic", 4), ("on_change", 7)])
