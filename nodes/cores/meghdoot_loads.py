@@ -19,7 +19,7 @@ When a peer reports (``report_rule``; the paper says only "periodically"):
   group, the neighbours a lone owner names); else only to the peers new in its table
   since its last tick, and every ``heartbeat_periods`` load periods to all, as a
   heartbeat. Failure detection then counts heartbeat periods (``failure_periods`` of
-  them), and a coordinator waits as many for a failed lone owner's notices
+  them), and a failed lone owner's coordinator waits three of them for its notices
   (:attr:`Loads.beat`). The loadedPeerList alone changing sends nothing: joins do not
   read it. A join's zone messages carry the fresh loads of the peers it changed, as in
   either reading.
