@@ -988,13 +988,16 @@ def _published(w: Workload, key: tuple[str, int]) -> float:
                 and (op.msg.origin, op.msg.msg_id) == key)
 
 
-# Detection (three silent load periods, and up to two more: a peer's last message may
-# trail its last report by a period) and the coordinator's wait for every neighbour's
-# notice (three of its periods), at load periods of 0.5 s.
-_TAKEOVER_S = (3 + 2 + 3) * 0.5
+def _takeover_s(beat: int) -> float:
+    """Detection (three silent load periods, and up to two more: a peer's last message
+    may trail its last report by a period) and the coordinator's wait for every
+    neighbour's notice (three of its periods), at load periods of 0.5 s; in heartbeat
+    periods of ``beat`` load periods under ``on_change``."""
+    return (3 + 2 + 3) * beat * 0.5
 
 
-def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float]:
+def _lone_owner_crash(*, join: str, sibling: bool, beat: int = 1
+                      ) -> tuple[Workload, str, float]:
     """A workload in which the lone owner (not the seed) storing the most subscriptions
     (then mirror copies) among those whose zone merges with a neighbour's (``sibling``) or
     with none crashes half way; no operation during its takeover. The workload, the
@@ -1007,29 +1010,31 @@ def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float
             and any(can.merged(p.zone, z) for z in p.nbrs.values()) == sibling]
     victim = max(lone, key=lambda p: (len(p.subs), len(p.mirror_subs), p.broker))
     assert len(victim.subs) + len(victim.mirror_subs) >= 10, "too little to lose"
-    ops = _without(base, t_crash, t_crash + _TAKEOVER_S, victim.broker)
+    ops = _without(base, t_crash, t_crash + _takeover_s(beat), victim.broker)
     ops.append(ClientOp(t_crash, f"j{victim.broker}", victim.broker,
                         Message(MsgType.CRASH, 9, f"j{victim.broker}")))
     return _ended(base, ops, t_crash, [victim.broker]), victim.broker, t_crash
 
 
-@pytest.mark.parametrize(("join", "sibling", "mirrors"), [
-    ("meghdoot", True, True), ("meghdoot", False, True), ("can", False, True),
-    ("meghdoot", True, False)], ids=["merged", "adopted", "freed", "no-mirrors"])
+@pytest.mark.parametrize(("join", "sibling", "mirrors", "beat"), [
+    ("meghdoot", True, True, 0), ("meghdoot", False, True, 0), ("can", False, True, 0),
+    ("meghdoot", True, False, 0), ("meghdoot", True, True, 2)],
+    ids=["merged", "adopted", "freed", "no-mirrors", "merged-on-change"])
 def test_a_crashed_lone_owner_s_subscriptions_come_back_from_their_mirror_copies(
-        join: str, sibling: bool, mirrors: bool) -> None:
+        join: str, sibling: bool, mirrors: bool, beat: int) -> None:
     """A neighbour zone that merges with the failed zone takes it over, else a replica of
     a neighbour zone adopts it, else (plain CAN joins make no replicas) a lone neighbour
     that hands its own zone to its sibling; the subscriptions come back from their mirror
     copies, and the copies the failed peer held from their owners. Without mirrors the
     zone and its subscriptions are lost."""
-    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling)
+    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling, beat=max(beat, 1))
     peers: list[MeghdootCore] = []
-    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers,
-                 checked=False)
+    reading = {"report_rule": "on_change", "heartbeat_periods": beat} if beat else {}
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors, **reading},
+                 peers, checked=False)
     want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
     got = {k: sorted(v) for k, v in result.deliveries.items()}
-    late = {k for k in want if _published(w, k) > t_crash + _TAKEOVER_S}
+    late = {k for k in want if _published(w, k) > t_crash + _takeover_s(max(beat, 1))}
     assert len(late) > 50
     missed = {k for k in late if got.get(k) != want[k]}
     if not mirrors:
