@@ -10,6 +10,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -18,7 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodes.cores import can, make_core, resolve_params
-from nodes.cores.interface import Arrived, Deliver, Event, FromClient, Record, Send, TimerFired
+from nodes.cores.interface import (
+    Arrived,
+    Deliver,
+    Event,
+    FromClient,
+    Record,
+    Send,
+    SetTimer,
+    TimerFired,
+)
 from nodes.cores.meghdoot import PARAMS, MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
@@ -191,14 +201,15 @@ def random_workloads(draw: st.DrawFn) -> tuple[Workload, str]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_workloads(), st.sampled_from(["meghdoot", "can"]),
        st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]),
-       st.sampled_from([("standout", 2.0), ("relative", 2.0), ("absolute", 1.0)]))
+       st.sampled_from([("standout", 2.0), ("relative", 2.0), ("absolute", 1.0)]),
+       st.sampled_from(["periodic", "on_change"]))
 def test_random_spaces_deliver_exactly_once_while_peers_join(
         case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float,
-        rule: tuple[str, float]) -> None:
+        rule: tuple[str, float], report_rule: str) -> None:
     w, space = case
     result = run(w, {"space": space, "join": join, "dup_rule": dup_rule,
                      "load_period_s": load_period_s, "replicate_rule": rule[0],
-                     "kappa": rule[1]})
+                     "kappa": rule[1], "report_rule": report_rule})
     assert_exactly_once(result, w)
 
 
@@ -677,6 +688,22 @@ def test_a_peer_listing_a_zone_that_split_away_is_corrected_by_the_report_it_sen
                                                          again["n"])), 2.1)) == {}
 
 
+@pytest.mark.parametrize(("assignment", "message"), [
+    ("report_rule=sometimes", "report_rule: bad value 'sometimes'; allowed: str in "
+                              "{periodic, on_change}"),
+    ("report_change=0", "report_change: bad value 0; allowed: float > 0"),
+    ("report_change=-0.5", "report_change: bad value -0.5; allowed: float > 0"),
+    ("heartbeat_periods=0", "heartbeat_periods: bad value 0; allowed: int >= 1")])
+def test_a_bad_reading_of_load_reports_is_refused_in_one_line(assignment: str,
+                                                               message: str) -> None:
+    from experiments.plan import compile_plan
+    from experiments.spec import SpecError, load_spec
+    with pytest.raises(SpecError) as err:
+        compile_plan(load_spec("meghdoot-peers", [f"routing.params.{assignment}"]))
+    assert str(err.value).startswith(f"routing.params.meghdoot.{message}")
+    assert "\n" not in str(err.value)
+
+
 def test_a_hop_limit_the_frame_cannot_carry_is_refused_in_one_line() -> None:
     from experiments.plan import compile_plan
     from experiments.spec import SpecError, load_spec
@@ -762,6 +789,59 @@ def test_a_reporter_tells_its_neighbours_of_a_failed_co_replica(p3_left: bool) -
         "loads": {}, "top": [], "zone": can.zone_to_json(p1.zone),
         "group": ["p1", "p2", "p3"]})), 5.0)
     assert q1.nbrs.get("p3") == (None if p3_left else p1.zone)
+
+
+def test_an_on_change_peer_reports_what_moved_to_every_neighbour_and_a_new_one_alone(
+        ) -> None:
+    """Under ``report_rule: on_change`` q1, its zone's reporter, sends its reports to
+    all (its own to q2, its zone's to p1 to p3) when a load moved by more than the share
+    or a heartbeat is due, to a peer new in its table alone, and else nothing."""
+    _, (q1, _) = _two_zones(report_rule="on_change", report_change=0.5, heartbeat_periods=3)
+
+    def tick(t_s: float, events: int = 0) -> list[str]:
+        for _ in range(events):
+            q1.loads.events.count()
+        return sorted(_sent(q1.handle(TimerFired("load"), t_s)))
+
+    everyone = ["p1", "p2", "p3", "q2"]
+    assert tick(1.0) == everyone  # its first report
+    assert tick(2.0) == []  # nothing moved
+    q1._update("p4", q1.nbrs["p1"])  # a replica joins the neighbour zone
+    assert tick(3.0) == ["p4"]
+    assert tick(4.0) == [*everyone[:3], "p4", "q2"]  # the heartbeat, three periods on
+    assert tick(5.0, events=4) == [*everyone[:3], "p4", "q2"]  # its load 0 -> 4
+    assert tick(6.0, events=3) == []  # 4 -> 3: by less than half
+    assert tick(7.0) == [*everyone[:3], "p4", "q2"]  # 3 -> 0
+    # The first reading, as before: every period, to all.
+    _, (q1, _) = _two_zones(report_rule="periodic")
+    assert [tick(t) for t in (1.0, 2.0)] == [everyone, everyone]
+
+
+def test_an_emulated_broker_s_peer_takes_the_reading_of_its_config(tmp_path: Path) -> None:
+    """The emulated runtime hosts the same core: a broker's config carries the reading,
+    and its core re-arms its load timer by name at every tick, as the simulator's."""
+    from experiments.plan import compile_plan
+    from experiments.runs.brokers import broker_configs
+    from experiments.spec import load_spec
+    from nodes.emulated.auth import new_secret
+    from nodes.emulated.broker import BrokerConfig, build_core
+    plan = compile_plan(load_spec("meghdoot-emulated", [
+        "routing.params.report_rule=on_change", "routing.params.heartbeat_periods=4"]))
+    configs = broker_configs(plan, "meghdoot", emulate_link=False, log_dir=tmp_path)
+    core = build_core(BrokerConfig.from_json({**configs[min(configs)], "secret": new_secret()}))
+    assert isinstance(core, MeghdootCore) and core.loads.on_change and core.loads.beat == 4
+    out = core.handle(TimerFired("load"), 1.0)  # the seed peer: no neighbours, no reports
+    assert [a for a in out if not isinstance(a, Record)] == [SetTimer("load", 1.0)]
+
+
+@pytest.mark.parametrize(("rule", "declared_at"), [("periodic", 4), ("on_change", 7)])
+def test_on_change_peers_count_silence_in_heartbeat_periods(rule: str,
+                                                           declared_at: int) -> None:
+    """Three silent load periods, or three silent heartbeats of two periods each."""
+    _, (q1, _) = _two_zones(load_period_s=1.0, failure_periods=3, report_rule=rule,
+                            heartbeat_periods=2)
+    downs = [_downs(q1, k + 0.5) for k in range(9)]
+    assert downs == [["p1", "p2", "p3", "q2"] if k == declared_at else [] for k in range(9)]
 
 
 def test_the_paper_rule_sends_fewer_event_messages_than_none() -> None:
@@ -872,22 +952,27 @@ def _without(w: Workload, t0: float, t1: float, peer: str) -> list[ClientOp]:
         op.broker == peer and op.t_s >= t0)]
 
 
-@pytest.mark.parametrize("role", ["reporter", "co-replica"])
-def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered(role: str) -> None:
+@pytest.mark.parametrize(("role", "beat"), [("reporter", 0), ("co-replica", 0),
+                                            ("reporter", 2), ("co-replica", 2)])
+def test_a_crashed_replica_is_dropped_and_every_later_event_is_delivered(role: str,
+                                                                         beat: int) -> None:
     """The victim reports its zone's loads to the neighbours (the first of its group by
-    name), or only its own to its co-replicas (then the reporter tells the neighbours)."""
+    name), or only its own to its co-replicas (then the reporter tells the neighbours);
+    every period (``beat`` 0), or on change with a heartbeat every ``beat`` periods."""
     base = meghdoot_workload(peer_names(40), 400, 600, seed=6, join_probability=0.5,
                              step_s=0.05)
     t_crash = base.ops[len(base.ops) // 2].t_s + 0.01
     victim = min(p.broker for p in _peers_at(base, t_crash) if len(p.group) > 1
                  and p.broker != "p0000" and (p.broker == min(p.group)) == (role == "reporter"))
-    detect_s = 4 * 0.5  # three silent periods, and the period it is noticed in
+    # Three silent periods (or heartbeats), and the period it is noticed in.
+    detect_s = (3 * max(beat, 1) + 1) * 0.5
     ops = _without(base, t_crash, t_crash + detect_s, victim)
     ops.append(ClientOp(t_crash, f"j{victim}", victim,
                         Message(MsgType.CRASH, 9, f"j{victim}")))
     w = _ended(base, ops, t_crash, [victim])
     peers: list[MeghdootCore] = []
-    result = run(w, {"load_period_s": 0.5}, peers, checked=False)
+    reading = {"report_rule": "on_change", "heartbeat_periods": beat} if beat else {}
+    result = run(w, {"load_period_s": 0.5, **reading}, peers, checked=False)
     want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
     got = {k: sorted(v) for k, v in result.deliveries.items()}
     late = {k for k in want if _published(w, k) > t_crash + detect_s}
@@ -903,13 +988,16 @@ def _published(w: Workload, key: tuple[str, int]) -> float:
                 and (op.msg.origin, op.msg.msg_id) == key)
 
 
-# Detection (three silent load periods, and up to two more: a peer's last message may
-# trail its last report by a period) and the coordinator's wait for every neighbour's
-# notice (three of its periods), at load periods of 0.5 s.
-_TAKEOVER_S = (3 + 2 + 3) * 0.5
+def _takeover_s(beat: int) -> float:
+    """Detection (three silent load periods, and up to two more: a peer's last message
+    may trail its last report by a period) and the coordinator's wait for every
+    neighbour's notice (three of its periods), at load periods of 0.5 s; in heartbeat
+    periods of ``beat`` load periods under ``on_change``."""
+    return (3 + 2 + 3) * beat * 0.5
 
 
-def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float]:
+def _lone_owner_crash(*, join: str, sibling: bool, beat: int = 1
+                      ) -> tuple[Workload, str, float]:
     """A workload in which the lone owner (not the seed) storing the most subscriptions
     (then mirror copies) among those whose zone merges with a neighbour's (``sibling``) or
     with none crashes half way; no operation during its takeover. The workload, the
@@ -922,29 +1010,31 @@ def _lone_owner_crash(*, join: str, sibling: bool) -> tuple[Workload, str, float
             and any(can.merged(p.zone, z) for z in p.nbrs.values()) == sibling]
     victim = max(lone, key=lambda p: (len(p.subs), len(p.mirror_subs), p.broker))
     assert len(victim.subs) + len(victim.mirror_subs) >= 10, "too little to lose"
-    ops = _without(base, t_crash, t_crash + _TAKEOVER_S, victim.broker)
+    ops = _without(base, t_crash, t_crash + _takeover_s(beat), victim.broker)
     ops.append(ClientOp(t_crash, f"j{victim.broker}", victim.broker,
                         Message(MsgType.CRASH, 9, f"j{victim.broker}")))
     return _ended(base, ops, t_crash, [victim.broker]), victim.broker, t_crash
 
 
-@pytest.mark.parametrize(("join", "sibling", "mirrors"), [
-    ("meghdoot", True, True), ("meghdoot", False, True), ("can", False, True),
-    ("meghdoot", True, False)], ids=["merged", "adopted", "freed", "no-mirrors"])
+@pytest.mark.parametrize(("join", "sibling", "mirrors", "beat"), [
+    ("meghdoot", True, True, 0), ("meghdoot", False, True, 0), ("can", False, True, 0),
+    ("meghdoot", True, False, 0), ("meghdoot", True, True, 2)],
+    ids=["merged", "adopted", "freed", "no-mirrors", "merged-on-change"])
 def test_a_crashed_lone_owner_s_subscriptions_come_back_from_their_mirror_copies(
-        join: str, sibling: bool, mirrors: bool) -> None:
+        join: str, sibling: bool, mirrors: bool, beat: int) -> None:
     """A neighbour zone that merges with the failed zone takes it over, else a replica of
     a neighbour zone adopts it, else (plain CAN joins make no replicas) a lone neighbour
     that hands its own zone to its sibling; the subscriptions come back from their mirror
     copies, and the copies the failed peer held from their owners. Without mirrors the
     zone and its subscriptions are lost."""
-    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling)
+    w, victim, t_crash = _lone_owner_crash(join=join, sibling=sibling, beat=max(beat, 1))
     peers: list[MeghdootCore] = []
-    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors}, peers,
-                 checked=False)
+    reading = {"report_rule": "on_change", "heartbeat_periods": beat} if beat else {}
+    result = run(w, {"load_period_s": 0.5, "join": join, "mirrors": mirrors, **reading},
+                 peers, checked=False)
     want = {k: sorted(v) for k, v in expected_deliveries(w).items() if v}
     got = {k: sorted(v) for k, v in result.deliveries.items()}
-    late = {k for k in want if _published(w, k) > t_crash + _TAKEOVER_S}
+    late = {k for k in want if _published(w, k) > t_crash + _takeover_s(max(beat, 1))}
     assert len(late) > 50
     missed = {k for k in late if got.get(k) != want[k]}
     if not mirrors:

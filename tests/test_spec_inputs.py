@@ -45,6 +45,14 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
      "workload.n_events: bad value 'many'; allowed: an integer"),
     ("meghdoot-peers", "workload.join_probability=true",
      "workload.join_probability: bad value True; allowed: paper or a number in (0, 1]"),
+    # the readings of Meghdoot's load reports
+    ("meghdoot-peers", "routing.params.report_rule=hourly",
+     "routing.params.meghdoot.report_rule: bad value 'hourly'; allowed: str in "
+     "{periodic, on_change}"),
+    ("meghdoot-peers", "routing.params.report_change=0",
+     "routing.params.meghdoot.report_change: bad value 0; allowed: float > 0"),
+    ("meghdoot-peers", "routing.params.heartbeat_periods=-1",
+     "routing.params.meghdoot.heartbeat_periods: bad value -1; allowed: int >= 1"),
     # "'float' object cannot be interpreted as an integer"
     ("demo", "workload.pubs_per_publisher=2.5",
      "workload.pubs_per_publisher: bad value 2.5; allowed: an integer"),

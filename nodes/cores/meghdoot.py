@@ -16,8 +16,10 @@ copies (§4.3) in :mod:`nodes.cores.meghdoot_repair`. What a peer does, in short
 - **Join** (§4.2, ``join: meghdoot``): hill climbing to a loaded peer, which replicates its
   zone (``replicate_rule``: ``standout``, ``relative`` or ``absolute``, with ``kappa``) or
   splits it so that both halves hold half its subscriptions; ``join: can`` is CAN's own.
-- **Loads** (§4.2): reported every ``load_period_s`` to the neighbours, per zone or per peer
-  (``load_reports``), with the ``loaded_list`` heaviest peers heard of.
+- **Loads** (§4.2): reported to the neighbours, per zone or per peer (``load_reports``),
+  with the ``loaded_list`` heaviest peers heard of: every ``load_period_s``, or with
+  ``report_rule: on_change`` only when they changed, with a heartbeat
+  (:mod:`nodes.cores.meghdoot_loads` says which is the default, and why).
 - **While the CAN grows** (ours; the paper's sequential simulator has nothing in flight):
   ``handoff_s`` passes events across a recent split, ``notify_s`` notifies each client once
   per event, split notices, load reports and introductions (``relay_s``,
@@ -98,6 +100,17 @@ PARAMS = (
           "who reports loads to neighbours: 'zone' (a replicated zone's first peer by name "
           "reports its group's loads) or 'peer' (every peer its own)",
           choices=("zone", "peer")),
+    Param("report_rule", "str", "periodic", "",
+          "when a peer reports loads: 'periodic' (every load period) or 'on_change' "
+          "(when a load moved by more than report_change or its zone or group changed, "
+          "to a peer new in its table, else every heartbeat_periods load periods)",
+          choices=("periodic", "on_change")),
+    Param("report_change", "float", 0.25, "",
+          "share of its last reported value by which a load or its propagation messages "
+          "must move before an on_change peer reports again", above=0),
+    Param("heartbeat_periods", "int", 10, "",
+          "load periods between an on_change peer's unchanged reports (its heartbeats; "
+          "failure_periods then counts these)", minimum=1),
     Param("loaded_list", "int", 10, "", "size k of the loadedPeerList", minimum=1),
     Param("loop_hops", "int", 64, "",
           "hops past which a routed message is taken to circle on a stale table: each peer "
@@ -110,8 +123,9 @@ PARAMS = (
     Param("max_climb", "int", 16, "", "hops after which a join probe stops (a join must "
           "finish within a workload step)", minimum=0),
     Param("failure_periods", "int", 3, "",
-          "load periods of its own without a message after which a peer declares a "
-          "neighbour or co-replica failed (0: no failure detection)", minimum=0),
+          "load periods of its own (heartbeat periods with report_rule on_change) "
+          "without a message after which a peer declares a neighbour or co-replica "
+          "failed (0: no failure detection)", minimum=0),
     Param("mirrors", "bool", False, "",
           "keep a mirror copy of every subscription at the zone of its reflection point "
           "(§4.3), from which the peer that takes over a failed lone owner's zone "

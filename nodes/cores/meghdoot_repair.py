@@ -5,10 +5,11 @@
   owner hands its zone (subscriptions and mirror copies) to a neighbour zone it merges with
   into a box, else to an adopter that frees itself (none left: ``can_zone_orphaned``).
 - **Failures**: a peer not heard from for ``failure_periods`` load periods (counted in the
-  detector's own) is declared failed by its co-replicas and neighbours, and its zone lives
-  on in its replicas; a failed lone owner's zone is taken over by the same rule, through a
-  coordinator, with ``mirrors`` only (without, its subscriptions are lost). A peer declared
-  failed that reports again is taken back. What is not built is listed on the page below.
+  detector's own; heartbeat periods with ``report_rule: on_change``) is declared failed
+  by its co-replicas and neighbours, and its zone lives on in its replicas; a failed lone
+  owner's zone is taken over by the same rule, through a coordinator, with ``mirrors``
+  only (without, its subscriptions are lost). A peer declared failed that reports again
+  is taken back. What is not built is listed on the page below.
 - **Mirror copies** (``mirrors``): each stored subscription has one copy at its mirror
   point (:func:`nodes.cores.can.mirror_point`), kept apart and never matched, and moved as
   zones split and merge; the taker of a failed zone recovers its subscriptions by querying
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 
 # Load periods a failed lone owner's coordinator waits for a neighbour's notice that has
 # not come (every neighbour declares it failed within about two periods of the first:
-# silence counts from its last message, which may trail its last report by a period).
+# silence counts from its last message, which may trail its last report by a period);
+# heartbeat periods with report_rule on_change, for the same reason.
 ORPHAN_WAIT_PERIODS = 3
 
 
@@ -202,14 +204,16 @@ class Repair:
 
     def detect_failures(self, now_s: float) -> list[Action]:
         """Drop the co-replicas and neighbours not heard from for ``failure_periods``
-        of this peer's load periods (their load reports double as heartbeats, §4.3)."""
+        of this peer's load periods, or heartbeat periods (their load reports double as
+        heartbeats, §4.3)."""
         core = self.core
         if core.failure_periods <= 0:
             return []
+        limit = core.failure_periods * core.loads.beat
         out: list[Action] = []
         for peer in sorted(set(core.nbrs) | (core.group - {core.broker})):
             heard = core._heard_tick.setdefault(peer, core._ticks)
-            if core._ticks - heard > core.failure_periods:
+            if core._ticks - heard > limit:
                 out += self._declare_failed(peer, now_s)
         return out
 
@@ -268,9 +272,9 @@ class Repair:
         out = self._declare_failed(failed, now_s) if failed in core.nbrs else []
         orphan = self._orphans.get(failed)
         if orphan is None:
+            wait = ORPHAN_WAIT_PERIODS * core.loads.beat
             orphan = self._orphans[failed] = Orphan(
-                can.zone_from_json(p["zone"]), core._ticks + ORPHAN_WAIT_PERIODS, {},
-                set(p["around"]))
+                can.zone_from_json(p["zone"]), core._ticks + wait, {}, set(p["around"]))
         if orphan.decided:  # a notice later than the decision changes nothing
             return out
         orphan.candidates[can.zone_from_json(p["from"])] = (list(p["group"]),

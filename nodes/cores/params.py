@@ -52,8 +52,9 @@ class Param:
 
     ``kind`` is ``int``, ``float``, ``bool`` or ``str``; ``default`` ``None`` means the
     core derives the value from another param (``meaning`` says how); ``minimum`` and
-    ``maximum`` bound numbers (inclusive); ``choices``, when given, are the only values
-    allowed; ``unit`` is empty for plain counts and ratios.
+    ``maximum`` bound numbers (inclusive), ``above`` from below exclusively (a share that
+    must be positive, where no smallest positive value means anything); ``choices``, when
+    given, are the only values allowed; ``unit`` is empty for plain counts and ratios.
     """
 
     name: str
@@ -64,6 +65,7 @@ class Param:
     minimum: float | None = None
     choices: tuple[Any, ...] = ()
     maximum: float | None = None
+    above: float | None = None
 
     def check(self, value: Any, where: str) -> Any:
         """``value`` as this param's kind, or ValueError naming ``where`` and the rule;
@@ -74,12 +76,13 @@ class Param:
         ok = KINDS[self.kind][0](value)
         if ok and self.kind in ("int", "float"):
             ok = ((self.minimum is None or value >= self.minimum)
-                  and (self.maximum is None or value <= self.maximum))
+                  and (self.maximum is None or value <= self.maximum)
+                  and (self.above is None or value > self.above))
         if ok and self.choices:
             ok = value in self.choices
         if not ok:
-            limits = [f"{op} {x:g}" for op, x in ((">=", self.minimum), ("<=", self.maximum))
-                      if x is not None]
+            limits = [f"{op} {x:g}" for op, x in ((">=", self.minimum), (">", self.above),
+                                                  ("<=", self.maximum)) if x is not None]
             bound = f" {' and '.join(limits)}" if limits else ""
             if self.choices:
                 bound = f" in {{{', '.join(map(str, self.choices))}}}"
@@ -93,6 +96,7 @@ class Param:
         return {"name": self.name, "type": self.kind, "default": self.default,
                 "unit": self.unit, "meaning": self.meaning, "minimum": self.minimum,
                 **({"maximum": self.maximum} if self.maximum is not None else {}),
+                **({"above": self.above} if self.above is not None else {}),
                 **({"choices": list(self.choices)} if self.choices else {})}
 
 
