@@ -193,10 +193,16 @@ class RoutingSpec:
 
 @dataclass(frozen=True)
 class BrokerSpec:
-    """Settings of the emulated broker processes. ``write_buffer_bytes`` caps each overlay
-    socket's send buffer (see :mod:`nodes.emulated.overlay_link`): with the kernel's default the
-    socket absorbs megabytes behind a throttled link before the broker's own output queue
-    (where IDR looks for congestion) grows at all. ``None`` keeps the default.
+    """Settings of the emulated broker processes. ``write_buffer_bytes`` and
+    ``read_buffer_bytes`` cap the kernel's send and receive buffers of every connection
+    of a run, overlay and client (:class:`nodes.emulated.runtime.SocketBuffers`): with the
+    kernel's own, a socket absorbs megabytes behind a throttled link or in front of a
+    broker that cannot keep up before the broker's own queues (where IDR looks for
+    congestion, and backpressure acts) grow at all. ``None``: the default
+    (:data:`nodes.emulated.runtime.DEFAULT_BUFFER_BYTES`, 256 KiB, with which backpressure
+    reaches a publisher within a second at twice a broker's capacity: `pubsublab bench
+    backlog`); ``kernel``: the kernel's own autotuned buffers (the behaviour before these
+    fields had a default).
 
     ``cpu`` limits named brokers' hosts to a share of one core each (``{b0: 0.2}``; 0.001
     to 1, the range a CFS quota of at least 1 ms per period of at most 1 s can express):
@@ -213,7 +219,8 @@ class BrokerSpec:
     ``calibrated`` is the calibration with every default. The hosts ``cpu`` limits take
     1/share as long in the simulator too. ``None``: simulated brokers take no time."""
 
-    write_buffer_bytes: int | None = None
+    write_buffer_bytes: int | str | None = None  # bytes, "kernel", or None: the default
+    read_buffer_bytes: int | str | None = None
     cpu: Mapping[str, float] = field(default_factory=dict)
     service: Mapping[str, Any] | None = None
 
@@ -269,7 +276,9 @@ class Spec:
                         "links": self.routing.links},
             "link_overrides": [{"a": a, "b": b, **dict(f)} for a, b, f in self.link_overrides],
             "link_schedule": [vars(c).copy() for c in self.link_schedule],
-            "broker": {**vars(self.broker), "cpu": dict(self.broker.cpu)},
+            # read_buffer_bytes only when set, as servers below
+            "broker": {k: v for k, v in {**vars(self.broker), "cpu": dict(self.broker.cpu)}
+                       .items() if k != "read_buffer_bytes" or v is not None},
             # Only when set, so that the resolved spec of every earlier run stays the same.
             **({"servers": list(self.servers)} if self.servers else {}),
         }
@@ -469,18 +478,27 @@ def _link_schedule(data: Any) -> tuple[LinkChange, ...]:
 
 
 def _broker(data: Any) -> BrokerSpec:
-    brk = _take(data, "broker", {"write_buffer_bytes", "cpu", "service"})
-    wbb = brk.get("write_buffer_bytes")
-    if wbb is not None:
-        wbb = int(_number(wbb, "broker.write_buffer_bytes", lo=1024, hi=2**30, integer=True))
+    brk = _take(data, "broker", {"write_buffer_bytes", "read_buffer_bytes", "cpu", "service"})
+    wbb, rbb = (_buffer_bytes(brk.get(k), f"broker.{k}")
+                for k in ("write_buffer_bytes", "read_buffer_bytes"))
     cpu = brk.get("cpu") or {}
     if not isinstance(cpu, Mapping):
         raise _fail("broker.cpu", cpu, "a mapping of broker name to share of one core, "
                                        "e.g. {b0: 0.2}")
     cpu = {check_name(b, "broker.cpu"): float(_number(v, f"broker.cpu.{b}", lo=0.001, hi=1.0))
            for b, v in cpu.items()}
-    return BrokerSpec(write_buffer_bytes=wbb, cpu=dict(sorted(cpu.items())),
+    return BrokerSpec(write_buffer_bytes=wbb, read_buffer_bytes=rbb, cpu=dict(sorted(cpu.items())),
                       service=_service(brk.get("service")))
+
+
+def _buffer_bytes(v: Any, where: str) -> int | str | None:
+    """A socket buffer size: None (the default), ``kernel``, or bytes."""
+    if v is None or v == "kernel":
+        return v
+    if not is_integer(v) or not 1024 <= v <= 2**30:
+        raise _fail(where, v, "bytes (an integer in [1024, 1073741824]), kernel (the "
+                              "kernel's own buffers), or null (256 KiB)")
+    return int(v)
 
 
 _SERVICE_US = {"base_us", "per_match_us"}

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -148,8 +148,12 @@ def _write_lines(path: Path, ops: list[dict[str, Any]]) -> None:
 
 
 def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
-             max_delay_s: float = MAX_DELAY_S) -> dict[str, Any]:
-    """One step through our broker on 127.0.0.1 (logs in ``out``)."""
+             max_delay_s: float = MAX_DELAY_S,
+             buffers: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+    """One step through our broker on 127.0.0.1 (logs in ``out``); ``buffers``
+    (``write_buffer_bytes``, ``read_buffer_bytes``) go to the broker's and the clients'
+    configs (absent: the kernel's own)."""
+    buffers = dict(buffers or {})
     (out / "config").mkdir(parents=True)
     port, secret = free_port(), secrets.token_hex(16)
 
@@ -164,7 +168,7 @@ def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
         "core": {"name": "flood", "params": {"tree_neighbours": []}}, "log_dir": str(out),
         "emulate_link": False, "seed": 0, "secret": secret,
         # the default cap (1000 filters a client) would cut the subscriber off
-        "max_filters_per_client": max(MAX_FILTERS_PER_CLIENT, filters)})
+        "max_filters_per_client": max(MAX_FILTERS_PER_CLIENT, filters), **buffers})
     clients: list[subprocess.Popen[bytes]] = []
     try:
         deadline = time.time() + 20
@@ -182,7 +186,8 @@ def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
             clients.append(start("nodes.emulated.client", name, {
                 "client": name, "broker": "b", "broker_addr": ["127.0.0.1", port],
                 "secret": secret, "log_dir": str(out), "ops": str(ops_path(out, name)),
-                "start_at_wall": start_at, "duration_s": pub_s + step_s + _TAIL_S}))
+                "start_at_wall": start_at, "duration_s": pub_s + step_s + _TAIL_S,
+                **buffers}))
         time.sleep(max(0.0, start_at + pub_s - 0.1 - time.time()))
         cpu0 = process_cpu_s(broker.pid)
         for c in clients:

@@ -12,7 +12,8 @@ from experiments.cli.common import SpecError, emit, json_flag
 NAME = "bench"
 HELP = "benchmarks that print figures"
 
-BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "meghdoot"]
+BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "meghdoot",
+              "backlog"]
 # The options of bench broker, by dest; any of them given to another benchmark is refused.
 BROKER_OPTIONS = ("rates", "step_s", "max_delay_s", "sub_counts", "calibration_rate",
                   "calibration_step_s", "calibration_repeats", "calibration_out", "peer",
@@ -39,7 +40,11 @@ def add_parser(sub: Any) -> None:
                                          "beside tshark and scapy; meghdoot: milliseconds "
                                          "per operation of the meghdoot-peers stream at "
                                          "1,000 and 3,000 peers (its first 30 %), load "
-                                         "reports by zone beside load reports by peer.")
+                                         "reports by zone beside load reports by peer; "
+                                         "backlog: the worst delay through one broker "
+                                         "offered twice what it forwards, with the kernel's "
+                                         "socket buffers and with the bounded ones runs use "
+                                         "(loopback, no root).")
     b.add_argument("which", choices=BENCHMARKS)
     bo = b.add_argument_group(
         "bench broker", "the zero-loss rate steps, then the per-message cost calibration "

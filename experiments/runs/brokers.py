@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from nodes.emulated.admission import BODY_TIMEOUT_S, HELLO_TIMEOUT_S
 from nodes.emulated.auth import new_secret
 from nodes.emulated.broker import CONNECT_TIMEOUT_S, LINK_TIMEOUT_S, read_status, wait_until_ready
 from nodes.emulated.client import read_group_status
-from nodes.emulated.runtime import BROKER_PORT
+from nodes.emulated.runtime import BROKER_PORT, DEFAULT_BUFFER_BYTES
 from nodes.messages import MsgType, message_to_json
 from nodes.runfolder import (
     CONFIG_DIR,
@@ -124,7 +125,7 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
             "broker": b, "listen": ["0.0.0.0", BROKER_PORT], "neighbours": neighbours,
             "core": {"name": algorithm, "params": alg.broker_params(b)},
             "log_dir": str(log_dir), "emulate_link": emulate_link, "seed": plan.spec.seed,
-            "window_ms": plan.window_ms, "write_buffer_bytes": plan.broker.write_buffer_bytes,
+            "window_ms": plan.window_ms, **socket_buffers(plan),
         }
         share = min([cpu.get(x, 1.0) for x in (b, *neighbours)])
         if share < 1.0:
@@ -140,10 +141,27 @@ def broker_configs(plan: RunPlan, algorithm: str, *, emulate_link: bool, log_dir
     return configs
 
 
-class BrokerRun:
-    """The processes of one algorithm's run on a live :class:`Emulation`."""
+def socket_buffers(plan: RunPlan) -> dict[str, int | None]:
+    """The broker and client configs' kernel buffer sizes for the plan's ``broker``
+    settings: its bytes; null (the kernel's own) for ``kernel``; for None the default,
+    except in bulk rounds, which keep the kernel's: they time a volume of data at link
+    rate, not a notification's wait, and a bounded window would cap a gigabit link at a
+    round trip of netem's delays (256 KiB per 10 ms is 210 Mbit/s)."""
+    default = None if plan.rounds else DEFAULT_BUFFER_BYTES
 
-    def __init__(self, emu: Emulation, out_dir: Path) -> None:
+    def size(v: int | str | None) -> int | None:
+        return default if v is None else None if v == "kernel" else int(v)
+    return {"write_buffer_bytes": size(plan.broker.write_buffer_bytes),
+            "read_buffer_bytes": size(plan.broker.read_buffer_bytes)}
+
+
+class BrokerRun:
+    """The processes of one algorithm's run on a live :class:`Emulation`; every client
+    connection gets ``buffers`` (:func:`socket_buffers`; None: the kernel's own)."""
+
+    def __init__(self, emu: Emulation, out_dir: Path,
+                 buffers: Mapping[str, int | None] | None = None) -> None:
+        self.buffers = dict(buffers or {})
         self.emu = emu
         self.out_dir = out_dir
         self.config_dir = out_dir / CONFIG_DIR
@@ -249,7 +267,7 @@ class BrokerRun:
         host's loopback, the log folder and the run's secret."""
         share = getattr(self.emu, "cpu_limits", {}).get(broker)
         return {"broker": broker, "broker_addr": ["127.0.0.1", BROKER_PORT],
-                "log_dir": str(self.out_dir), "secret": self.secret,
+                "log_dir": str(self.out_dir), "secret": self.secret, **self.buffers,
                 # a slow broker answers a client's HELLO as slowly as a neighbour's
                 **({"connect_timeout_s": cpu_timeouts(share)["connect_timeout_s"]}
                    if share is not None else {})}

@@ -41,7 +41,7 @@ from experiments.emulation.network import Emulation
 from experiments.emulation.throttle import ScheduledRates, live_run, restore_manual
 from experiments.plan import RunPlan
 from experiments.progress import log
-from experiments.runs.brokers import BrokerRun, broker_configs, start_margin_s
+from experiments.runs.brokers import BrokerRun, broker_configs, socket_buffers, start_margin_s
 from experiments.runs.faults import (
     ExitWatch,
     RunThread,
@@ -145,7 +145,7 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     assert workload is not None  # broker_phase runs stock workloads only
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
     configs = broker_configs(plan, algorithm, emulate_link=emulate, log_dir=out_dir)
-    run = BrokerRun(emu, out_dir)
+    run = BrokerRun(emu, out_dir, socket_buffers(plan))
     rates: ScheduledRates | None = None
     crashes: CrashSchedule | None = None
     exits: ExitWatch | None = None

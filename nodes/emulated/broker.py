@@ -27,8 +27,12 @@ Config (one JSON object; missing required and unknown keys are errors, never ign
                                     exchange); an accepted peer's first HELLO has
                                     hello_timeout_s (nodes.emulated.admission)
     backoff_s          [0.1, 2.0]   first and largest redial delay
-    write_buffer_bytes int | null   cap on overlay sockets' send buffers, so a slow link
-                                    backs up into the output queue (see nodes.emulated.overlay_link)
+    write_buffer_bytes int | null   cap on every connection's kernel send buffer (overlay
+                                    and client), so a slow link backs up into the output
+                                    queue (see nodes.emulated.overlay_link); null: the kernel's
+    read_buffer_bytes  int | null   cap on every connection's kernel receive buffer, so a
+                                    broker behind its publishers slows them within a bounded
+                                    delay (nodes.emulated.runtime.SocketBuffers); null: the kernel's
     peers              {name: [ip, port] or {"addr": [ip, port], "delay_ms": 0.0,
                          "loss_pct": 0.0}} = {}
                                     brokers this one may open links to on demand (in a
@@ -105,12 +109,14 @@ from nodes.emulated.overlay_link import OverlayLink
 from nodes.emulated.overload import ClientGate
 from nodes.emulated.read_budget import ReadBudget
 from nodes.emulated.runtime import (
+    BUFFER_KEYS,
     Backoff,
     BodyBound,
     HelloCounter,
     ProtocolError,
     Refused,
     Role,
+    SocketBuffers,
     Violation,
     check_keys,
     dial,
@@ -231,7 +237,7 @@ class BrokerConfig:
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     link_timeout_s: float = LINK_TIMEOUT_S
     backoff_s: tuple[float, float] = (0.1, 2.0)
-    write_buffer_bytes: int | None = None
+    buffers: SocketBuffers = field(default_factory=SocketBuffers)  # overlay and client
     peers: Mapping[str, NeighbourConfig] = field(default_factory=dict)
     dormant: bool = False
     queue_high_water_msgs: int = 10_000
@@ -244,8 +250,8 @@ class BrokerConfig:
         check_keys(obj, {"broker", "listen", "neighbours", "core", "log_dir", "secret"},
                    {"emulate_link", "window_ms", "seed", "connect_timeout_s", "link_timeout_s",
                     "backoff_s",
-                    "write_buffer_bytes", "peers", "dormant", "queue_high_water_msgs",
-                    "queue_max_msgs", "log_max_mb"} | LIMIT_KEYS, "broker config")
+                    "peers", "dormant", "queue_high_water_msgs",
+                    "queue_max_msgs", "log_max_mb"} | LIMIT_KEYS | BUFFER_KEYS, "broker config")
         if not isinstance(obj["neighbours"], dict) or obj["broker"] in obj["neighbours"]:
             raise ValueError("broker config: neighbours must map other brokers' names to links")
         neighbours = {}
@@ -255,10 +261,7 @@ class BrokerConfig:
         window_ms = float(obj.get("window_ms", 50.0))
         if window_ms <= 0:
             raise ValueError(f"broker config: window_ms must be positive, got {window_ms}")
-        write_buffer_bytes = obj.get("write_buffer_bytes")
-        if write_buffer_bytes is not None and (type(write_buffer_bytes) is not int
-                                               or write_buffer_bytes <= 0):
-            raise ValueError("broker config: write_buffer_bytes must be a positive int or null")
+        buffers = SocketBuffers.from_json(obj, "broker config")
         raw_peers = obj.get("peers", {})
         if not isinstance(raw_peers, dict) or obj["broker"] in raw_peers:
             raise ValueError("broker config: peers must map other brokers' names to addresses")
@@ -290,7 +293,7 @@ class BrokerConfig:
             link_timeout_s=_positive(obj.get("link_timeout_s", LINK_TIMEOUT_S),
                                      "link_timeout_s"),
             backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "broker config"),
-            write_buffer_bytes=write_buffer_bytes,
+            buffers=buffers,
             peers=peers,
             dormant=dormant,
             queue_high_water_msgs=high,
@@ -376,7 +379,7 @@ class Broker:
             delay_ms=nb.delay_ms if self.config.emulate_link else 0.0,
             loss_pct=nb.loss_pct if self.config.emulate_link else 0.0,
             rng=random.Random(f"{self.config.seed}:{self.name}:{name}"),
-            write_buffer_bytes=self.config.write_buffer_bytes,
+            write_buffer_bytes=self.config.buffers.send_bytes,
             rate_mbps=nb.rate_mbps,
             max_queue_msgs=self.config.queue_max_msgs,
             high_water_msgs=self.config.queue_high_water_msgs,
@@ -432,6 +435,7 @@ class Broker:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self.config.buffers.apply(writer)
         evicted = self._unproven.admit(writer, peer_host(writer))
         if evicted is not None:
             assert isinstance(evicted, asyncio.StreamWriter)
@@ -547,7 +551,8 @@ class Broker:
             try:
                 reader, writer = await dial(nb.addr, self._hello, (name, "broker"), self._log,
                                             self.config.connect_timeout_s,
-                                            local_host=self.config.listen[0])
+                                            local_host=self.config.listen[0],
+                                            buffers=self.config.buffers)
             except (OSError, FrameError, ProtocolError) as exc:
                 wait_s = backoff.next_s()
                 log_now(self._log, Ev.LINK, link=name, role="broker", state="dial_failed",
@@ -641,7 +646,8 @@ class Broker:
                 reader, writer = await dial(self.config.peers[name].addr, self._hello,
                                             (name, "broker"), self._log,
                                             self.config.connect_timeout_s,
-                                            local_host=self.config.listen[0])
+                                            local_host=self.config.listen[0],
+                                            buffers=self.config.buffers)
                 break
             except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
                 if self._dialling.get(name) is not task:

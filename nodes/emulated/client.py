@@ -16,6 +16,8 @@ Config (one JSON object; missing required and unknown keys are errors)::
                                      SIGTERM/SIGINT)
     connect_timeout_s  float = 3     bound on one connection attempt
     backoff_s          [0.1, 2.0]    first and largest delay between attempts
+    write_buffer_bytes int | null    its connection's kernel send and receive buffers
+    read_buffer_bytes  int | null    (nodes.emulated.runtime.SocketBuffers); null: the kernel's
     and exactly one of
     ops                path          JSON lines, one op each: {"t_s": 0.5, "type": "PUBLISH",
                                      "msg_id": 7, "origin": "p1", "hops": 0, "payload": {...}}
@@ -72,10 +74,12 @@ from typing import Any
 from nodes.emulated.auth import parse_secret
 from nodes.emulated.frame_protocol import read_frames
 from nodes.emulated.runtime import (
+    BUFFER_KEYS,
     WRITE_BATCH_BYTES,
     Backoff,
     HelloCounter,
     ProtocolError,
+    SocketBuffers,
     check_keys,
     dial,
     install_stop_signals,
@@ -184,6 +188,7 @@ class ClientConfig:
     duration_s: float | None = None
     connect_timeout_s: float = 3.0
     backoff_s: tuple[float, float] = (0.1, 2.0)
+    buffers: SocketBuffers = field(default_factory=SocketBuffers)  # its connection's
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], base_dir: Path = Path(".")) -> ClientConfig:
@@ -191,7 +196,7 @@ class ClientConfig:
         from ``base_dir``."""
         check_keys(obj, {"client", "broker", "broker_addr", "log_dir", "secret"},
                    {"start_at_wall", "duration_s", "connect_timeout_s", "backoff_s", "ops",
-                    "role"} | _ROLE_KEYS, "client config")
+                    "role"} | _ROLE_KEYS | BUFFER_KEYS, "client config")
         if ("ops" in obj) == ("role" in obj):
             raise ValueError("client config: give exactly one of 'ops' and 'role'")
         if "ops" in obj:
@@ -217,6 +222,7 @@ class ClientConfig:
             duration_s=None if duration_s is None else float(duration_s),
             connect_timeout_s=float(obj.get("connect_timeout_s", 3.0)),
             backoff_s=parse_backoff(obj.get("backoff_s", (0.1, 2.0)), "client config"),
+            buffers=SocketBuffers.from_json(obj, "client config"),
         )
 
 
@@ -299,7 +305,7 @@ async def _session(config: ClientConfig, log: JsonlLog, connected: asyncio.Event
     while True:
         try:
             reader, writer = await dial(config.broker_addr, hello, (config.broker, "broker"),
-                                        log, config.connect_timeout_s)
+                                        log, config.connect_timeout_s, buffers=config.buffers)
             break
         except (OSError, FrameError, ProtocolError) as exc:  # TimeoutError is an OSError
             wait_s = backoff.next_s()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -233,6 +234,50 @@ def peer_host(writer: asyncio.StreamWriter) -> str | None:
     return peer[0] if peer else None
 
 
+BUFFER_KEYS = frozenset({"write_buffer_bytes", "read_buffer_bytes"})
+# What every emulated run gives each connection's kernel buffers unless its spec says
+# otherwise (broker.write_buffer_bytes, broker.read_buffer_bytes). Measured by `pubsublab
+# bench backlog` (a broker on loopback offered 40,000/s, more than the 31,000-36,000 it
+# forwards): the worst delay over 20 s was 385-404 ms with 256 KiB each way, 2.4-2.8 s
+# with the kernel's own, and that grows with the length of the overload. 256 KiB still
+# lets one TCP connection carry 210 Mbit/s at a 10 ms round trip (a window per round
+# trip), more than a broker forwards here.
+DEFAULT_BUFFER_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SocketBuffers:
+    """What the kernel may hold of one connection, in bytes: its send buffer
+    (``SO_SNDBUF``) and receive buffer (``SO_RCVBUF``); None leaves that one to the
+    kernel, which grows it to megabytes under load (``net.ipv4.tcp_wmem``/``tcp_rmem``).
+    Bytes in those buffers wait where no queue of ours sees them: a broker that cannot
+    keep up would find its backlog in its readers' receive buffers and its publishers'
+    send buffers before its own queues (where backpressure and IDR look) grew at all."""
+
+    send_bytes: int | None = None
+    recv_bytes: int | None = None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], where: str) -> SocketBuffers:
+        """``write_buffer_bytes`` and ``read_buffer_bytes`` of a config (absent: None)."""
+        values = []
+        for key in ("write_buffer_bytes", "read_buffer_bytes"):
+            v = obj.get(key)
+            if v is not None and (type(v) is not int or v <= 0):
+                raise ValueError(f"{where}: {key} must be a positive int or null")
+            values.append(v)
+        return cls(*values)
+
+    def apply(self, writer: asyncio.StreamWriter) -> None:
+        """Set them on ``writer``'s socket (Linux doubles each for its bookkeeping)."""
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        for opt, v in ((socket.SO_SNDBUF, self.send_bytes), (socket.SO_RCVBUF, self.recv_bytes)):
+            if v is not None:
+                sock.setsockopt(socket.SOL_SOCKET, opt, v)
+
+
 async def dial(
     addr: tuple[str, int],
     hello: HelloCounter,
@@ -240,6 +285,7 @@ async def dial(
     log: JsonlLog,
     timeout_s: float,
     local_host: str | None = None,
+    buffers: SocketBuffers | None = None,
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect to ``addr`` and complete the handshake with the peer ``expect`` names.
 
@@ -252,6 +298,8 @@ async def dial(
     local_addr = (local_host, 0) if local_host else None
     async with asyncio.timeout(timeout_s):
         reader, writer = await asyncio.open_connection(addr[0], addr[1], local_addr=local_addr)
+        if buffers is not None:
+            buffers.apply(writer)
         try:
             mine = hello.dialling(link)
             writer.write(encode(mine))

@@ -17,7 +17,7 @@ from typing import Any
 from experiments.emulation.network import Emulation
 from experiments.plan import RunPlan
 from experiments.progress import log
-from experiments.runs.brokers import BrokerRun, broker_configs
+from experiments.runs.brokers import BrokerRun, broker_configs, socket_buffers
 from experiments.runs.bulk.rounds import RECORD_KINDS, Observation, round_limit_s, run_rounds
 from nodes.logs import Ev, iter_jsonl
 from nodes.runfolder import NIC, log_path, read_json, write_json
@@ -125,7 +125,7 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
     assert plan is not None
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
     configs = broker_configs(run_plan, algorithm, emulate_link=emulate, log_dir=out_dir)
-    run = BrokerRun(emu, out_dir)
+    run = BrokerRun(emu, out_dir, socket_buffers(run_plan))
     host = emu.net[plan.publisher]
     victim = plan.failure["victim"] if kill_after_s is not None and plan.failure else None
     limit_s = round_limit_s(plan, len(subscribers),
