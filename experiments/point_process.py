@@ -38,7 +38,8 @@ def _reproduce_point(task: dict[str, Any]) -> dict[str, Any]:
     left_s = None if deadline is None else max(0.0, deadline - time.time())
     if not task["first"] and not time_for(left_s, task["can_pause"], task["est_s"]):
         return {"not_started": True}
-    plan = compile_plan(load_spec(task["spec"], task["overrides"]))
+    plan = compile_plan(load_spec(task["spec"], task["overrides"]),
+                        allow_large=task.get("allow_large", False))
     progress = TimeLeft(task["name"], [(task["name"], task["est_s"])], log)
     progress.start()
     try:

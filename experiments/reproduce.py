@@ -284,7 +284,7 @@ def _not_run_text(point: Mapping[str, Any]) -> str:
 
 def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
                   beside: Path | None, pause_after_s: float | None,
-                  master: str | None = None) -> str:
+                  master: str | None = None, allow_large: bool = False) -> str:
     """The command that goes on with the reproduction in ``folder`` after a pause, as
     the shell reads it (paths quoted; sudo for Mininet)."""
     return shlex.join([*(["sudo"] if runtime == "emulated" else []),
@@ -294,13 +294,15 @@ def go_on_command(paper_name: str, runtime: str, quick: bool, folder: Path,
                        *(["--beside", str(beside.resolve())] if beside is not None else []),
                        *(["--pause-after-min", f"{pause_after_s / 60:g}"]
                          if pause_after_s is not None else []),
-                       *(["--master", master] if master is not None else [])])
+                       *(["--master", master] if master is not None else []),
+                       *(["--allow-large"] if allow_large else [])])
 
 
 def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
               resume: Path | None = None, beside: Path | None = None, run: bool = True,
               pause_after_s: float | None = None, trust: bool = False,
-              master: str | None = None) -> tuple[Path, dict[str, Any]]:
+              master: str | None = None, allow_large: bool = False
+              ) -> tuple[Path, dict[str, Any]]:
     """Run every experiment of the paper, then write the page; returns the folder and the
     result (``paper``, ``runtime``, ``rows``, ``runs``, ``page``). With ``resume``, an
     earlier reproduction folder of the same paper, runtime and scale: each point that has
@@ -317,14 +319,15 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     master URL, the points to run go to that cluster all at once
     (:mod:`experiments.spark_points`); a point whose process fails goes into the
     result's ``failed`` (experiment, x, error, log) and onto the page, and ``resume``
-    runs it again."""
+    runs it again. With ``allow_large``, points larger than this machine holds are built
+    anyway (:func:`experiments.plan.compile_plan`)."""
     t0 = time.monotonic()
     _check_flags(runtime, resume, run, pause_after_s, master)
     paper = load_paper(paper_name)
     other = (load_beside(beside, paper_name, runtime, quick,
                          [(r["figure"], r["metric"]) for r in paper["rows"]])
              if beside is not None else None)
-    paper, in_mininet, todo, est_s = _plan_points(paper, runtime, quick)
+    paper, in_mininet, todo, est_s = _plan_points(paper, runtime, quick, allow_large)
     if run and runtime == "emulated" and os.geteuid() != 0:
         raise PermissionError("emulated reproduction needs root: run with sudo")
     experiments: dict[str, Any] = paper["experiments"]
@@ -334,7 +337,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
     progress = TimeLeft(f"reproduce {paper_name}", [
         (f"{name} run {i} of {len(pts)}{_at(x)}", est) for name, pts in todo.items()
         for i, ((x, _, _), est) in enumerate(zip(pts, est_s[name], strict=True), 1)], log)
-    again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s, master)
+    again = go_on_command(paper_name, runtime, quick, folder, beside, pause_after_s, master,
+                          allow_large)
     points: dict[str, list[Point | None]] = {}
     # With a master, the points to run there: (experiment, index) -> (x, job).
     jobs: dict[tuple[str, int], tuple[float | None, PointJob]] = {}
@@ -368,7 +372,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
             ran = True
             if master is not None:
                 jobs[name, len(points[name])] = x, _point_job(
-                    name, x, exp, overrides, plan, out, est, t0, pause_after_s, trust)
+                    name, x, exp, overrides, plan, out, est, t0, pause_after_s, trust,
+                    allow_large)
                 points[name].append(None)
                 continue
             if emulated:
@@ -399,7 +404,8 @@ def reproduce(paper_name: str, runtime: str, quick: bool, out_base: Path,
 
 def _point_job(name: str, x: float | None, exp: Mapping[str, Any], overrides: list[str],
                plan: RunPlan, out: Path, est_s: float, t0: float,
-               pause_after_s: float | None, trust: bool) -> PointJob:
+               pause_after_s: float | None, trust: bool, allow_large: bool = False
+               ) -> PointJob:
     """A point of the reproduction as :mod:`experiments.point_process` runs it: into
     ``out``, pausing at the sitting's end (``t0`` its monotonic start) as a local run's."""
     label = _point_label(plan, exp, x)
@@ -410,7 +416,7 @@ def _point_job(name: str, x: float | None, exp: Mapping[str, Any], overrides: li
         "overrides": overrides, "out": str(out), "label": label,
         "logs": bool(exp.get("logs")), "est_s": est_s, "deadline": deadline,
         "can_pause": not (exp.get("logs") or plan.rounds),
-        "trust": trust}, point_log(out, label))
+        "trust": trust, "allow_large": allow_large}, point_log(out, label))
 
 
 def _run_on_cluster(master: str,
@@ -469,7 +475,7 @@ def _not_run_entry(name: str, x: float | None, est_s: float,
             **({"paused": part_way[1]} if part_way else {})}
 
 
-def _plan_points(paper: dict[str, Any], runtime: str, quick: bool
+def _plan_points(paper: dict[str, Any], runtime: str, quick: bool, allow_large: bool = False
                  ) -> tuple[dict[str, Any], dict[str, bool],
                             dict[str, list[tuple[float | None, list[str], RunPlan]]],
                             dict[str, list[float]]]:
@@ -486,7 +492,8 @@ def _plan_points(paper: dict[str, Any], runtime: str, quick: bool
                "scale_name": names[name]}
         for name, exp in experiments.items()}}
     # Every point compiled before the first runs: a bad override fails at once.
-    todo = {name: [(x, overrides, compile_plan(spec)) for x, overrides, spec in points]
+    todo = {name: [(x, overrides, compile_plan(spec, allow_large=allow_large))
+                   for x, overrides, spec in points]
             for name, points in paper_specs(experiments, modes).items()}
     # Which experiment, how far, and the time left: the data file's per-point estimates,
     # stretched by how long the points done so far took against theirs.

@@ -313,6 +313,24 @@ def test_the_command_that_goes_on_is_one_the_shell_runs_as_printed(tmp_path: Pat
                                 str(other), "--pause-after-min", "150"]
     assert go_on_command("meghdoot", "sim", False, folder, None, None) == (
         f"pubsublab reproduce meghdoot --resume '{folder}'")
+    assert shlex.split(go_on_command("meghdoot", "sim", False, folder, None, None,
+                                     allow_large=True))[-1] == "--allow-large"
+
+
+def test_allow_large_builds_points_this_machine_would_refuse(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine too small for a reproduction's points, reproduce refuses them in one
+    line that names --allow-large, and builds them with it."""
+    import experiments.plan
+    from experiments.reproduce import _plan_points, load_paper
+    from experiments.spec import SpecError
+
+    monkeypatch.setattr(experiments.plan, "physical_memory_bytes", lambda: 2**20)
+    paper = load_paper("meghdoot")
+    with pytest.raises(SpecError, match="pass --allow-large"):
+        _plan_points(paper, "sim", True)
+    _, _, todo, _ = _plan_points(paper, "sim", True, allow_large=True)
+    assert sum(len(points) for points in todo.values()) > 1
 
 
 def test_beside_refuses_another_paper_the_same_runtime_or_no_reproduction(

@@ -8,6 +8,7 @@ from typing import Any
 
 from experiments.cli.common import (
     DEFAULT_RUNS,
+    allow_large_flag,
     emit_or_pause,
     json_flag,
     out_dir,
@@ -74,6 +75,7 @@ def add_parser(sub: Any) -> None:
                          "that can pause pause as in a local run")
     rp.add_argument("--out", type=Path, default=DEFAULT_RUNS,
                     help="folder for the reproduction folder (default ./runs)")
+    allow_large_flag(rp)
     trust_flag(rp)
     json_flag(rp)
     rp.set_defaults(func=run)
@@ -94,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         nonlocal failed
         _, result = reproduce(args.paper, args.runtime, args.quick, out_dir(args.out),
                               resume, beside, run=not args.no_run, pause_after_s=pause_s,
-                              trust=args.trust_paused_state, master=args.master)
+                              trust=args.trust_paused_state, master=args.master,
+                              allow_large=args.allow_large)
         failed = bool(result.get("failed"))
         return result, f"{format_rows(result['rows'])}\npage: {result['page']}"
 
