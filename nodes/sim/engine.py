@@ -98,6 +98,7 @@ from nodes.runfolder import log_path
 from nodes.sim.buffers import InputBuffers
 from nodes.sim.checkpoint import Pause, Paused, read_state, write_state
 from nodes.sim.connections import Connections
+from nodes.sim.deliveries import Deliveries
 from nodes.sim.events import ARRIVE, DEPART, DONE, DOWN, KILL, OP, RATE, TIMER, UP
 from nodes.sim.links import LinkModel, fixed_links, link_number, reserve_nic
 from nodes.sim.membership import Members
@@ -150,7 +151,8 @@ class SimResult:
     """What one simulated run produced (all of it deterministic for a given seed).
 
     ``deliveries`` lists, per notification (origin, msg_id), the subscribers it reached in
-    delivery order, one entry per delivery (duplicates stay visible). ``ims_by_type``
+    delivery order, one entry per delivery (duplicates stay visible; a
+    :class:`~nodes.sim.deliveries.Deliveries`, 4 bytes a delivery). ``ims_by_type``
     counts inter-broker messages (Send actions) by type name. ``delays_s`` has samples
     per kind (``notification``: one per delivery; ``advertisement`` and
     ``subscription``: one per propagated message). ``table_sizes`` lists, per table kind,
@@ -161,7 +163,7 @@ class SimResult:
 
     algorithm: str
     published: int
-    deliveries: dict[MsgKey, list[str]]
+    deliveries: Mapping[MsgKey, list[str]]
     ims_by_type: dict[str, int]
     delays_s: dict[str, Sequence[float]]
     table_sizes: dict[str, list[int]]
@@ -523,7 +525,7 @@ class _Sim:
         """The heap and what the run counts for its result."""
         self.heap: list[tuple[Any, ...]] = []
         self.seq = 0
-        self.deliveries: dict[MsgKey, list[str]] = {}
+        self.deliveries = Deliveries(self.workload.clients)
         self.ims: Counter[MsgType] = Counter()
         self.records: Counter[str] = Counter()
         # One sample a delivery, as doubles: a Python float list took 32 bytes a sample,
@@ -753,7 +755,8 @@ class _Sim:
         # every matching client of a peer), so its entries are looked up once a message
         # object, not once a delivery.
         last: Message | None = None
-        got: list[str] = []
+        deliveries = self.deliveries
+        got = array("i")
         sent: float | None = None
         for action in actions:
             cls = type(action)
@@ -772,10 +775,10 @@ class _Sim:
                 msg = action.msg
                 if msg is not last:
                     last = msg
-                    got = self.deliveries.setdefault(msg.key, [])
+                    got = deliveries.of(msg.key)
                     sent = self.sent_at.get((MsgType.PUBLISH, msg.origin, msg.msg_id))
                     self.last_delivery_s = now
-                got.append(client)
+                got.append(deliveries.number(client))
                 if sent is not None:
                     self.notification_delays.append(now - sent)
                 if log is not None:
