@@ -90,7 +90,6 @@ from nodes.metrics.summary import (
     MATCHED_TYPES,
     TABLE_KINDS,
     Expected,
-    MsgKey,
     build_summary,
     propagation_delays,
 )
@@ -103,6 +102,7 @@ from nodes.sim.events import ARRIVE, DEPART, DONE, DOWN, KILL, OP, RATE, TIMER, 
 from nodes.sim.links import LinkModel, fixed_links, link_number, reserve_nic
 from nodes.sim.membership import Members
 from nodes.sim.processing import Processing
+from nodes.sim.samples import SampleFile
 from nodes.time_left import PROGRESS_EVERY_S
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
@@ -163,7 +163,7 @@ class SimResult:
 
     algorithm: str
     published: int
-    deliveries: Mapping[MsgKey, list[str]]
+    deliveries: Deliveries
     ims_by_type: dict[str, int]
     delays_s: dict[str, Sequence[float]]
     table_sizes: dict[str, list[int]]
@@ -187,8 +187,9 @@ class SimResult:
                                                                 repr=False)
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
-    # Doubles, 8 bytes a sample where a list of floats takes 32: one sample per
-    # publication a core handles, some ten million at 10,000 Meghdoot peers.
+    # Doubles, 8 bytes a sample where a list of floats takes 32, the simulator's in a
+    # file (nodes.sim.samples): one sample per publication a core handles, some ten
+    # million at 10,000 Meghdoot peers.
     matching_s: Sequence[float] = field(default_factory=lambda: array("d"), compare=False,
                                         repr=False)
 
@@ -528,12 +529,12 @@ class _Sim:
         self.deliveries = Deliveries(self.workload.clients)
         self.ims: Counter[MsgType] = Counter()
         self.records: Counter[str] = Counter()
-        # One sample a delivery, as doubles: a Python float list took 32 bytes a sample,
-        # half a gigabyte of a 16-million-delivery Meghdoot run.
-        self.notification_delays = array("d")
+        # One sample a delivery, as doubles in a file (nodes.sim.samples): in memory they
+        # took 8 bytes a delivery, 580 MB of a 72-million-delivery Meghdoot run.
+        self.notification_delays = SampleFile()
         # Wall time of core.handle per notification (nodes.metrics.summary's matching delay):
         # it depends on the machine, so it goes to the summary only, never to a log.
-        self.matching_s = array("d")  # as SimResult.matching_s
+        self.matching_s = SampleFile()  # as SimResult.matching_s
         self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
         # Per advertisement/subscription: the brokers it has reached, and the time the
         # latest of them was first reached.
