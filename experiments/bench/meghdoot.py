@@ -144,7 +144,7 @@ def format_result(result: dict[str, Any]) -> str:
                  "simulator's events per CPU second as a share of a bare heapq loop's, "
                  "measured in the same process (" + ", ".join(
                      f"{p['floor_events_per_s']}" for p in result["points"]) + " events/s)")
-    lines.append("peak over the process's baseline per delivery (the cores' tables "
+    lines.append("peak over the process's baseline per delivery (the plan and the cores' tables "
                  "included): " + ", ".join(
                      f"{_bytes_per_delivery(p):.0f} B" for p in result["points"]))
     if result["ratios"]:

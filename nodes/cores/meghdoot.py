@@ -157,10 +157,13 @@ def bucket_of(t_s: float, bucket_s: float) -> int:
 class Runs:
     """Counts per time bucket, kept as runs of equal buckets in two integer arrays (a
     peer's buckets arrive in time order; a dict per peer would hold an entry, about 100
-    bytes, per bucket in which it received anything: gigabytes at 10,000 peers)."""
+    bytes, per bucket in which it received anything: gigabytes at 10,000 peers). A
+    bucket's number takes 64 bits (an emulated broker's clock is the machine's uptime, and
+    buckets may be a microsecond wide), its count 32 (messages a peer received in one
+    bucket; more would be an OverflowError, not a wrong count)."""
 
     def __init__(self) -> None:
-        self.keys, self.counts = array("q"), array("q")
+        self.keys, self.counts = array("q"), array("I")
 
     def count(self, key: int) -> None:
         if self.keys and self.keys[-1] == key:
