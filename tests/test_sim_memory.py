@@ -1,5 +1,6 @@
 """What a simulated run holds per delivery: its delay samples in a file, its deliveries as
-4-byte client numbers, with the same figures as lists would give."""
+4-byte client numbers, with the same figures as lists would give; a paused state's
+samples go back to a file when it is read."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import pickle
 import random
 import tracemalloc
 from array import array
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from nodes.metrics.summary import delay_stats_ms
+from nodes.sim.checkpoint import read_state, write_state
 from nodes.sim.deliveries import Deliveries
 from nodes.sim.samples import CHUNK_SAMPLES, SampleFile
 
@@ -77,3 +81,26 @@ def test_deliveries_read_as_lists_of_names_and_hold_4_bytes_each() -> None:
         tracemalloc.stop()
     assert many.total() == 1_000_000
     assert held < 5 * 10**6, f"{held} bytes held for a million deliveries"
+
+
+def test_a_paused_states_samples_read_back_into_their_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paused state read back: its samples go back to a file, and reading them holds
+    them once (as one array they were held twice: the bytes read and the array)."""
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "key"))
+    samples = SampleFile()
+    for chunk in range(128):  # 8 M samples, 64 MiB
+        for i in range(CHUNK_SAMPLES):
+            samples.append(chunk + i / CHUNK_SAMPLES)
+    path = tmp_path / "state.pickle"
+    write_state({"samples": samples}, path)
+    size = 8 * len(samples)
+    tracemalloc.start()
+    try:
+        back = read_state(path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 2**20, f"{held} bytes held after reading {size} bytes of samples"
+    assert peak < 1.5 * size, f"reading {size} bytes of samples took {peak} at its peak"
+    assert back["samples"] == samples

@@ -48,15 +48,20 @@ class SampleFile:
         self._on_file += len(self._tail)
         self._tail = array("d")
 
-    def _chunks(self) -> Iterator[array]:
-        """The samples in order, at most :data:`CHUNK_SAMPLES` a chunk."""
+    def _filed(self) -> Iterator[bytes]:
+        """The file's samples in order, at most :data:`CHUNK_SAMPLES` a chunk, as bytes."""
         if self._file is not None:
             fd = self._file.fileno()
             for start in range(0, self._on_file, CHUNK_SAMPLES):
-                chunk = array("d")
                 n = min(CHUNK_SAMPLES, self._on_file - start)
-                chunk.frombytes(os.pread(fd, n * _BYTES, start * _BYTES))
-                yield chunk
+                yield os.pread(fd, n * _BYTES, start * _BYTES)
+
+    def _chunks(self) -> Iterator[array]:
+        """The samples in order, at most :data:`CHUNK_SAMPLES` a chunk."""
+        for data in self._filed():
+            chunk = array("d")
+            chunk.frombytes(data)
+            yield chunk
         yield self._tail
 
     def __len__(self) -> int:
@@ -86,17 +91,19 @@ class SampleFile:
                                                                       strict=True))
 
     def __getstate__(self) -> dict[str, Any]:
-        """A paused run's samples (a file does not pickle), in chunks: one array of them
-        all would be held whole beside the bytes it is read back from."""
-        return {"chunks": list(self._chunks())}
+        """A paused run's samples (a file does not pickle), as chunks of bytes: an array
+        is read back from bytes that the unpickler keeps until the whole state is read,
+        so arrays would be held twice meanwhile."""
+        return {"chunks": [*self._filed(), self._tail.tobytes()]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._file, self._on_file = None, 0
-        self._tail = array("d")
-        for chunk in state["chunks"]:
-            if chunk:
-                self._tail = chunk
+        for data in state["chunks"]:
+            self._tail = array("d")
+            self._tail.frombytes(data)
+            if self._tail:
                 self._spill()
+        self._tail = array("d")
 
     def __repr__(self) -> str:
         return f"SampleFile({len(self)} samples)"
