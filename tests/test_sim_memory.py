@@ -104,3 +104,22 @@ def test_a_paused_states_samples_read_back_into_their_file(
     assert held < 2**20, f"{held} bytes held after reading {size} bytes of samples"
     assert peak < 1.5 * size, f"reading {size} bytes of samples took {peak} at its peak"
     assert back["samples"] == samples
+
+
+def test_a_paused_states_arrays_are_read_one_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many arrays (a peer's bucket runs each): read back, they take their size and
+    little more at the peak (read with the pickle, each was held twice until the end)."""
+    monkeypatch.setenv("PUBSUBLAB_KEY_DIR", str(tmp_path / "key"))
+    runs = [array("q", range(k, k + 65_536)) for k in range(64)]  # 32 MiB
+    path = tmp_path / "state.pickle"
+    write_state({"runs": runs, "shared": runs[3]}, path)
+    size = sum(len(r) * r.itemsize for r in runs)
+    tracemalloc.start()
+    try:
+        back = read_state(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert back["runs"] == runs and back["shared"] is back["runs"][3]
+    assert peak < 1.25 * size, f"reading {size} bytes of arrays took {peak} at its peak"
