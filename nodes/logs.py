@@ -58,7 +58,7 @@ an absent field):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -223,7 +223,17 @@ _MATCH_FIELDS = frozenset(MatchRecord.__struct_fields__) - {*COMMON_FIELDS, "kin
 # library's, about eight times faster (a broker writes two or three records per message);
 # a record it cannot encode in sorted order (a dict with keys that are not strings, in a
 # core's free-form fields) falls back to ``json``.
-_encode_record = msgspec.json.Encoder(order="sorted").encode
+
+
+def _as_json(value: Any) -> Any:
+    """A value of a record that neither encoder takes as it is: an iterable made lazily
+    (Meghdoot's bucket runs in its final record) is written as the list of its items."""
+    if isinstance(value, Iterable):
+        return list(value)
+    raise TypeError(f"a log record cannot hold {type(value).__name__}")
+
+
+_encode_record = msgspec.json.Encoder(order="sorted", enc_hook=_as_json).encode
 _encode_struct = msgspec.json.Encoder().encode  # a MessageRecord's fields are in order
 # Records wait in a buffer of this size; a broker flushes it every statistics window (a
 # second by default), so readers of a live log (`pubsublab watch`) lag by at most that.
@@ -316,7 +326,8 @@ class JsonlLog:
         try:
             record = _encode_record(rec)
         except TypeError:
-            record = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+            record = json.dumps(rec, sort_keys=True, separators=(",", ":"),
+                                default=_as_json).encode()
         self._append(record)
 
     def _append(self, record: bytes) -> None:

@@ -27,6 +27,7 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
         assert point["ms_per_operation"] == pytest.approx(
             1000 * point["wall_s"] / point["operations"], abs=5 / point["operations"] + 5e-4)
         assert point["peak_mib"] > point["baseline_mib"] > 0
+        assert point["deliveries"] > 0  # events reached their subscribers
         # CPU per message and the share of a bare heapq loop measured beside it
         assert point["us_per_im"] == pytest.approx(1e6 * point["cpu_s"] / point["ims"],
                                                    rel=0.01, abs=0.01)
@@ -40,6 +41,9 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
     assert table[2].split()[-2] == f"{zone['floor_share']:.1%}"
     assert table[3].split()[:2] == ["30", "peer"]
     assert table[-1].startswith("    30 peers: ")
+    assert table[2].split()[-3] == str(zone["deliveries"])
+    per_delivery = next(line for line in table if line.startswith("peak over the process"))
+    assert per_delivery.endswith(f"{bench_meghdoot._bytes_per_delivery(peer):.0f} B")
 
 
 @pytest.mark.parametrize(("argv", "says"), [

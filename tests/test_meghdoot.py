@@ -1122,7 +1122,12 @@ def test_bucket_runs_count_like_a_counter_even_out_of_order() -> None:
     for k in keys:
         runs.count(k)
     assert runs.items() == sorted(Counter(keys).items())
+    assert list(runs) == runs.items()  # what the final record holds, iterated
     assert len(runs.keys) == 6  # the runs, not one entry per message
+    in_order = Runs()
+    for k in sorted(keys):
+        in_order.count(k)
+    assert list(in_order) == runs.items()
 
 
 def test_a_load_report_naming_the_receiver_leaves_its_own_entry_as_it_was() -> None:

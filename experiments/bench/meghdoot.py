@@ -7,9 +7,10 @@ stream where the peers join and their tables grow is what makes a 10,000-peer ru
 and the subscriptions the spec stores before the first join fill the first peer alone.
 Per point: wall seconds of the simulation (the plan, workload and oracle built
 beforehand are not timed), milliseconds per client operation, inter-broker messages
-(IMs) and their rate, and the peak memory of the process that ran it (each point in a
-fresh process, as ``pubsublab bench sim`` does: ``VmHWM``, the interpreter and imports
-included). The cost per operation grows with the peer count and along the stream, so
+(IMs) and their rate, the deliveries, and the peak memory of the process that ran it
+(each point in a fresh process, as ``pubsublab bench sim`` does: ``VmHWM``, the
+interpreter and imports included), also as bytes over the process's baseline per
+delivery. The cost per operation grows with the peer count and along the stream, so
 compare figures of one peer count and share only; the machine's other load shows in
 them too. So each point also states its CPU time: microseconds of this process's CPU
 per IM, IMs per CPU second, and the simulator's events per CPU second as a share of a
@@ -91,6 +92,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
             "events_per_cpu_s": round(result.events / cpu_s),
             "floor_events_per_s": round(floor),
             "floor_share": round(result.events / cpu_s / floor, 4),
+            "deliveries": result.deliveries.total(),
             "baseline_mib": round(baseline, 1), "peak_mib": round(peak_rss_mib(), 1)}
 
 
@@ -117,6 +119,12 @@ def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3,
                       "included"}
 
 
+def _bytes_per_delivery(point: dict[str, Any]) -> float:
+    """A point's peak memory over its baseline, in bytes per delivery (0 deliveries: its
+    whole peak over baseline)."""
+    return (point["peak_mib"] - point["baseline_mib"]) * 2**20 / max(point["deliveries"], 1)
+
+
 def format_result(result: dict[str, Any]) -> str:
     """The benchmark as a table: time per operation at each peer count and reading, then
     how much more each costs with every peer reporting."""
@@ -124,17 +132,21 @@ def format_result(result: dict[str, Any]) -> str:
              "first join "
              f"(peak = {result['memory']}):",
              f"{'peers':>6} {'reports':>7} {'ops':>6} {'wall_s':>8} {'ms/op':>8} {'IMs':>9} "
-             f"{'IMs/s':>8} {'cpu_s':>8} {'us/IM':>6} {'IMs/cpu_s':>9} {'floor':>6} "
-             f"{'peak MiB':>9}"]
+             f"{'IMs/s':>8} {'cpu_s':>8} {'us/IM':>6} {'IMs/cpu_s':>9} {'delivered':>10} "
+             f"{'floor':>6} {'peak MiB':>9}"]
     for p in result["points"]:
         lines.append(f"{p['peers']:6} {p['load_reports']:>7} {p['operations']:6} "
                      f"{p['wall_s']:8.1f} {p['ms_per_operation']:8.2f} {p['ims']:9} "
                      f"{p['ims_per_s']:8} {p['cpu_s']:8.1f} {p['us_per_im']:6.1f} "
-                     f"{p['ims_per_cpu_s']:9} {p['floor_share']:6.1%} {p['peak_mib']:9.0f}")
+                     f"{p['ims_per_cpu_s']:9} {p['deliveries']:10} {p['floor_share']:6.1%} "
+                     f"{p['peak_mib']:9.0f}")
     lines.append("us/IM: microseconds of CPU per inter-broker message; floor: the "
                  "simulator's events per CPU second as a share of a bare heapq loop's, "
                  "measured in the same process (" + ", ".join(
                      f"{p['floor_events_per_s']}" for p in result["points"]) + " events/s)")
+    lines.append("peak over the process's baseline per delivery (the plan and the cores' tables "
+                 "included): " + ", ".join(
+                     f"{_bytes_per_delivery(p):.0f} B" for p in result["points"]))
     if result["ratios"]:
         lines.append("load reports by peer over by zone (wall, IMs, peak):")
     for r in result["ratios"]:

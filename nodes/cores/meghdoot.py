@@ -43,7 +43,7 @@ import math
 import sys
 from array import array
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nodes.cores import can
@@ -171,10 +171,13 @@ def bucket_of(t_s: float, bucket_s: float) -> int:
 class Runs:
     """Counts per time bucket, kept as runs of equal buckets in two integer arrays (a
     peer's buckets arrive in time order; a dict per peer would hold an entry, about 100
-    bytes, per bucket in which it received anything: gigabytes at 10,000 peers)."""
+    bytes, per bucket in which it received anything: gigabytes at 10,000 peers). A
+    bucket's number takes 64 bits (an emulated broker's clock is the machine's uptime, and
+    buckets may be a microsecond wide), its count 32 (messages a peer received in one
+    bucket; more would be an OverflowError, not a wrong count)."""
 
     def __init__(self) -> None:
-        self.keys, self.counts = array("q"), array("q")
+        self.keys, self.counts = array("q"), array("I")
 
     def count(self, key: int) -> None:
         if self.keys and self.keys[-1] == key:
@@ -189,6 +192,23 @@ class Runs:
         for k, c in zip(self.keys, self.counts, strict=True):
             merged[k] += c
         return sorted(merged.items())
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """The pairs of :meth:`items`, made one at a time: the final record holds this
+        object, not the list, since every peer's record is held at once at the end of a
+        simulated run, and as tuples of ints the pairs took 92 bytes a bucket (a
+        10,000-peer run has some 66 million). Runs in time order are the buckets already."""
+        keys = self.keys
+        if all(keys[i] < keys[i + 1] for i in range(len(keys) - 1)):
+            return zip(keys, self.counts, strict=True)
+        return iter(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        """The same counts per bucket (a resumed run's records are compared with an
+        uninterrupted run's)."""
+        if not isinstance(other, Runs):
+            return NotImplemented
+        return self.items() == other.items()
 
 
 def _publication(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -759,7 +779,7 @@ class MeghdootCore:
             "neighbours": [len(self._table), len(self.nbrs)],
             "table": {q: can.zone_digest(z) for q, z in self.nbrs.items()},
             "subscriptions": len(self.subs), "received": self.received,
-            "buckets": self._buckets.items(), "bucket_s": self.bucket_s,
+            "buckets": self._buckets, "bucket_s": self.bucket_s,
             "contacts": self.contacts, "sub_hops": sorted(self.sub_hops.items()),
             "event_hops": sorted(self.event_hops.items()), "duplicates": self.duplicates,
             "handoff_first": self.handoff_first})]

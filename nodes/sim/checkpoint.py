@@ -20,14 +20,21 @@ unless the caller trusts it explicitly. A file written by some code is read only
 same code (:mod:`experiments.runs.simulated` checks a digest of the sources first).
 Functions do not pickle: the caller hands the simulator's again on resume.
 
-Layout: :data:`MAGIC`, the 32-byte tag, then the pickle; the tag is the HMAC of the
-magic line and the pickle. It is written in one pass (the tag's place is filled once the
-pickle is out) and checked in one streaming pass before the load, so neither side holds
-the file's bytes in memory beside the objects they stand for (states reach gigabytes).
+Layout: :data:`MAGIC`, the 32-byte tag, the pickle's length (8 bytes, little-endian),
+the pickle, then the state's arrays (``array.array``: a peer's bucket runs, the
+deliveries, per-link figures), each as its length (8 bytes) and its bytes, out of the
+pickle's band. The tag is the HMAC of the magic line and all that follows it, worked
+out in a streaming pass once the file is written, and checked in one before the load,
+so neither side holds the file's bytes in memory beside the objects they stand for
+(states reach gigabytes). Arrays go out of band because the unpickler keeps every
+object it read until the whole state is read: an array read in band is made from bytes
+that stay held beside it, twice its size meanwhile; out of band each is read from the
+file when the pickle reaches it, and its bytes are let go at once.
 """
 
 from __future__ import annotations
 
+import copyreg
 import gc
 import hashlib
 import hmac
@@ -35,6 +42,8 @@ import os
 import pickle
 import secrets
 import stat
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -61,8 +70,10 @@ class Paused(Exception):
         self.path, self.done, self.t_s = path, done, t_s
 
 
-MAGIC = b"pubsublab paused state, HMAC-SHA256 signed, v1\n"
+MAGIC = b"pubsublab paused state, HMAC-SHA256 signed, v2\n"
 _TAG_BYTES = 32
+_LENGTH_BYTES = 8
+_HEAD_BYTES = len(MAGIC) + _TAG_BYTES + _LENGTH_BYTES  # then the pickle
 _KEY_BYTES = 32
 _KEY_FILE = "pause.key"
 _CHUNK_BYTES = 16 * 2**20
@@ -115,26 +126,46 @@ def _key(create: bool) -> bytes:
     return key
 
 
-class _Signing:
-    """A binary file that hands every byte written to it to a MAC as well."""
+def _array_from(typecode: str, data: Any) -> array:
+    """An array read back from its bytes (out of band: module docstring). The unpickler
+    keeps this call's arguments until the whole state is read, so the bytes read for it
+    (a bytearray, from :func:`_buffers`) are emptied here, and their memory let go."""
+    out = array(typecode)
+    out.frombytes(data)
+    if isinstance(data, bytearray):
+        data.clear()
+    return out
 
-    def __init__(self, fh: Any, mac: hmac.HMAC) -> None:
-        self.fh, self.mac = fh, mac
 
-    def write(self, data: bytes) -> int:
-        self.mac.update(data)
-        return self.fh.write(data)
+def _reduce_array(arr: array) -> tuple[Any, tuple[str, pickle.PickleBuffer]]:
+    return _array_from, (arr.typecode, pickle.PickleBuffer(arr))
 
 
 def write_state(state: Any, path: Path) -> None:
     """Pickle ``state`` to ``path``, signed (module docstring), through a temporary file
     so that a run stopped while writing never leaves a half file under the name."""
-    mac = hmac.new(_key(create=True), MAGIC, hashlib.sha256)
+    key = _key(create=True)
     tmp = path.with_name(path.name + ".part")
+    buffers: list[pickle.PickleBuffer] = []  # views of the state's arrays, no copies
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(MAGIC + bytes(_TAG_BYTES))
-            pickle.dump(state, _Signing(fh, mac), protocol=pickle.HIGHEST_PROTOCOL)
+        with open(tmp, "w+b") as fh:
+            fh.write(MAGIC + bytes(_TAG_BYTES + _LENGTH_BYTES))
+            pickler = pickle.Pickler(fh, protocol=5, buffer_callback=buffers.append)
+            pickler.dispatch_table = {**copyreg.dispatch_table, array: _reduce_array}
+            pickler.dump(state)
+            del pickler  # its memo: an entry per object of the state
+            end = fh.tell()
+            for buf in buffers:
+                with buf.raw() as view:
+                    fh.write(view.nbytes.to_bytes(_LENGTH_BYTES, "little"))
+                    fh.write(view)
+            buffers.clear()
+            fh.seek(len(MAGIC) + _TAG_BYTES)
+            fh.write((end - _HEAD_BYTES).to_bytes(_LENGTH_BYTES, "little"))
+            fh.seek(len(MAGIC) + _TAG_BYTES)
+            mac = hmac.new(key, MAGIC, hashlib.sha256)
+            while chunk := fh.read(_CHUNK_BYTES):
+                mac.update(chunk)
             fh.seek(len(MAGIC))
             fh.write(mac.digest())
     except BaseException:
@@ -164,22 +195,42 @@ def read_state(path: Path, *, trust: bool = False) -> Any:
     reading builds tens of millions of objects and no garbage, and each collection of
     the older generations would walk all that is built so far."""
     with _opened(path) as fh:
-        head = fh.read(len(MAGIC) + _TAG_BYTES)
-        signed = head.startswith(MAGIC) and len(head) == len(MAGIC) + _TAG_BYTES
+        head = fh.read(_HEAD_BYTES)
+        signed = head.startswith(MAGIC) and len(head) == _HEAD_BYTES
         if not trust:
             fh.seek(0)
             _verify(fh, path)
         fh.seek(len(head) if signed else 0)
+        buffers = (_buffers(fh.fileno(), _HEAD_BYTES + int.from_bytes(head[-_LENGTH_BYTES:],
+                                                                      "little"))
+                   if signed else None)
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return pickle.load(fh)
+            return pickle.load(fh, buffers=buffers)
         except Exception as exc:  # a trusted file may still be damaged: one line
             raise StateRefused(f"{path}: not a readable paused state "
                                f"({type(exc).__name__}: {exc})") from None
         finally:
             if enabled:
                 gc.enable()
+
+
+def _buffers(fd: int, at: int) -> Iterator[bytearray]:
+    """The out-of-band arrays' bytes from offset ``at`` of the file open as ``fd``, one
+    at a time as the unpickler asks (read by offset: the pickle is read meanwhile)."""
+    while True:
+        size = int.from_bytes(os.pread(fd, _LENGTH_BYTES, at), "little")
+        data = bytearray(size)
+        view, got = memoryview(data), 0
+        while got < size:  # a read returns at most 2 GiB
+            n = os.preadv(fd, [view[got:]], at + _LENGTH_BYTES + got)
+            if not n:
+                raise ValueError("the file ends inside an array")
+            got += n
+        view.release()
+        at += _LENGTH_BYTES + size
+        yield data
 
 
 def _opened(path: Path) -> BinaryIO:

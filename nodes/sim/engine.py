@@ -90,7 +90,6 @@ from nodes.metrics.summary import (
     MATCHED_TYPES,
     TABLE_KINDS,
     Expected,
-    MsgKey,
     build_summary,
     propagation_delays,
 )
@@ -98,10 +97,12 @@ from nodes.runfolder import log_path
 from nodes.sim.buffers import InputBuffers
 from nodes.sim.checkpoint import Pause, Paused, read_state, write_state
 from nodes.sim.connections import Connections
+from nodes.sim.deliveries import Deliveries
 from nodes.sim.events import ARRIVE, DEPART, DONE, DOWN, KILL, OP, RATE, TIMER, UP
 from nodes.sim.links import LinkModel, fixed_links, link_number, reserve_nic
 from nodes.sim.membership import Members
 from nodes.sim.processing import Processing
+from nodes.sim.samples import SampleFile
 from nodes.time_left import PROGRESS_EVERY_S
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
@@ -150,7 +151,8 @@ class SimResult:
     """What one simulated run produced (all of it deterministic for a given seed).
 
     ``deliveries`` lists, per notification (origin, msg_id), the subscribers it reached in
-    delivery order, one entry per delivery (duplicates stay visible). ``ims_by_type``
+    delivery order, one entry per delivery (duplicates stay visible; a
+    :class:`~nodes.sim.deliveries.Deliveries`, 4 bytes a delivery). ``ims_by_type``
     counts inter-broker messages (Send actions) by type name. ``delays_s`` has samples
     per kind (``notification``: one per delivery; ``advertisement`` and
     ``subscription``: one per propagated message). ``table_sizes`` lists, per table kind,
@@ -161,7 +163,7 @@ class SimResult:
 
     algorithm: str
     published: int
-    deliveries: dict[MsgKey, list[str]]
+    deliveries: Deliveries
     ims_by_type: dict[str, int]
     delays_s: dict[str, Sequence[float]]
     table_sizes: dict[str, list[int]]
@@ -185,8 +187,9 @@ class SimResult:
                                                                 repr=False)
     # The one figure that is not deterministic: seconds (time.perf_counter) each core
     # handle of a notification took, the matching delay; left out of comparisons.
-    # Doubles, 8 bytes a sample where a list of floats takes 32: one sample per
-    # publication a core handles, some ten million at 10,000 Meghdoot peers.
+    # Doubles, 8 bytes a sample where a list of floats takes 32, the simulator's in a
+    # file (nodes.sim.samples): one sample per publication a core handles, some ten
+    # million at 10,000 Meghdoot peers.
     matching_s: Sequence[float] = field(default_factory=lambda: array("d"), compare=False,
                                         repr=False)
 
@@ -523,15 +526,15 @@ class _Sim:
         """The heap and what the run counts for its result."""
         self.heap: list[tuple[Any, ...]] = []
         self.seq = 0
-        self.deliveries: dict[MsgKey, list[str]] = {}
+        self.deliveries = Deliveries(self.workload.clients)
         self.ims: Counter[MsgType] = Counter()
         self.records: Counter[str] = Counter()
-        # One sample a delivery, as doubles: a Python float list took 32 bytes a sample,
-        # half a gigabyte of a 16-million-delivery Meghdoot run.
-        self.notification_delays = array("d")
+        # One sample a delivery, as doubles in a file (nodes.sim.samples): in memory they
+        # took 8 bytes a delivery, 580 MB of a 72-million-delivery Meghdoot run.
+        self.notification_delays = SampleFile()
         # Wall time of core.handle per notification (nodes.metrics.summary's matching delay):
         # it depends on the machine, so it goes to the summary only, never to a log.
-        self.matching_s = array("d")  # as SimResult.matching_s
+        self.matching_s = SampleFile()  # as SimResult.matching_s
         self.sent_at: dict[_SentKey, float] = {}  # client operations' send times
         # Per advertisement/subscription: the brokers it has reached, and the time the
         # latest of them was first reached.
@@ -753,7 +756,8 @@ class _Sim:
         # every matching client of a peer), so its entries are looked up once a message
         # object, not once a delivery.
         last: Message | None = None
-        got: list[str] = []
+        deliveries = self.deliveries
+        got = array("i")
         sent: float | None = None
         for action in actions:
             cls = type(action)
@@ -772,10 +776,10 @@ class _Sim:
                 msg = action.msg
                 if msg is not last:
                     last = msg
-                    got = self.deliveries.setdefault(msg.key, [])
+                    got = deliveries.of(msg.key)
                     sent = self.sent_at.get((MsgType.PUBLISH, msg.origin, msg.msg_id))
                     self.last_delivery_s = now
-                got.append(client)
+                got.append(deliveries.number(client))
                 if sent is not None:
                     self.notification_delays.append(now - sent)
                 if log is not None:
