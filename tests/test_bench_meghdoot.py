@@ -51,6 +51,7 @@ def test_bench_meghdoot_runs_the_share_of_the_stream_asked_with_each_reading() -
     (["bench", "meghdoot", "--peers", "1"], "--peers: at least one bound"),
     (["bench", "meghdoot", "--reports", "zone,all"], "--reports 'zone,all'"),
     (["bench", "sim", "--peers", "100"], "--peers: only for bench meghdoot"),
+    (["bench", "sim", "--allow-large"], "--allow-large: only for bench meghdoot"),
 ])
 def test_bench_meghdoot_options_are_checked_in_one_line(argv: list[str], says: str,
                                                         capsys: pytest.CaptureFixture[str]
@@ -58,3 +59,14 @@ def test_bench_meghdoot_options_are_checked_in_one_line(argv: list[str], says: s
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], lines
+
+
+def test_bench_meghdoot_builds_a_point_too_large_for_the_machine_only_when_allowed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import experiments.plan
+    from experiments.spec import SpecError
+
+    monkeypatch.setattr(experiments.plan, "physical_memory_bytes", lambda: 2**20)
+    with pytest.raises(SpecError, match="pass --allow-large"):
+        bench_meghdoot._measure(30, 0.1, "zone")
+    assert bench_meghdoot._measure(30, 0.1, "zone", allow_large=True)["peers"] == 30

@@ -47,7 +47,8 @@ SPEC = "meghdoot-peers"
 READINGS = ("zone", "peer")  # the core's load_reports, ours first
 
 
-def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
+def _measure(peers: int, share: float, load_reports: str, allow_large: bool = False
+             ) -> dict[str, Any]:
     """One point, in the (fresh) process that calls it."""
     from experiments.bench.floor import bare_loop_rate
     from experiments.plan import compile_plan
@@ -60,7 +61,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
     floor = bare_loop_rate()
     plan = compile_plan(load_spec(SPEC, [f"topology.params.n={peers}",
                                          f"routing.params.load_reports={load_reports}"]),
-                        netem=False)
+                        netem=False, allow_large=allow_large)
     ops = plan.workload.ops
     head = next((i for i, op in enumerate(ops) if op.msg.type is MsgType.JOIN), 0)
     n_ops = max(1, min(len(ops), head + round((len(ops) - head) * share)))
@@ -97,7 +98,7 @@ def _measure(peers: int, share: float, load_reports: str) -> dict[str, Any]:
 
 
 def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3,
-        readings: Sequence[str] = READINGS) -> dict[str, Any]:
+        readings: Sequence[str] = READINGS, allow_large: bool = False) -> dict[str, Any]:
     """Each peer count's point with each reading of load reports (module docstring),
     each in a fresh process; ``ratios``: per peer count, by peer over by zone (with
     both readings)."""
@@ -108,7 +109,8 @@ def run(peer_counts: Sequence[int] = (1000, 3000), share: float = 0.3,
     for peers in peer_counts:
         for reading in readings:
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-                points.append(pool.submit(_measure, peers, share, reading).result())
+                points.append(pool.submit(_measure, peers, share, reading,
+                                          allow_large).result())
     by = {(p["peers"], p["load_reports"]): p for p in points}
     ratios = [{"peers": n, **{k: round(by[n, "peer"][k] / by[n, "zone"][k], 2)
                               for k in ("wall_s", "ims", "peak_mib")}}
