@@ -624,6 +624,10 @@ def compile_plan(spec: Spec, *, netem: bool | None = None,
     workload, bulk = None, None
     capture = spec.capture
     if kind is not None and kind.build is None:  # bulk data in rounds
+        if spec.servers:
+            raise SpecError("servers: not supported with workload.kind bulk yet (its rounds "
+                            "read each host's NIC counters and end a failed subscriber on "
+                            "this machine): remove it")
         for key, bad in (("duration_s", spec.duration_s is not None),
                          ("link_schedule", bool(spec.link_schedule)),
                          ("capture.enabled", spec.capture.enabled is True)):

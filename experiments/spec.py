@@ -358,7 +358,7 @@ def _servers(data: Any, switch: str, broker: BrokerSpec) -> tuple[str, ...]:
             raise _fail("servers", s, "a host name or IPv4 address (letters, digits, '.', '-')")
     if len(set(data)) != len(data) or len(data) < 2 or "localhost" not in data:
         raise _fail("servers", list(data), "two or more distinct servers, localhost among them "
-                                           "(this machine runs the controller of the run)")
+                                           "(this machine, which runs and gathers the run)")
     if switch != "bridge":
         raise _fail("switch", switch, "bridge when servers are given (Open vSwitch and its "
                                       "controller run on this machine only)")

@@ -92,6 +92,14 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
      "edges: edge c-a given twice (in either direction)"),
     ("kyra-example-siena", f"topology.params.edges={SIENA_EDGES},g-h",
      "edges: edge g-h given twice"),
+    # what cannot cross servers yet
+    ("lbdd-gigabit", "servers=[localhost, 192.168.56.12]",
+     "servers: not supported with workload.kind bulk yet"),
+    ("demo", "servers=[192.168.56.12]", "servers: bad value ['192.168.56.12']; allowed: two "
+     "or more distinct servers, localhost among them"),
+    ("demo", "servers=[localhost, a b]", "servers: bad value 'a b'"),
+    ("controller-demo", "servers=[localhost, 192.168.56.12]",
+     "switch: bad value 'ovs'; allowed: bridge when servers are given"),
 ])
 def test_bad_value_is_one_line_naming_its_field(tmp_path: Path, spec: str, assignment: str,
                                                 fragment: str) -> None:
