@@ -10,6 +10,7 @@ import random
 import tracemalloc
 from array import array
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +26,17 @@ def _filled(values: list[float]) -> SampleFile:
     for v in values:
         samples.append(v)
     return samples
+
+
+def _traced_read(path: Path) -> tuple[Any, int, int]:
+    """A paused state read back, with the bytes Python holds after it and at its peak."""
+    tracemalloc.start()
+    try:
+        back = read_state(path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return back, held, peak
 
 
 def test_samples_read_back_in_order_from_memory_and_file() -> None:
@@ -95,12 +107,7 @@ def test_a_paused_states_samples_read_back_into_their_file(
     path = tmp_path / "state.pickle"
     write_state({"samples": samples}, path)
     size = 8 * len(samples)
-    tracemalloc.start()
-    try:
-        back = read_state(path)
-        held, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    back, held, peak = _traced_read(path)
     assert held < 2**20, f"{held} bytes held after reading {size} bytes of samples"
     assert peak < 1.5 * size, f"reading {size} bytes of samples took {peak} at its peak"
     assert back["samples"] == samples
@@ -115,11 +122,6 @@ def test_a_paused_states_arrays_are_read_one_at_a_time(
     path = tmp_path / "state.pickle"
     write_state({"runs": runs, "shared": runs[3]}, path)
     size = sum(len(r) * r.itemsize for r in runs)
-    tracemalloc.start()
-    try:
-        back = read_state(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    back, _, peak = _traced_read(path)
     assert back["runs"] == runs and back["shared"] is back["runs"][3]
     assert peak < 1.25 * size, f"reading {size} bytes of arrays took {peak} at its peak"
