@@ -37,3 +37,7 @@ def test_kinds_by_command_line() -> None:
                         ) == "clients"
     assert process_kind(["mnexec", "-cd", "-a", "4242", "tcpdump", "-i", "any"]) == "tcpdump"
     assert process_kind(["/usr/bin/iperf3", "-s"]) == "iperf3"
+    # a broker on another server: what runs here is its SSH client, counted as such
+    assert process_kind(["sudo", "-E", "-u", "root", "ssh", "-q", "root@10.0.0.2", "sh", "-c",
+                         "...", "sh", "mnexec", "-a", "77", "python3", "-m",
+                         "nodes.emulated.broker"]) == "ssh"

@@ -42,7 +42,11 @@ def _cpu_times() -> tuple[int, int]:
 
 def process_kind(argv: Sequence[str]) -> str:
     """What a run's process is, by its command line: ``broker``, ``clients`` (a client
-    group), or the program's name (``tcpdump``, ``iperf3``, ...)."""
+    group), the program's name (``tcpdump``, ``iperf3``, ...), or ``ssh`` for the local end
+    of a process on another server (its own CPU is that server's; only the SSH client's
+    is this machine's)."""
+    if any(Path(a).name == "ssh" for a in argv[:5]):
+        return "ssh"
     for module, kind in (("nodes.emulated.broker", "broker"), ("nodes.emulated.client",
                                                                "clients")):
         if module in argv:
