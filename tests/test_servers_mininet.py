@@ -263,7 +263,7 @@ class _SkewedServers(Servers):
 
     SKEW_S = 30
 
-    def argv(self, server: str, script: str, *, may_lead: bool = True) -> list[str]:
+    def argv(self, server: str, script: str) -> list[str]:
         skewed = f'echo "$(( $(date +%s) + {self.SKEW_S} )).$(date +%N)"'
         return ["sh", "-c", script.replace("date +%s.%N", skewed)]
 

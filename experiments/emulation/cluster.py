@@ -87,25 +87,44 @@ class Servers:
     def remote(self) -> tuple[str, ...]:
         return tuple(s for s in self.names if s != "localhost")
 
-    def ssh_base(self) -> list[str]:
-        """How every SSH connection of the run starts (without the destination). The
-        connections to one server share one (ControlMaster): the first, a node's shell
-        that lives as long as the network, carries the rest, so that a command there
-        (a throttle's tc, a signal) costs a round trip rather than a key exchange; with
-        ControlPersist off, no SSH process outlives the connections that use it."""
+    def control_path(self) -> str:
+        """The socket of this process's shared connections (%C: user, server and port)."""
+        return f"{CONTROL_DIR}/pubsublab-ssh-{os.getpid()}-%C"
+
+    def ssh_base(self, control_master: str = "no") -> list[str]:
+        """How every SSH connection of the run starts (without the destination). Each
+        goes through the server's shared connection when one is open (:meth:`master`),
+        so that a command there (a throttle's tc, a signal) costs a round trip rather
+        than a key exchange, and connects by itself otherwise. None of them is ever the
+        shared one (``control_master`` is ``yes`` only for :meth:`master`): a node's shell
+        that were would, when Mininet ends it, wait for every other shell's session to
+        close while Mininet waits for it to exit."""
         cfg = ["-F", str(self.ssh_config)] if self.ssh_config is not None else []
         return ["ssh", "-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S:g}",
-                "-o", "ControlMaster=auto",
-                "-o", f"ControlPath={CONTROL_DIR}/pubsublab-ssh-{os.getpid()}-%C",
-                "-o", "ControlPersist=no", *cfg]
+                "-o", f"ControlMaster={control_master}",
+                "-o", f"ControlPath={self.control_path()}", *cfg]
 
-    def argv(self, server: str, script: str, *, may_lead: bool = True) -> list[str]:
-        """The command that runs the shell ``script`` as root on ``server``. Without
-        ``may_lead`` it uses a shared connection but never becomes one (a session that
-        is ended by a signal, whose end would cut the others and leave its socket)."""
-        lead = [] if may_lead else ["-o", "ControlMaster=no"]
-        return [*self.ssh_base()[:1], *lead, *self.ssh_base()[1:], f"root@{server}", "sh",
-                "-c", shlex.quote(script)]
+    def argv(self, server: str, script: str) -> list[str]:
+        """The command that runs the shell ``script`` as root on ``server``."""
+        return [*self.ssh_base(), f"root@{server}", "sh", "-c", shlex.quote(script)]
+
+    def master(self, server: str) -> subprocess.Popen[bytes]:
+        """Open the shared connection to ``server`` (no command of its own) and return
+        once it takes sessions; RuntimeError in one line if it does not within the SSH
+        timeout. Ending the process closes it and every session it carries."""
+        argv = [*self.ssh_base("yes"), "-o", "ControlPersist=no", "-N", f"root@{server}"]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        check = [*self.ssh_base(), "-O", "check", f"root@{server}"]
+        deadline = time.monotonic() + SSH_TIMEOUT_S
+        while subprocess.run(check, capture_output=True, check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.communicate()[1].decode(errors="replace").strip()
+                raise RuntimeError(f"server {server}: no shared SSH connection: "
+                                   f"{err or 'it did not come up'}")
+            time.sleep(0.05)
+        return proc
 
     def run(self, server: str, script: str, timeout_s: float = SSH_TIMEOUT_S
             ) -> subprocess.CompletedProcess[str]:
@@ -348,8 +367,7 @@ class RemoteCpuTimes:
     def __init__(self, servers: Servers, server: str,
                  parse: Callable[[str], tuple[int, int]]) -> None:
         script = f"while :; do head -1 /proc/stat; sleep {self.CPU_READ_S:g}; done"
-        self._proc = subprocess.Popen(servers.argv(server, script, may_lead=False),
-                                      stdout=subprocess.PIPE,
+        self._proc = subprocess.Popen(servers.argv(server, script), stdout=subprocess.PIPE,
                                       stdin=subprocess.DEVNULL, text=True)
         self._parse = parse
         self._latest: tuple[int, int] | None = None

@@ -286,6 +286,7 @@ class Emulation:
         self.servers = servers
         self.placement = dict(placement or {})
         self._remote_started = 0  # numbers the pid files of processes on other servers
+        self._ssh_masters: list[subprocess.Popen[bytes]] = []  # one per other server
         for host, share in self.cpu_limits.items():
             if graph.nodes.get(host, {}).get("kind", "switch") == "switch":
                 raise ValueError(f"cpu_limits: {host!r} is not a host of the graph")
@@ -373,6 +374,7 @@ class Emulation:
                     else str(self.servers.ssh_config)} for s in self.servers.remote]
         self.state.add_servers(entries)
         for e in entries:
+            self._ssh_masters.append(self.servers.master(e["server"]))
             make_server_group(self.servers, e["server"], e["group"])
 
     def _cluster_classes(self, topo: Any) -> dict[str, Any]:
@@ -573,6 +575,10 @@ class Emulation:
             self.cgroup = None
         if self.state is None:
             return
+        for master in self._ssh_masters:  # ended here, they remove their sockets
+            master.terminate()
+            master.wait()
+        self._ssh_masters.clear()
         removed, left = undo_run(self.state.data)
         if left:
             self.log(f"WARNING teardown could not remove {', '.join(left)}; the state stays "

@@ -41,8 +41,7 @@ def _check(name: str, ok: bool, detail: str, fix: str) -> Check:
 def clock_offset_ms(servers: Servers, server: str) -> tuple[float, float]:
     """The server's clock less this one's, and its uncertainty, in ms (module docstring);
     OSError if the session fails."""
-    proc = subprocess.Popen(servers.argv(server, "while read x; do date +%s.%N; done",
-                                         may_lead=False),
+    proc = subprocess.Popen(servers.argv(server, "while read x; do date +%s.%N; done"),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     best: tuple[float, float] | None = None
