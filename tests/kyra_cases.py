@@ -22,6 +22,7 @@ from nodes.hosting import merge_params
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Value, matches
 from nodes.sim.engine import SimResult, simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
 from nodes.workloads.kyra_example import kyra_example_workload
 from nodes.workloads.ops import ClientOp, Workload
@@ -153,7 +154,7 @@ def run_on(overlay: nx.Graph, algorithm: str, w: Workload,
                                                       {**p, **resolved}))
         return Tap(core, sent)
 
-    return simulate(overlay, w, factory, seed=0), cores, sent
+    return simulate(overlay, w, factory, SimSettings(seed=0)), cores, sent
 
 
 def publication_hops(sent: Sent) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from nodes.cores.interface import RoutingCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
 from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload
@@ -79,7 +80,7 @@ def check_oracle_run(overlay: nx.Graph, w: Workload, algorithm: str) -> SimResul
     """Simulate ``w``; check it delivered exactly the oracle's set, each pair once, and
     that no core met a message it does not handle. Returns the result."""
     expected = expected_deliveries(w)
-    result = simulate(overlay, w, algorithm, seed=0)
+    result = simulate(overlay, w, algorithm, SimSettings(seed=0))
     assert pairs(result.deliveries) == pairs(expected)  # lists: a duplicate would show
     summary = summarize(result, expected)
     assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
@@ -99,7 +100,7 @@ def run(overlay: nx.Graph, w: Workload, algorithm: str, **kw: Any
                                          {**derived.get(broker, {}), **params})
         return core
 
-    result = simulate(overlay, w, factory, seed=0, **kw)
+    result = simulate(overlay, w, factory, SimSettings(seed=0, **kw))
     return result, cores
 
 

@@ -30,6 +30,7 @@ from nodes.messages import Message, MsgType
 from nodes.metrics.codd import codd_metrics
 from nodes.sim.engine import SimResult, simulate
 from nodes.sim.links import LinkModel
+from nodes.sim.settings import SimSettings
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -82,8 +83,9 @@ def run(w: Workload, params: Mapping[str, Any], core: str = "codd"
         return CheckedNode(everyone, broker, {**resolved, **derived[broker],
                                               "crashes_s": crashes_s})
 
-    result = simulate(graph, w, factory, seed=1, on_demand=LinkModel(latency_ms=1.0),
-                      log_messages=False, until_s=w.ops[-1].t_s + 40.0)
+    result = simulate(graph, w, factory,
+                      SimSettings(seed=1, on_demand=LinkModel(latency_ms=1.0), log_messages=False,
+                                  until_s=w.ops[-1].t_s + 40.0))
     dead = set(crashes_s)
     assert tree_problems(everyone, dead) == []
     stray = [n for n, c in everyone.items() if n not in dead and not c.departed

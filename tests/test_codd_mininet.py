@@ -22,6 +22,7 @@ from experiments.spec import parse_spec
 from nodes.logs import Ev, iter_jsonl
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim.engine import SimResult, simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -49,9 +50,10 @@ def _simulated(plan: RunPlan) -> SimResult:
     alg = plan.algorithm("codd")
     overlay = nx.Graph()
     overlay.add_nodes_from(plan.overlay.nodes)
-    return simulate(overlay, plan.workload, "codd", dict(alg.params), derived=alg.derived,
-                    seed=plan.spec.seed, until_s=plan.phase_s(),
-                    on_demand=on_demand_links(plan), log_messages=False)
+    return simulate(overlay, plan.workload, "codd",
+                    SimSettings(core_params=dict(alg.params), derived=alg.derived,
+                                seed=plan.spec.seed, until_s=plan.phase_s(),
+                                on_demand=on_demand_links(plan), log_messages=False))
 
 
 def _parents(plan: RunPlan, out: Path) -> dict[str, str]:

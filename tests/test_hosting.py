@@ -29,6 +29,7 @@ from nodes.messages import Message, MsgType
 from nodes.metrics.log_summary import summarize_logs
 from nodes.model import Schema
 from nodes.sim.engine import simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload, workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries
 
@@ -62,7 +63,7 @@ def test_simulator_announces_a_death_with_linkdown(tmp_path: Path) -> None:
     nx.set_edge_attributes(g, 20.0, "delay_ms")
     _Watcher.downs = []
     w = Workload(Schema({}), {"p": "b0"}, (_pub(1),), {})
-    simulate(g, w, _Watcher, seed=1, out_dir=tmp_path, kill_at={"b1": 1.0})
+    simulate(g, w, _Watcher, SimSettings(seed=1, out_dir=tmp_path, kill_at={"b1": 1.0}))
     assert sorted(_Watcher.downs) == [("b0", pytest.approx(1.02), "b1"),
                                       ("b2", pytest.approx(1.02), "b1")]
     (rec,) = [r for r in iter_jsonl(tmp_path / "b0.jsonl", "link")]
@@ -87,7 +88,7 @@ def test_ims_are_counted_when_they_leave_the_queue(tmp_path: Path) -> None:
                 return [Send("b1", msg)] * 5
             return []
 
-    result = simulate(g, w, Push, seed=1, out_dir=tmp_path, until_s=1.2)
+    result = simulate(g, w, Push, SimSettings(seed=1, out_dir=tmp_path, until_s=1.2))
     sends = sum(1 for _ in iter_jsonl(tmp_path / "b0.jsonl", "send"))
     assert 0 < result.ims_by_type["PUBLISH"] == sends < 50
 
@@ -99,10 +100,10 @@ def test_log_summary_equals_the_in_memory_summary(tmp_path: Path) -> None:
     w = workload_from_jsonl(run_dir / "workload.jsonl")
     expected = expected_deliveries(w)
     for alg in plan.algorithms:
-        result = simulate(plan.overlay, w, alg.name, dict(alg.params), derived=alg.derived,
-                          seed=plan.spec.seed, window_ms=plan.window_ms,
-                          link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
-                                        for c in plan.link_schedule])
+        result = simulate(plan.overlay, w, alg.name, SimSettings(
+            core_params=dict(alg.params), derived=alg.derived, seed=plan.spec.seed,
+            window_ms=plan.window_ms,
+            link_changes=[(c.at_s, c.a, c.b, c.bw_mbps) for c in plan.link_schedule]))
         memory = summarize(result, expected, scale=plan.spec.scale)
         logged = summarize_logs(run_dir / alg.name, plan.overlay.nodes, w, alg.name,
                                 "simulated", plan.spec.scale, expected)

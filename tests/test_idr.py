@@ -28,6 +28,7 @@ from nodes.cores.idr import IdrCore
 from nodes.cores.interface import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.messages import Message, MsgType
 from nodes.sim.engine import simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from topologies.scot import scot_overlay
@@ -99,7 +100,7 @@ def run_forced(overlay: nx.Graph, w: Workload, forced: Mapping[tuple[str, str], 
         mine = {nb: win for (b, nb), win in forced.items() if b == broker}
         return ForcedIdr(broker, neighbours, p, mine, copies, decisions)
 
-    result = simulate(overlay, w, factory, seed=0)
+    result = simulate(overlay, w, factory, SimSettings(seed=0))
     return sorted(copies), result
 
 

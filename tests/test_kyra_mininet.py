@@ -17,6 +17,7 @@ from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim.engine import simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -51,9 +52,10 @@ def test_three_routings_on_16_servers_in_mininet_agree_with_oracle_and_simulator
     assert len(expected) > 40, "the workload should exercise many deliveries"
     for name in ALGORITHMS:
         alg = plan.algorithm(name)
-        simulated = simulate(plan.overlay, workload, name, dict(alg.params), derived=alg.derived,
-                             seed=plan.spec.seed, on_demand=on_demand_links(plan),
-                             log_messages=False)
+        simulated = simulate(plan.overlay, workload, name,
+                             SimSettings(core_params=dict(alg.params), derived=alg.derived,
+                                         seed=plan.spec.seed, on_demand=on_demand_links(plan),
+                                         log_messages=False))
         assert _pairs(simulated.deliveries) == expected, name
 
     run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))

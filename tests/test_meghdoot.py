@@ -34,6 +34,7 @@ from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
 from nodes.sim.engine import LinkModel, SimResult, simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -130,8 +131,9 @@ def run(w: Workload, params: Mapping[str, Any], peers: list | None = None, *,
         everyone.append(make_core("meghdoot", broker, (), {"seed_peer": seed, **params}))
         return everyone[-1]
 
-    result = simulate(_graph(w), w, factory, seed=1, on_demand=links, log_messages=False,
-                      until_s=w.ops[-1].t_s + 2.0)
+    result = simulate(_graph(w), w, factory,
+                      SimSettings(seed=1, on_demand=links, log_messages=False,
+                                  until_s=w.ops[-1].t_s + 2.0))
     if checked:
         check_can(everyone)
     return result
@@ -879,7 +881,7 @@ def build_can(n: int, dims_attrs: int, seed: int) -> list[MeghdootCore]:
 
     g = nx.Graph()
     g.add_nodes_from(peer_name(i) for i in range(n))
-    simulate(g, w, factory, seed=1, on_demand=LINKS, log_messages=False)
+    simulate(g, w, factory, SimSettings(seed=1, on_demand=LINKS, log_messages=False))
     assert all(c.zone is not None for c in cores), "a join did not complete"
     return cores
 
@@ -1100,9 +1102,10 @@ def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sim_module, "PROGRESS_EVERY_S", 0.0)
     w = meghdoot_workload(peer_names(5), 400, 400, seed=8)
     shares: list[float] = []
-    simulate(_graph(w), w, "meghdoot", {"load_period_s": 0.0},
-             derived={b: {"seed_peer": "p0000"} for b in _graph(w).nodes}, seed=1,
-             on_demand=LINKS, log_messages=False, progress=shares.append)
+    simulate(_graph(w), w, "meghdoot",
+             SimSettings(core_params={"load_period_s": 0.0},
+                         derived={b: {"seed_peer": "p0000"} for b in _graph(w).nodes}, seed=1,
+                         on_demand=LINKS, log_messages=False, progress=shares.append))
     assert len(shares) == len(w.ops) // 256
     # Each operation weighs the peers joined when it runs: the subscriptions stored by
     # the first peer alone count for little beside the events after the joins.

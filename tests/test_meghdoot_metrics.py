@@ -22,6 +22,7 @@ from nodes.messages import Message, MsgType
 from nodes.metrics.meghdoot import CONTACT_BUCKETS_PCT, meghdoot_metrics
 from nodes.model import Schema
 from nodes.sim.engine import LinkModel, simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 
@@ -226,9 +227,10 @@ def simulated_records(w: Workload, params: Mapping[str, Any], out_dir: Path
     g = nx.Graph()
     g.add_nodes_from(sorted(set(w.clients.values())))
     # Final records are logged only with per-message logs on (nodes.sim.engine, _result).
-    simulate(g, w, "meghdoot", params, derived=nodes.cores.overlay_params("meghdoot", g),
-             seed=1, out_dir=out_dir, on_demand=LinkModel(latency_ms=1.0),
-             until_s=w.ops[-1].t_s + 2, log_messages=True)
+    simulate(g, w, "meghdoot",
+             SimSettings(core_params=params, derived=nodes.cores.overlay_params("meghdoot", g),
+                         seed=1, out_dir=out_dir, on_demand=LinkModel(latency_ms=1.0),
+                         until_s=w.ops[-1].t_s + 2, log_messages=True))
     return [r for b in sorted(g.nodes) for r in iter_jsonl(out_dir / f"{b}.jsonl", Ev.RECORD)
             if r.get("kind") == "can_peer"]
 

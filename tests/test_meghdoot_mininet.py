@@ -20,6 +20,7 @@ from nodes.cores import can
 from nodes.logs import Ev, iter_jsonl
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim.engine import simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -53,9 +54,10 @@ def test_meghdoot_on_16_peers_in_mininet_agrees_with_the_oracle_and_the_simulato
     alg = plan.algorithm("meghdoot")
     overlay = nx.Graph()
     overlay.add_nodes_from(plan.overlay.nodes)
-    simulated = simulate(overlay, workload, "meghdoot", dict(alg.params), derived=alg.derived,
-                         seed=plan.spec.seed, until_s=plan.phase_s(),
-                         on_demand=on_demand_links(plan), log_messages=False)
+    simulated = simulate(overlay, workload, "meghdoot",
+                         SimSettings(core_params=dict(alg.params), derived=alg.derived,
+                                     seed=plan.spec.seed, until_s=plan.phase_s(),
+                                     on_demand=on_demand_links(plan), log_messages=False))
     assert _pairs(simulated.deliveries) == expected
 
     run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))

@@ -27,6 +27,7 @@ from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
 from nodes.sim.engine import simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams
@@ -248,9 +249,10 @@ def _spec_summaries(name: str, *overrides: str) -> dict[str, dict[str, Any]]:
     w = plan.workload
     assert w is not None
     expected = expected_deliveries(w)
-    return {a.name: summarize(simulate(plan.overlay, w, a.name, dict(a.params),
-                                       derived=a.derived, seed=plan.spec.seed,
-                                       window_ms=plan.window_ms, log_messages=False),
+    return {a.name: summarize(simulate(plan.overlay, w, a.name,
+                                       SimSettings(core_params=dict(a.params), derived=a.derived,
+                                                   seed=plan.spec.seed, window_ms=plan.window_ms,
+                                                   log_messages=False)),
                               expected)
             for a in plan.algorithms}
 

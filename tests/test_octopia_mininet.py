@@ -16,6 +16,7 @@ from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim.engine import simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -32,9 +33,10 @@ def test_snr_and_tid_deliver_the_oracle_set_in_both_runtimes(tmp_path: Path) -> 
     oracle = expected_deliveries(workload)
     expected = pairs(oracle)
     assert len(expected) > 50, "the workload should exercise many deliveries"
-    sims = {a.name: simulate(plan.overlay, workload, a.name, dict(a.params), derived=a.derived,
-                             seed=plan.spec.seed, window_ms=plan.window_ms,
-                             until_s=plan.duration_s)
+    sims = {a.name: simulate(plan.overlay, workload, a.name,
+                             SimSettings(core_params=dict(a.params), derived=a.derived,
+                                         seed=plan.spec.seed, window_ms=plan.window_ms,
+                                         until_s=plan.duration_s))
             for a in plan.algorithms}
 
     run_dir, manifest = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))

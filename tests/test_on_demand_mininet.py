@@ -8,7 +8,6 @@ on who got what; heartbeats report the crash; the run tears down clean."""
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim import engine as sim_module
+from nodes.sim.settings import SimSettings
 from nodes.workloads.membership import membership_intervals, oracle_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -80,17 +80,16 @@ def _pairs(deliveries: dict[tuple[str, int], list[str]] | dict) -> list:
     return sorted((key, sub) for key, subs in deliveries.items() for sub in subs)
 
 
-def _simulated(plan: RunPlan, workload: Workload) -> list | None:
-    """The simulator's deliveries with links on demand, or None if it has no such mode."""
-    if "on_demand" not in inspect.signature(sim_module.simulate).parameters:
-        return None
+def _simulated(plan: RunPlan, workload: Workload) -> list:
+    """The simulator's deliveries with links on demand."""
     overlay = nx.Graph()
     overlay.add_nodes_from(plan.overlay.nodes(data=True))  # no fixed links
     model = sim_module.LinkModel(latency_ms=lambda a, b: pair_figures(plan.graph, a, b)[1])
     alg = plan.algorithm("gossip")
-    result = sim_module.simulate(overlay, workload, "gossip", dict(alg.params),
-                                 seed=plan.spec.seed, window_ms=plan.window_ms,
-                                 until_s=plan.phase_s(), on_demand=model)
+    result = sim_module.simulate(overlay, workload, "gossip",
+                                 SimSettings(core_params=dict(alg.params), seed=plan.spec.seed,
+                                             window_ms=plan.window_ms, until_s=plan.phase_s(),
+                                             on_demand=model))
     return _pairs(result.deliveries)
 
 
@@ -125,8 +124,7 @@ def test_gossip_with_links_on_demand_in_mininet(tmp_path: Path) -> None:
     assert [c["broker"] for c in summary["crashed"]["brokers"]] == [crasher]
     assert summary["crashed"]["clients"]  # they lost their broker: expected, not failures
     assert manifest["plan"]["links"] == "on-demand"
-    if simulated is not None:
-        assert simulated == expected == got
+    assert simulated == expected == got
 
     live = [b for b in nodes if b not in (leaver, crasher)]
 

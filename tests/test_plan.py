@@ -23,6 +23,7 @@ from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
 from nodes.sim.engine import simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +72,8 @@ def test_emulated_configs_and_simulator_use_the_plans_figures(mode: str,
     pub = Message(MsgType.PUBLISH, 1, "c", 0, {"attrs": {"x": 1}})
     simulate(plan.overlay, Workload(Schema({}), {"c": "a0"}, (ClientOp(0.0, "c", "a0", pub),),
                                     {}), "flood",
-             seed=1, out_dir=tmp_path / "sim", derived=plan.algorithm("flood").derived)
+             SimSettings(seed=1, out_dir=tmp_path / "sim",
+                         derived=plan.algorithm("flood").derived))
     sent = next(iter_jsonl(tmp_path / "sim" / "a0.jsonl", "send"))
     got = next(r for r in iter_jsonl(tmp_path / "sim" / f"{sent['link']}.jsonl", "recv")
                if r["link"] == "a0")

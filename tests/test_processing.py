@@ -19,6 +19,7 @@ from experiments.spec import SpecError, load_spec
 from nodes.messages import Message, MsgType
 from nodes.sim.engine import SimResult, simulate
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime, calibrated_service
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import STOCK_SCHEMA
@@ -58,7 +59,7 @@ def test_one_message_takes_exactly_its_service_times(tmp_path: Path) -> None:
     proc = Processing(ServiceTime(base_us=300.0, per_match_us=40.0),
                       per_broker={"b1": ServiceTime(1000.0, 500.0)}, cpu_share={"b1": 0.5})
     w = _stream(1.0, 1, sub_at="b1")
-    result = simulate(_chain(2), w, "flood", seed=0, out_dir=tmp_path, processing=proc)
+    result = simulate(_chain(2), w, "flood", SimSettings(seed=0, out_dir=tmp_path, processing=proc))
     _exactly_once(result, w)
     at_b0 = 300e-6 + 40e-6
     at_b1 = (1000e-6 + 500e-6) / 0.5
@@ -76,8 +77,9 @@ def _overload(tmp_path: Path, rate_hz: float, *, buffer_msgs: int = 50,
     message, so it saturates at 1000/s; b0 and b2 take 250 us (4000/s)."""
     proc = Processing(ServiceTime(200.0, 50.0), cpu_share={"b1": 0.25}, buffer_msgs=buffer_msgs)
     w = _stream(rate_hz, int(rate_hz * seconds), sub_at="b2")
-    result = simulate(_chain(3), w, "flood", seed=0, out_dir=tmp_path, processing=proc,
-                      log_messages=True, window_ms=100.0)
+    result = simulate(_chain(3), w, "flood",
+                      SimSettings(seed=0, out_dir=tmp_path, processing=proc, log_messages=True,
+                                  window_ms=100.0))
     return result, w
 
 
@@ -136,8 +138,8 @@ def test_the_window_is_never_exceeded_and_is_used_whole(tmp_path: Path,
 def test_a_receiver_that_dies_releases_what_its_senders_held(tmp_path: Path) -> None:
     proc = Processing(ServiceTime(200.0, 50.0), cpu_share={"b1": 0.25}, buffer_msgs=20)
     w = _stream(3000.0, 3000, sub_at="b2")
-    result = simulate(_chain(3), w, "flood", seed=0, out_dir=tmp_path, processing=proc,
-                      kill_at={"b1": 0.8})
+    result = simulate(_chain(3), w, "flood",
+                      SimSettings(seed=0, out_dir=tmp_path, processing=proc, kill_at={"b1": 0.8}))
     queue = [r for r in _records(tmp_path / "b0.jsonl", "queue") if r["link"] == "b1"]
     assert max(r["queue_len"] for r in queue) > 500  # b0 held frames when b1 died
     assert queue[-1]["queue_len"] == 0  # and sent them on (to be lost) after
@@ -148,8 +150,8 @@ def test_a_receiver_that_dies_releases_what_its_senders_held(tmp_path: Path) -> 
 def test_a_sender_that_dies_loses_what_it_held(tmp_path: Path) -> None:
     proc = Processing(ServiceTime(200.0, 50.0), cpu_share={"b1": 0.25}, buffer_msgs=20)
     w = _stream(3000.0, 3000, sub_at="b2")
-    result = simulate(_chain(3), w, "flood", seed=0, out_dir=tmp_path, processing=proc,
-                      kill_at={"b0": 0.8})
+    result = simulate(_chain(3), w, "flood",
+                      SimSettings(seed=0, out_dir=tmp_path, processing=proc, kill_at={"b0": 0.8}))
     # b1 handles its window (20 frames) after b0's death, and nothing more arrives.
     handled_after = [r for r in _records(tmp_path / "b1.jsonl", "recv")
                      if r["link"] == "b0" and r["t_mono"] > 0.8]
@@ -174,9 +176,9 @@ def test_zero_service_time_changes_no_figure() -> None:
     from nodes.workloads.stock import stock_workload
     w = stock_workload(sorted(g), n_publishers=3, n_subscribers=15, pubs_per_publisher=20,
                        publish_rate_hz=100.0, seed=5, selectivity=0.3, phase_gap_s=0.2)
-    plain = simulate(g, w, "flood", seed=0)
-    free = simulate(g, w, "flood", seed=0,
-                    processing=Processing(ServiceTime(0.0), buffer_msgs=10**9))
+    plain = simulate(g, w, "flood", SimSettings(seed=0))
+    free = simulate(g, w, "flood",
+                    SimSettings(seed=0, processing=Processing(ServiceTime(0.0), buffer_msgs=10**9)))
     assert free.deliveries == plain.deliveries
     assert free.delays_s == plain.delays_s
     assert free.ims_by_type == plain.ims_by_type
@@ -198,8 +200,8 @@ def test_bad_service_times_and_strangers_are_refused() -> None:
     with pytest.raises(ValueError, match="per_match_us"):
         ServiceTime(1.0, float("nan"))
     with pytest.raises(ValueError, match=r"processing names brokers not in the overlay: \['zz'\]"):
-        simulate(_chain(2), _stream(1.0, 1, sub_at="b1"), "flood", seed=0,
-                 processing=Processing(ServiceTime(1.0), per_broker={"zz": ServiceTime(2.0)}))
+        simulate(_chain(2), _stream(1.0, 1, sub_at="b1"), "flood", SimSettings(
+            seed=0, processing=Processing(ServiceTime(1.0), per_broker={"zz": ServiceTime(2.0)})))
 
 
 def test_the_calibration_file_gives_the_default(tmp_path: Path) -> None:

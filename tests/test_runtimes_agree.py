@@ -23,6 +23,7 @@ from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.metrics.log_summary import client_receipts
 from nodes.sim.engine import simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root
@@ -38,8 +39,10 @@ def test_flood_delivers_the_oracle_set_in_both_runtimes(tmp_path: Path) -> None:
     assert len(expected) > 50, "the workload should exercise many deliveries"
 
     flood = plan.algorithm("flood")
-    sim = simulate(plan.overlay, workload, "flood", dict(flood.params), derived=flood.derived,
-                   seed=plan.spec.seed, window_ms=plan.window_ms, until_s=plan.duration_s)
+    sim = simulate(plan.overlay, workload, "flood",
+                   SimSettings(core_params=dict(flood.params), derived=flood.derived,
+                               seed=plan.spec.seed, window_ms=plan.window_ms,
+                               until_s=plan.duration_s))
     sim_pairs = pairs(sim.deliveries)
 
     run_dir, manifest = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))

@@ -29,6 +29,7 @@ from nodes.model import (
     matches,
 )
 from nodes.sim.engine import SimResult, simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 
@@ -187,7 +188,7 @@ def _run(overlay: nx.Graph, w: Workload, covering: bool
         cores[broker] = core
         return _Tap(core, sent)
 
-    return simulate(overlay, w, factory, seed=0), cores, sent
+    return simulate(overlay, w, factory, SimSettings(seed=0)), cores, sent
 
 
 def _op(t_s: float, client: str, broker: str, kind: MsgType, msg_id: int,

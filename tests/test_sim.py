@@ -33,6 +33,7 @@ from nodes.metrics import summary as summary_module
 from nodes.metrics.summary import build_summary, delay_stats_ms
 from nodes.model import filter_from_json, matches
 from nodes.sim.engine import SIM_EPOCH_S, simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import STOCK_SCHEMA, stock_workload
@@ -76,7 +77,7 @@ def test_flood_delivers_exactly_the_oracle_set_once(name: str, tmp_path: Path) -
     g = OVERLAYS[name]()
     w = _workload(g, seed=11)
     expected = expected_deliveries(w)
-    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    result = simulate(g, w, "flood", SimSettings(seed=0, out_dir=tmp_path))
     got = {key: sorted(subs) for key, subs in result.deliveries.items()}
     want = {key: sorted(subs) for key, subs in expected.items() if subs}
     assert got == want  # sorted lists, so a duplicate delivery would show
@@ -117,12 +118,13 @@ def test_same_seed_gives_byte_identical_logs_and_another_seed_differs(tmp_path: 
     g = OVERLAYS["ring_with_chords"]()
     runs = {}
     for label, seed in (("a", 5), ("b", 5), ("c", 6)):
-        simulate(g, _workload(g, seed=seed), "flood", seed=seed, out_dir=tmp_path / label)
+        simulate(g, _workload(g, seed=seed), "flood",
+                 SimSettings(seed=seed, out_dir=tmp_path / label))
         runs[label] = _logs(tmp_path / label)
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
     # Rerunning into a used folder overwrites instead of appending.
-    simulate(g, _workload(g, seed=5), "flood", seed=5, out_dir=tmp_path / "a")
+    simulate(g, _workload(g, seed=5), "flood", SimSettings(seed=5, out_dir=tmp_path / "a"))
     assert _logs(tmp_path / "a") == runs["b"]
 
 
@@ -130,7 +132,8 @@ def test_loss_is_seeded() -> None:
     g = OVERLAYS["random_tree"]()
     nx.set_edge_attributes(g, 20.0, "loss_pct")
     w = _workload(g, seed=1)
-    first, again, other = (simulate(g, w, "flood", seed=s, out_dir=None) for s in (1, 1, 2))
+    first, again, other = (simulate(g, w, "flood",
+                                    SimSettings(seed=s, out_dir=None)) for s in (1, 1, 2))
     assert first.lost > 0
     assert first.deliveries == again.deliveries and first.lost == again.lost
     assert first.deliveries != other.deliveries
@@ -168,7 +171,7 @@ def test_two_hop_timing_is_exact(tmp_path: Path) -> None:
     pub = Message(pub.type, pub.msg_id, "p0", 0, pub.payload)
     g = _path({"bw_mbps": 8.0, "delay_ms": 5.0}, {"bw_mbps": 2.0, "delay_ms": 10.0})
     w = _ops([ClientOp(0.0, "s0", "b2", sub), ClientOp(t_pub, "p0", "b0", pub)])
-    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    result = simulate(g, w, "flood", SimSettings(seed=0, out_dir=tmp_path))
     # The client stamps t_pub on the logs' wall-clock scale; hops do not change the size.
     stamped = Message(pub.type, pub.msg_id, "p0", 0, {**pub.payload, "t_pub": SIM_EPOCH_S + 1})
     bits = frame_size(stamped) * 8
@@ -204,8 +207,8 @@ def test_a_nic_serves_a_fast_link_between_the_frames_of_a_slow_one(tmp_path: Pat
     g.add_edge("b0", "b2", bw_mbps=100.0, delay_ms=1.0)
     g.nodes["b0"]["nic_mbps"] = 10.0
     t = 1.0
-    simulate(g, _ops([ClientOp(t, "p0", "b0", m) for m in pubs]), "flood", seed=0,
-             out_dir=tmp_path)
+    simulate(g, _ops([ClientOp(t, "p0", "b0", m) for m in pubs]), "flood",
+             SimSettings(seed=0, out_dir=tmp_path))
     size = {frame_size(Message(m.type, m.msg_id, "p0", 0, {**m.payload, "t_pub": SIM_EPOCH_S + t}))
             for m in pubs}
     assert len(size) == 1  # equal frames: the arithmetic below holds for both
@@ -251,7 +254,7 @@ def test_queue_statistics_of_a_burst_on_a_slow_link(tmp_path: Path) -> None:
     def probe(broker: str, neighbours: Sequence[str], params: Mapping[str, Any]) -> _Probe:
         return _Probe(broker, neighbours, seen)
 
-    result = simulate(g, _ops(burst), probe, seed=0, out_dir=tmp_path, window_ms=50.0)
+    result = simulate(g, _ops(burst), probe, SimSettings(seed=0, out_dir=tmp_path, window_ms=50.0))
     queue = [r for r in _read(tmp_path / "b0.jsonl") if r["ev"] == "queue"]
     assert all(r["link"] == "b1" and r["window_ms"] == 50.0 for r in queue)
     assert any(r["queue_len"] > 0 and r["count_in"] > r["count_out"] for r in queue)
@@ -292,7 +295,7 @@ def test_a_core_that_ignores_windows_gets_none_and_the_run_is_the_same(tmp_path:
                            ("deaf", _Deaf, tmp_path / "deaf"), ("deaf, no logs", _Deaf, None)):
         seen: list[Any] = []
         result = simulate(g, burst, lambda b, n, p, cls=cls, seen=seen: cls(b, n, seen),
-                          seed=0, out_dir=out, window_ms=50.0)
+                          SimSettings(seed=0, out_dir=out, window_ms=50.0))
         runs[name] = (result, [e for _, _, e in seen])
     assert any(isinstance(e, LinkStats) for e in runs["reads"][1])
     for name in ("deaf", "deaf, no logs"):
@@ -307,8 +310,9 @@ def test_a_core_that_ignores_windows_gets_none_and_the_run_is_the_same(tmp_path:
 def test_logs_off_keeps_only_queue_records_and_counts_the_same(tmp_path: Path) -> None:
     g = OVERLAYS["scot"]()
     w = _workload(g, seed=4)
-    full = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "full")
-    quiet = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "quiet", log_messages=False)
+    full = simulate(g, w, "flood", SimSettings(seed=0, out_dir=tmp_path / "full"))
+    quiet = simulate(g, w, "flood",
+                     SimSettings(seed=0, out_dir=tmp_path / "quiet", log_messages=False))
     assert quiet == full
     records = [r for p in sorted((tmp_path / "quiet").iterdir()) for r in _read(p)]
     assert records and {r["ev"] for r in records} == {"queue"}
@@ -319,8 +323,8 @@ def test_logs_off_keeps_only_queue_records_and_counts_the_same(tmp_path: Path) -
 def test_until_s_stops_the_run() -> None:
     g = OVERLAYS["random_tree"]()
     w = _workload(g, seed=3)
-    full = simulate(g, w, "flood", seed=0)
-    cut = simulate(g, w, "flood", seed=0, until_s=0.25)
+    full = simulate(g, w, "flood", SimSettings(seed=0))
+    cut = simulate(g, w, "flood", SimSettings(seed=0, until_s=0.25))
     assert 0 < cut.events < full.events
     assert cut.end_s <= 0.25 < full.end_s
 
@@ -342,7 +346,7 @@ def test_subscription_delay_is_the_last_arrival(tmp_path: Path) -> None:
     sub, pub = _matching_pair()
     g = _path({"delay_ms": 3.0}, {"delay_ms": 4.0})  # unshaped: no serialisation time
     w = _ops([ClientOp(0.5, "s0", "b0", sub), ClientOp(0.6, "p0", "b1", pub)])
-    result = simulate(g, w, _Relay, seed=0, out_dir=tmp_path)
+    result = simulate(g, w, _Relay, SimSettings(seed=0, out_dir=tmp_path))
     assert result.delays_s["subscription"] == [pytest.approx(0.007)]
     assert result.algorithm == "_Relay"
     assert result.record_counts == {"seen": 1}
@@ -357,21 +361,22 @@ def test_subscription_delay_is_the_last_arrival(tmp_path: Path) -> None:
 def test_bad_inputs_are_refused() -> None:
     g = _path({"bw_mbps": 0})
     with pytest.raises(ValueError, match="bw_mbps"):
-        simulate(g, _ops([]), "flood", seed=0)
+        simulate(g, _ops([]), "flood", SimSettings(seed=0))
     with pytest.raises(ValueError, match=r"allowed: .*flood"):
-        simulate(_path({}), _ops([]), "nope", seed=0)
+        simulate(_path({}), _ops([]), "nope", SimSettings(seed=0))
     sub, _ = _matching_pair()
     with pytest.raises(ValueError, match="named like brokers"):
-        simulate(_path({}), _ops([ClientOp(0.0, "b0", "b0", sub)]), "flood", seed=0)
+        simulate(_path({}), _ops([ClientOp(0.0, "b0", "b0", sub)]), "flood", SimSettings(seed=0))
     with pytest.raises(ValueError, match="not in the overlay"):
-        simulate(_path({}), _ops([ClientOp(0.0, "s0", "elsewhere", sub)]), "flood", seed=0)
+        simulate(_path({}), _ops([ClientOp(0.0, "s0", "elsewhere", sub)]), "flood",
+                 SimSettings(seed=0))
 
 
 def test_single_broker_overlay(tmp_path: Path) -> None:
     g = nx.Graph()
     g.add_node("solo")
     w = _workload(g, seed=8)
-    result = simulate(g, w, "flood", seed=0, out_dir=tmp_path)
+    result = simulate(g, w, "flood", SimSettings(seed=0, out_dir=tmp_path))
     summary = summarize(result, expected_deliveries(w))
     assert summary["expected_deliveries"] > 0
     assert (summary["missing"], summary["duplicates"], summary["ims_total"]) == (0, 0, 0)
@@ -455,8 +460,8 @@ def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
     ops = [publish(0.1, "p0", "b0", 1), publish(0.9995, "p0", "b0", 2),
            publish(1.1, "p0", "b0", 3), publish(1.101, "p0", "b0", 4),
            publish(1.2, "p1", "b1", 1)]
-    simulate(g, _ops(ops), "flood", seed=0, out_dir=tmp_path,
-             link_changes=[(1.0, "b1", "b0", 0.1)])
+    simulate(g, _ops(ops), "flood",
+             SimSettings(seed=0, out_dir=tmp_path, link_changes=[(1.0, "b1", "b0", 0.1)]))
     def wire_s(op: ClientOp, mbps: float) -> float:  # t_pub's digits change the size
         stamped = replace(op.msg, payload={**pub.payload, "t_pub": SIM_EPOCH_S + op.t_s})
         return frame_size(stamped) * 8 / (mbps * 1e6)
@@ -474,4 +479,4 @@ def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
         [0.1 + fast[0], 0.9995 + fast[1], 1.1 + slow[2], 1.1 + slow[2] + slow[3]], abs=2e-6)
     assert arrivals("b0", "b1") == pytest.approx([1.2 + slow[4]], abs=2e-6)
     with pytest.raises(ValueError, match="not an overlay link"):
-        simulate(g, _ops(ops), "flood", seed=0, link_changes=[(1.0, "b0", "b2", 0.1)])
+        simulate(g, _ops(ops), "flood", SimSettings(seed=0, link_changes=[(1.0, "b0", "b2", 0.1)]))

@@ -33,6 +33,7 @@ from nodes.messages import Message, MsgType
 from nodes.model import Schema
 from nodes.sim.engine import SimResult, simulate
 from nodes.sim.links import LinkModel, underlay_latency
+from nodes.sim.settings import SimSettings
 from nodes.workloads.membership import churn_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -67,8 +68,9 @@ def test_gossip_on_2000_nodes_delivers_the_oracle_set_once_over_few_links(
     n = 2000
     w = churn_workload(n, n_seeds=100, n_publishers=3, pubs_per_publisher=3,
                        join_gap_s=0.002, settle_s=1.0, seed=3)
-    result = simulate(_bare(sorted(w.clients.values())), w, "gossip", seed=1,
-                      on_demand=LinkModel(latency_ms=2.0, nic_mbps=100.0), out_dir=tmp_path)
+    result = simulate(_bare(sorted(w.clients.values())), w, "gossip",
+                      SimSettings(seed=1, on_demand=LinkModel(latency_ms=2.0, nic_mbps=100.0),
+                                  out_dir=tmp_path))
 
     delivered = _check_exactly_once(result, w)
     assert delivered > 1000, "workload too selective to test anything"
@@ -103,9 +105,9 @@ def _churn(seed: int = 4) -> Workload:
 def _run_churn(w: Workload, out: Path | None) -> SimResult:
     # Heartbeats never stop: the run ends a few timeouts after the last publication.
     return simulate(_bare(sorted(w.clients.values())), w, "gossip",
-                    {"heartbeat_s": HEARTBEAT_S, "timeout_s": TIMEOUT_S}, seed=2,
-                    on_demand=LinkModel(latency_ms=LATENCY_MS), out_dir=out,
-                    until_s=w.meta["phases"]["end_s"] + 3 * TIMEOUT_S)
+                    SimSettings(core_params={"heartbeat_s": HEARTBEAT_S, "timeout_s": TIMEOUT_S},
+                                seed=2, on_demand=LinkModel(latency_ms=LATENCY_MS), out_dir=out,
+                                until_s=w.meta["phases"]["end_s"] + 3 * TIMEOUT_S))
 
 
 def _members_at(w: Workload, t: float) -> set[str]:
@@ -177,9 +179,10 @@ def test_fixed_overlay_is_unchanged_with_on_demand_on(tmp_path: Path) -> None:
     nx.set_edge_attributes(g, {e: {"bw_mbps": 10.0, "delay_ms": 2.0} for e in g.edges})
     w = stock_workload(sorted(g.nodes), n_publishers=2, n_subscribers=8, pubs_per_publisher=5,
                        publish_rate_hz=50.0, seed=1, phase_gap_s=0.2)
-    static = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "static")
-    lazy = simulate(g, w, "flood", seed=0, out_dir=tmp_path / "lazy",
-                    on_demand=LinkModel(latency_ms=50.0))
+    static = simulate(g, w, "flood", SimSettings(seed=0, out_dir=tmp_path / "static"))
+    lazy = simulate(g, w, "flood",
+                    SimSettings(seed=0, out_dir=tmp_path / "lazy",
+                                on_demand=LinkModel(latency_ms=50.0)))
     assert _logs(tmp_path / "static") == _logs(tmp_path / "lazy")
     assert static == lazy and lazy.links_opened == 0
 
@@ -243,8 +246,9 @@ def _script(steps: Sequence[tuple[float, str, Any]], nodes: Sequence[str] = ("a"
 
 def _play(w: Workload, model: LinkModel | None = None, **kw: Any) -> list[tuple[float, str, str]]:
     EVENTS.clear()
-    simulate(_bare(sorted(w.clients.values())), w, Scripted, seed=0,
-             on_demand=model or LinkModel(latency_ms=10.0), window_ms=10_000.0, **kw)
+    simulate(_bare(sorted(w.clients.values())), w, Scripted,
+             SimSettings(seed=0, on_demand=model or LinkModel(latency_ms=10.0), window_ms=10_000.0,
+                         **kw))
     return [e for e in EVENTS if not e[2].startswith(("client", "stats"))]
 
 
@@ -308,8 +312,9 @@ def test_dials_to_dormant_and_dead_nodes_fail_after_a_round_trip(tmp_path: Path)
         (5.0, "a", [["send", "b", 10]]),  # the link closed when b died
     ])
     EVENTS.clear()
-    result = simulate(_bare(["a", "b", "c"]), w, Scripted, seed=0, out_dir=tmp_path,
-                      on_demand=LinkModel(latency_ms=10.0), window_ms=10_000.0)
+    result = simulate(_bare(["a", "b", "c"]), w, Scripted,
+                      SimSettings(seed=0, out_dir=tmp_path, on_demand=LinkModel(latency_ms=10.0),
+                                  window_ms=10_000.0))
     events = [e for e in EVENTS if not e[2].startswith(("client", "stats"))]
     assert events == [
         (1.02, "a", "LinkUp b"),
@@ -338,8 +343,9 @@ def test_a_frame_in_flight_to_a_node_that_left_is_dropped_there(tmp_path: Path) 
         (2.005, "b", MsgType.LEAVE),
     ])
     EVENTS.clear()
-    simulate(_bare(["a", "b", "c"]), w, Scripted, seed=0, out_dir=tmp_path,
-             on_demand=LinkModel(latency_ms=10.0), window_ms=10_000.0)
+    simulate(_bare(["a", "b", "c"]), w, Scripted,
+             SimSettings(seed=0, out_dir=tmp_path, on_demand=LinkModel(latency_ms=10.0),
+                         window_ms=10_000.0))
     events = [e for e in EVENTS if not e[2].startswith(("client", "stats"))]
     assert (1.03, "b", "arrived a HEARTBEAT 7") in events
     assert not any(what == "arrived a HEARTBEAT 8" for _, _, what in events)
@@ -368,9 +374,9 @@ def test_fixed_links_cannot_be_disconnected_and_static_runs_have_no_disconnect()
     g = nx.Graph([("a", "b")])
     g.add_node("c")
     with pytest.raises(ValueError, match="a fixed link"):
-        simulate(g, w, Scripted, seed=0, on_demand=LinkModel())
+        simulate(g, w, Scripted, SimSettings(seed=0, on_demand=LinkModel()))
     with pytest.raises(ValueError, match="links are fixed here"):
-        simulate(g, w, Scripted, seed=0)
+        simulate(g, w, Scripted, SimSettings(seed=0))
 
 
 def test_underlay_latency_is_the_shortest_path_cached_per_source() -> None:
@@ -454,7 +460,7 @@ def test_an_idle_link_opened_on_demand_costs_under_200_bytes() -> None:
     model = LinkModel(latency_ms=lambda a, b: 0.5 + 0.5, link_mbps=lambda a, b: 500.0 * 2)
     tracemalloc.start()
     try:
-        result = simulate(_bare(nodes), w, _DialsAll, seed=0, on_demand=model)
+        result = simulate(_bare(nodes), w, _DialsAll, SimSettings(seed=0, on_demand=model))
     finally:
         tracemalloc.stop()
     assert result.links_opened == n * (n - 1)  # every side of every pair came up

@@ -33,6 +33,7 @@ from nodes.sim.checkpoint import (
 )
 from nodes.sim.engine import SimResult, resume, simulate
 from nodes.sim.links import LinkModel
+from nodes.sim.settings import SimSettings
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
 # kind of state the simulator holds between two events.
@@ -45,10 +46,11 @@ LARGER = ["topology.params.n=60", "workload.n_subscriptions=800", "workload.n_ev
 def _run(pause: Pause | None = None) -> SimResult:
     plan = compile_plan(load_spec("meghdoot-peers", SMALL))
     alg = plan.algorithms[0]
-    return simulate(plan.overlay, plan.workload, alg.name, dict(alg.params),
-                    derived=alg.derived, seed=plan.spec.seed, log_messages=False,
-                    window_ms=plan.window_ms, until_s=plan.phase_s(),
-                    on_demand=on_demand_links(plan), pause=pause)
+    return simulate(plan.overlay, plan.workload, alg.name,
+                    SimSettings(core_params=dict(alg.params), derived=alg.derived,
+                                seed=plan.spec.seed, log_messages=False, window_ms=plan.window_ms,
+                                until_s=plan.phase_s(), on_demand=on_demand_links(plan),
+                                pause=pause))
 
 
 def _comparable(result: SimResult) -> dict[str, object]:
@@ -97,8 +99,9 @@ def test_a_run_with_logs_cannot_pause(tmp_path: Path) -> None:
     plan = compile_plan(load_spec("meghdoot-peers", SMALL))
     alg = plan.algorithms[0]
     with pytest.raises(ValueError, match="writes no logs"):
-        simulate(plan.overlay, plan.workload, alg.name, dict(alg.params), seed=1,
-                 out_dir=tmp_path, pause=Pause(until=0.0, path=tmp_path / "x"))
+        simulate(plan.overlay, plan.workload, alg.name,
+                 SimSettings(core_params=dict(alg.params), seed=1, out_dir=tmp_path,
+                             pause=Pause(until=0.0, path=tmp_path / "x")))
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
@@ -220,8 +223,8 @@ def test_frames_flushed_before_a_pause_stay_flushed_after_it(
     model = LinkModel(latency_ms=10.0, link_mbps=0.01)
 
     def run(pause: Pause | None) -> SimResult:
-        return simulate(_bare(sorted(w.clients.values())), w, Scripted, seed=0,
-                        on_demand=model, window_ms=10_000.0, pause=pause)
+        return simulate(_bare(sorted(w.clients.values())), w, Scripted,
+                        SimSettings(seed=0, on_demand=model, window_ms=10_000.0, pause=pause))
 
     EVENTS.clear()
     whole, heard = run(None), list(EVENTS)

@@ -16,6 +16,7 @@ from experiments.plan import RunPlan, compile_plan
 from experiments.spec import load_spec
 from nodes.cores.tid import TREE_ID_STRIDE
 from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.oracle import expected_deliveries
 
 # The data file's quick burst (experiments/papers/octopia.yaml): 20 publishers of 30
@@ -29,11 +30,11 @@ def _run(plan: RunPlan, algorithm: str, **params: Any) -> tuple[SimResult, dict[
     its summary against the oracle."""
     alg = next(a for a in plan.algorithms if a.name == algorithm)
     assert plan.workload is not None
-    result = simulate(plan.overlay, plan.workload, algorithm, {**alg.params, **params},
-                      derived=alg.derived, seed=plan.spec.seed, window_ms=plan.window_ms,
-                      until_s=plan.duration_s, log_messages=False,
-                      link_changes=[(c.at_s, c.a, c.b, c.bw_mbps) for c in plan.link_schedule],
-                      processing=plan.processing)
+    result = simulate(plan.overlay, plan.workload, algorithm, SimSettings(
+        core_params={**alg.params, **params}, derived=alg.derived, seed=plan.spec.seed,
+        window_ms=plan.window_ms, until_s=plan.duration_s, log_messages=False,
+        link_changes=[(c.at_s, c.a, c.b, c.bw_mbps) for c in plan.link_schedule],
+        processing=plan.processing))
     return result, summarize(result, expected_deliveries(plan.workload))
 
 

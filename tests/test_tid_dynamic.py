@@ -47,6 +47,7 @@ from nodes.cores.interface import (
 from nodes.cores.tid import DYNAMIC_PARAMS, TREE_ID_STRIDE, TidDynamicCore
 from nodes.messages import Message, MsgType
 from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 
@@ -105,7 +106,7 @@ def run_forced(overlay: nx.Graph, w: Workload, overloaded: Iterable[tuple[str, s
         mine = [nb for nb in neighbours if (broker, nb) in over]
         return ForcedTid(broker, neighbours, params, mine, copies, reroutes)
 
-    result = simulate(overlay, w, factory, seed=0)
+    result = simulate(overlay, w, factory, SimSettings(seed=0))
     return sorted(copies), reroutes, result
 
 
@@ -138,7 +139,7 @@ def _action_log(overlay: nx.Graph, w: Workload, algorithm: str, params: Mapping[
         core.handle = noting  # type: ignore[method-assign]
         return core
 
-    simulate(overlay, w, factory, seed=0)
+    simulate(overlay, w, factory, SimSettings(seed=0))
     return log
 
 
@@ -205,7 +206,7 @@ def test_square_binds_s_to_two_trees_with_different_last_hops() -> None:
     assert reroutes == []
     core = make_core("tid-dynamic", "a", ["b", "c"], {})
     replay = simulate(square(), w, lambda b, nbs, p: core if b == "a"
-                      else make_core("tid-dynamic", b, nbs, p), seed=0, until_s=1.0)
+                      else make_core("tid-dynamic", b, nbs, p), SimSettings(seed=0, until_s=1.0))
     assert replay.published == 0
     assert core.state()["prt"] == {("s", 1): [(P1, "b"), (Q1, "c")]}
 

@@ -37,6 +37,7 @@ from nodes.metrics.summary import delay_stats_ms
 from nodes.runfolder import RUNS_BASE, new_run_dir
 from nodes.sim.engine import simulate
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime
+from nodes.sim.settings import SimSettings
 from nodes.time_left import write_line
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import STOCK_SCHEMA
@@ -70,8 +71,8 @@ def simulated_chain(rate_hz: float, step_s: float, processing: Processing | None
     """The chain in the simulator: delays (ms) and the broker's throughput (1/s)."""
     g = nx.Graph()
     g.add_node(BROKER)
-    result = simulate(g, chain_workload(rate_hz, step_s), "flood", seed=0,
-                      processing=processing)
+    result = simulate(g, chain_workload(rate_hz, step_s), "flood",
+                      SimSettings(seed=0, processing=processing))
     stats = delay_stats_ms(result.delays_s["notification"]) or {}
     delivered = sum(len(v) for v in result.deliveries.values())
     return {"p50_ms": stats.get("p50"), "p95_ms": stats.get("p95"), "delivered": delivered,

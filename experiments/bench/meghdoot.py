@@ -52,7 +52,7 @@ def _measure(peers: int, share: float, load_reports: str, allow_large: bool = Fa
     """One point, in the (fresh) process that calls it."""
     from experiments.bench.floor import bare_loop_rate
     from experiments.plan import compile_plan
-    from experiments.runs.simulated import on_demand_links
+    from experiments.runs.simulated import sim_settings
     from experiments.spec import load_spec
     from nodes.messages import MsgType
     from nodes.sim.engine import simulate
@@ -76,10 +76,9 @@ def _measure(peers: int, share: float, load_reports: str, allow_large: bool = Fa
               f"operations after "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    result = simulate(plan.overlay, plan.workload, alg.name, dict(alg.params),
-                      derived=alg.derived, seed=plan.spec.seed, out_dir=None,
-                      log_messages=False, window_ms=plan.window_ms, until_s=until_s,
-                      on_demand=on_demand_links(plan), progress=progress)
+    # As `pubsublab sim --no-logs` runs it (the spec has no rate changes or processing).
+    result = simulate(plan.overlay, plan.workload, alg.name,
+                      sim_settings(plan, alg, until_s=until_s, progress=progress))
     wall_s = time.perf_counter() - t0
     cpu_s = max(time.process_time() - cpu0, 1e-9)
     done = sum(1 for op in ops if op.t_s <= until_s)

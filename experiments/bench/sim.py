@@ -51,6 +51,7 @@ from nodes.messages import Message, MsgType
 from nodes.model import Schema
 from nodes.sim.engine import simulate
 from nodes.sim.links import LinkModel
+from nodes.sim.settings import SimSettings
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import stock_workload
 
@@ -92,9 +93,10 @@ def _one(kind: str, n: int, messages: int, seed: int,
     )
     t2, c2 = time.perf_counter(), time.process_time()
     # Set-up alone (links, spanning tree, cores) is the same run without client operations.
-    simulate(overlay, replace(workload, ops=()), "flood", seed=seed, log_messages=False)
+    simulate(overlay, replace(workload, ops=()), "flood",
+             SimSettings(seed=seed, log_messages=False))
     t3, c3 = time.perf_counter(), time.process_time()
-    result = simulate(overlay, workload, "flood", seed=seed, log_messages=False)
+    result = simulate(overlay, workload, "flood", SimSettings(seed=seed, log_messages=False))
     t4, c4 = time.perf_counter(), time.process_time()
     ims = sum(result.ims_by_type.values())
     setup_s, total_s = t3 - t2, t4 - t3
@@ -207,10 +209,11 @@ def _measure(kind: str, n: int, messages: int, seed: int) -> dict[str, Any]:
     else:
         g, w = _on_demand_workload(n, messages, seed)
         t0 = time.perf_counter()
-        simulate(g, replace(w, ops=()), Blast, seed=seed, log_messages=False,
-                 on_demand=ON_DEMAND_LINKS)
+        simulate(g, replace(w, ops=()), Blast,
+                 SimSettings(seed=seed, log_messages=False, on_demand=ON_DEMAND_LINKS))
         t1 = time.perf_counter()
-        res = simulate(g, w, Blast, seed=seed, log_messages=False, on_demand=ON_DEMAND_LINKS)
+        res = simulate(g, w, Blast,
+                       SimSettings(seed=seed, log_messages=False, on_demand=ON_DEMAND_LINKS))
         t2 = time.perf_counter()
         ims = sum(res.ims_by_type.values())
         loop_s = max((t2 - t1) - (t1 - t0), 1e-9)

@@ -12,7 +12,7 @@ import functools
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 
 from analysis.block_figures import draw_blocks, draw_sweep_blocks
 from analysis.paper_figures import BURST_FIGURES, OCTOPIA_FIGURES, draw
-from experiments.plan import RunPlan, compile_plan, pair_figures
+from experiments.plan import AlgorithmPlan, RunPlan, compile_plan, pair_figures
 from experiments.progress import log
 from experiments.runs.bulk.simulated import run_bulk_simulation
 from experiments.runs.manifest import (
@@ -49,6 +49,7 @@ from nodes.runfolder import (
 )
 from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
 from nodes.sim.engine import LinkModel, SimResult, resume, simulate, summarize
+from nodes.sim.settings import SimSettings
 from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import iter_expected
@@ -133,9 +134,6 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
     assert workload is not None
     summaries = {a.name: read_json(run_dir / a.name / SUMMARY) for a in plan.algorithms
                  if (run_dir / a.name / SUMMARY).exists()}
-    # Meghdoot's peers report their loads on a timer for ever, as CoDD's nodes send
-    # heartbeats: the phase bounds the run.
-    timers = plan.kind.timers_bound_run or plan.repair_s() > 0
     # The algorithms are counted alike: the first one's pace sets the estimate.
     progress = TimeLeft(f"simulating {plan.name}", [(a.name, 1.0) for a in plan.algorithms],
                         log, seconds=False)
@@ -158,15 +156,9 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
                 # It may exist: a part stopped (killed) after the algorithm before
                 # finished, before this one paused; without logs nothing stale is in it.
                 out.mkdir(exist_ok=True)
-                result = simulate(overlay, workload, alg.name, dict(alg.params),
-                                  derived=alg.derived, seed=plan.spec.seed,
-                                  out_dir=out if log_messages else None,
-                                  log_messages=log_messages, window_ms=plan.window_ms,
-                                  until_s=plan.phase_s() if timers else plan.duration_s,
-                                  on_demand=on_demand_links(plan), progress=progress.part,
-                                  link_changes=[(c.at_s, c.a, c.b, c.bw_mbps)
-                                                for c in plan.link_schedule],
-                                  processing=plan.processing, pause=pause)
+                result = simulate(overlay, workload, alg.name, sim_settings(
+                    plan, alg, out_dir=out if log_messages else None,
+                    progress=progress.part, pause=pause))
         except Paused as stop:
             assert paused is not None
             raise _paused(run_dir, alg.name, stop, paused, cost) from None
@@ -202,6 +194,25 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
     draw([(None, summaries)], run_dir)
     draw_blocks(summaries, run_dir)
     return summaries
+
+
+def sim_settings(plan: RunPlan, alg: AlgorithmPlan, *, out_dir: Path | None = None,
+                 until_s: float | None = None, progress: Callable[[float], None] | None = None,
+                 pause: Pause | None = None) -> SimSettings:
+    """The simulator's settings for algorithm ``alg`` of ``plan``: its parameters, seed,
+    window, links (on demand, :func:`on_demand_links`), rate changes and processing model;
+    per-message logs into ``out_dir`` (``None``: none), to simulated time ``until_s``
+    (``None``: the plan's end, the end of its phase when timers would run for ever, as
+    Meghdoot's load reports and CoDD's heartbeats do, else its duration)."""
+    if until_s is None:
+        timers = plan.kind.timers_bound_run or plan.repair_s() > 0
+        until_s = plan.phase_s() if timers else plan.duration_s
+    return SimSettings(
+        seed=plan.spec.seed, core_params=dict(alg.params), derived=alg.derived,
+        out_dir=out_dir, log_messages=out_dir is not None, window_ms=plan.window_ms,
+        until_s=until_s, on_demand=on_demand_links(plan),
+        link_changes=[(c.at_s, c.a, c.b, c.bw_mbps) for c in plan.link_schedule],
+        processing=plan.processing, progress=progress, pause=pause)
 
 
 def _paused(run_dir: Path, algorithm: str, stop: Paused, paused: _Paused,

@@ -7,10 +7,11 @@ writes (:mod:`nodes.emulated.broker`, :mod:`nodes.emulated.client`,
 run. The model in short (each point in full, under its name, in docs/design/simulator.md):
 
 - **Links**: each overlay edge is two directed FIFO links with ``bw_mbps`` (Mbit/s;
-  ``None``: unshaped), ``delay_ms`` and ``loss_pct`` (missing ones take the ``default_*``
-  arguments); a frame serialises in ``frame_size * 8 / bw`` and arrives ``delay_ms`` after
-  its last bit left. **NICs**: a node's ``nic_mbps`` is one interface all its links share.
-  **Loss** is drawn per link from ``random.Random(f"{seed}:{src}:{dst}")``.
+  ``None``: unshaped), ``delay_ms`` and ``loss_pct`` (missing ones take the
+  :class:`~nodes.sim.settings.SimSettings` ``default_*`` fields); a frame serialises
+  in ``frame_size * 8 / bw`` and arrives ``delay_ms`` after its last bit left. **NICs**:
+  a node's ``nic_mbps`` is one interface all its links share. **Loss** is drawn per
+  link from ``random.Random(f"{seed}:{src}:{dst}")``.
 - **Queue statistics**: windows end at ``k * window_ms``; a link's ``queue`` record, and a
   core's :class:`~nodes.cores.interface.LinkStats`, come only for windows in which it was
   active or was active in the window before.
@@ -101,8 +102,8 @@ from nodes.sim.deliveries import Deliveries
 from nodes.sim.events import ARRIVE, DEPART, DONE, DOWN, KILL, OP, RATE, TIMER, UP
 from nodes.sim.links import LinkModel, fixed_links, link_number, reserve_nic
 from nodes.sim.membership import Members
-from nodes.sim.processing import Processing
 from nodes.sim.samples import SampleFile
+from nodes.sim.settings import ParamsArg, SimSettings
 from nodes.time_left import PROGRESS_EVERY_S
 
 if TYPE_CHECKING:  # only for annotations: the simulator reads ops and clients, nothing else
@@ -117,7 +118,6 @@ _MEMBERSHIP = frozenset({MsgType.JOIN, MsgType.LEAVE, MsgType.CRASH})
 _CARRIES = {MsgType[msg]: MsgType[op] for msg, op in CARRIES.items()}
 _MATCHED = frozenset(MsgType[name] for name in MATCHED_TYPES)
 
-ParamsArg = Mapping[str, Any] | Callable[[str], Mapping[str, Any]]
 _SentKey = tuple[MsgType, str, int]
 # Frame sizes remembered (see _Sim.size_cache). A message's copies are sized within a
 # few link delays of each other: over the first tenth of the 10,000-peer Meghdoot stream
@@ -219,77 +219,32 @@ class _Logs:
         self._open.clear()
 
 
-def simulate(
-    overlay: nx.Graph,
-    workload: Workload,
-    core: str | CoreFactory,
-    core_params: ParamsArg | None = None,
-    *,
-    seed: int,
-    out_dir: Path | None = None,
-    window_ms: float = 50.0,
-    until_s: float | None = None,
-    log_messages: bool = True,
-    default_bw_mbps: float | None = None,
-    default_delay_ms: float = 0.0,
-    default_loss_pct: float = 0.0,
-    kill_at: Mapping[str, float] | None = None,
-    link_changes: Sequence[tuple[float, str, str, float]] = (),
-    derived: Mapping[str, Mapping[str, Any]] | None = None,
-    on_demand: LinkModel | None = None,
-    processing: Processing | None = None,
-    progress: Callable[[float], None] | None = None,
-    pause: Pause | None = None,
-) -> SimResult:
-    """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker.
+def simulate(overlay: nx.Graph, workload: Workload, core: str | CoreFactory,
+             settings: SimSettings) -> SimResult:
+    """Run ``workload`` over ``overlay`` with routing core ``core`` at every broker, as
+    ``settings`` says (:class:`~nodes.sim.settings.SimSettings`, each field documented).
 
     ``core`` is a name from :data:`nodes.cores.CORES` (the params it derives from the
     overlay graph, node and edge attributes included, see
-    :func:`nodes.cores.overlay_params`, are merged with ``core_params``; a run plan
-    passes what it derived as ``derived``) or a factory.
-    ``core_params`` is one mapping for every broker or a function of the broker name.
-    With ``out_dir`` every broker and client gets ``<node>.jsonl`` there (overwritten).
-    Events after ``until_s`` are not processed. ``seed`` seeds the links' loss draws.
-    ``kill_at`` maps brokers to the times they die, ``link_changes`` lists rate changes
-    ``(t_s, a, b, bw_mbps)`` (see docs/design/simulator.md for both). With ``on_demand`` a
-    core may send to any broker of the overlay, whose edges (fixed links) are then
-    optional: the simulator opens links as the :class:`~nodes.sim.links.LinkModel` says
-    (docs/design/simulator.md, "Links on demand"). Workload JOIN, LEAVE and CRASH ops
-    drive membership (docs/design/simulator.md, "Membership"). With ``processing`` brokers take time
-    to handle messages and hold their senders back when their input buffers fill
-    (:mod:`nodes.sim.processing`).
-    ``progress``, if given, is called with the share of client operations done, at most
-    every :data:`PROGRESS_EVERY_S` seconds of wall time (a long run's progress line),
-    each operation weighted by the brokers that are members when it runs (see
-    :func:`nodes.sim.membership.plan_membership`).
-    With ``pause`` the run may stop early, its state written to a file, and raise
+    :func:`nodes.cores.overlay_params`, are merged with ``settings.core_params``; a run
+    plan passes what it derived as ``settings.derived``) or a factory. With
+    ``settings.on_demand`` a core may send to any broker of the overlay, whose edges
+    (fixed links) are then optional: the simulator opens links as the
+    :class:`~nodes.sim.links.LinkModel` says (docs/design/simulator.md, "Links on
+    demand"). Workload JOIN, LEAVE and CRASH ops drive membership
+    (docs/design/simulator.md, "Membership"). With ``settings.processing`` brokers take
+    time to handle messages and hold their senders back when their input buffers fill
+    (:mod:`nodes.sim.processing`). ``settings.progress`` weighs each operation by the
+    brokers that are members when it runs (see :func:`nodes.sim.membership.plan_membership`).
+    With ``settings.pause`` the run may stop early, its state written to a file, and raise
     :class:`~nodes.sim.checkpoint.Paused` (docs/design/simulator.md, "Pausing"; no logs: a
     paused run cannot keep its log files open); :func:`resume` goes on from there.
     """
-    if window_ms <= 0:
-        raise ValueError(f"window_ms must be > 0, got {window_ms}")
-    if pause is not None and out_dir is not None:
-        raise ValueError("a run that may pause writes no logs (out_dir must be None)")
-    sim = _Sim(
-        overlay,
-        workload,
-        core,
-        core_params,
-        seed=seed,
-        out_dir=out_dir,
-        window_s=window_ms / 1000.0,
-        log_messages=log_messages,
-        defaults=(default_bw_mbps, default_delay_ms, default_loss_pct),
-        kill_at=kill_at or {},
-        link_changes=link_changes,
-        derived=derived,
-        on_demand=on_demand,
-        processing=processing,
-    )
-    sim.progress = progress
+    sim = _Sim(overlay, workload, core, settings)
+    sim.progress = settings.progress
     try:
         with _rare_full_collections():
-            return sim.run(until_s, pause)
+            return sim.run(settings.until_s, settings.pause)
     finally:
         if sim.logs is not None:
             sim.logs.close()
@@ -376,7 +331,7 @@ def _make_cores(overlay: nx.Graph, core: str | CoreFactory, core_params: ParamsA
                 derived: Mapping[str, Mapping[str, Any]] | None,
                 ) -> tuple[str, list[RoutingCore]]:
     """The algorithm's name and one core per broker, in sorted broker order (see
-    :func:`simulate` for ``core``, ``core_params`` and ``derived``)."""
+    :class:`~nodes.sim.settings.SimSettings` for ``core_params`` and ``derived``)."""
     if isinstance(core, str):
         algorithm = core
         if derived is None:
@@ -406,41 +361,29 @@ class _Sim:
     parallel lists indexed by link, which keeps the hot loop free of object creation.
     """
 
-    def __init__(
-        self,
-        overlay: nx.Graph,
-        workload: Workload,
-        core: str | CoreFactory,
-        core_params: ParamsArg | None,
-        *,
-        seed: int,
-        out_dir: Path | None,
-        window_s: float,
-        log_messages: bool,
-        defaults: tuple[float | None, float, float],
-        kill_at: Mapping[str, float],
-        link_changes: Sequence[tuple[float, str, str, float]] = (),
-        derived: Mapping[str, Mapping[str, Any]] | None = None,
-        on_demand: LinkModel | None = None,
-        processing: Processing | None = None,
-    ) -> None:
+    def __init__(self, overlay: nx.Graph, workload: Workload, core: str | CoreFactory,
+                 settings: SimSettings) -> None:
         brokers = sorted(overlay.nodes)
         if any(not isinstance(b, str) for b in brokers):
             raise ValueError("overlay nodes must be broker names (str)")
         self.brokers = brokers
         self.bidx = bidx = {b: i for i, b in enumerate(brokers)}
+        kill_at = settings.kill_at or {}
         strangers = sorted(set(kill_at) - set(bidx))
         if strangers:
             raise ValueError(f"kill_at names brokers not in the overlay: {strangers}")
         self.kill_at = {bidx[b]: float(t) for b, t in kill_at.items()}
-        self.window_s = window_s
+        self.window_s = settings.window_ms / 1000.0
         self.workload = workload
 
-        self._init_links(overlay, seed, defaults, on_demand)
-        self.rate_changes = _rate_changes(link_changes, self.out_links, bidx)
+        self._init_links(overlay, settings.seed, (settings.default_bw_mbps,
+                                                  settings.default_delay_ms,
+                                                  settings.default_loss_pct),
+                         settings.on_demand)
+        self.rate_changes = _rate_changes(settings.link_changes, self.out_links, bidx)
 
         # ---- processing model (nodes.sim.processing)
-        self.processing = processing
+        self.processing = processing = settings.processing
         self.progress: Callable[[float], None] | None = None
         self.buffers = InputBuffers(self, processing)
         # The buffers' list itself, never rebound: transmit counts in it on every frame.
@@ -452,8 +395,10 @@ class _Sim:
         self.dead, self.dormant = self.members.dead, self.members.dormant
         self.op_work = self.members.op_work
 
-        self.algorithm, self.cores = _make_cores(overlay, core, core_params, derived)
+        self.algorithm, self.cores = _make_cores(overlay, core, settings.core_params,
+                                                 settings.derived)
 
+        out_dir = settings.out_dir
         self.logs = (
             _Logs(out_dir, [*brokers, *sorted(workload.clients)]) if out_dir is not None else None
         )
@@ -461,7 +406,7 @@ class _Sim:
         self.stats_to = frozenset(bi for bi, c in enumerate(self.cores) if reads_link_stats(c))
         self.windows = self.logs is not None or bool(self.stats_to)
         # The per-message writer, or None when per-message logs are off.
-        self.log = self.logs.write if log_messages and self.logs is not None else None
+        self.log = self.logs.write if settings.log_messages and self.logs is not None else None
         if self.log is not None:  # as the emulated broker does when it starts dormant
             for bi in sorted(self.dormant):
                 self.log(brokers[bi], Ev.RECORD, 0.0, kind="membership", state="dormant")
@@ -797,7 +742,7 @@ class _Sim:
             elif cls is Disconnect:
                 if self.on_demand is None:
                     raise ValueError(f"core at {broker} returned {action!r}: links are fixed "
-                                     "here (simulate(on_demand=...) opens them on demand)")
+                                     "here (SimSettings.on_demand opens them on demand)")
                 self.conns.disconnect(bi, action.link, now)
             else:
                 raise bad_action(broker, action)

@@ -28,6 +28,7 @@ from nodes.frames import frame_size
 from nodes.messages import MsgType
 from nodes.runfolder import new_run_dir, write_manifest, write_summary
 from nodes.sim.engine import simulate
+from nodes.sim.settings import SimSettings
 from nodes.workloads.bulk import GIB, BulkPlan, bulk_workload
 
 
@@ -87,10 +88,11 @@ def simulate_round(overlay: nx.Graph, plan: BulkPlan, algorithm: str,
     victim = plan.failure["victim"] if kill_after_s is not None and plan.failure else None
     kill_at = {victim: plan.start_s + kill_after_s} if victim else None
     nic = overlay.nodes[plan.publisher].get("nic_mbps")
-    result = simulate(overlay, workload, factory, lambda b: {**derived[b], **params},
-                      seed=plan.seed, log_messages=False, kill_at=kill_at,
-                      until_s=plan.start_s + round_limit_s(plan, len(subscribers), nic,
-                                                            params, victim is not None))
+    until_s = plan.start_s + round_limit_s(plan, len(subscribers), nic, params,
+                                           victim is not None)
+    result = simulate(overlay, workload, factory, SimSettings(
+        seed=plan.seed, core_params=lambda b: {**derived[b], **params}, log_messages=False,
+        kill_at=kill_at, until_s=until_s))
     return Observation(subscribers=tuple(subscribers), start_s=plan.start_s,
                        receipts=observer.obs_receipts, data_sent=dict(observer.data_sent),
                        ims_by_type=result.ims_by_type, records=observer.records,
