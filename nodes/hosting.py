@@ -1,6 +1,6 @@
 """What every host of routing cores does, whichever runtime it is: the shared hosting kernel.
 
-The emulated broker (:mod:`nodes.emulated.broker`) and the simulator (:mod:`nodes.sim.engine`)
+The emulated broker (:mod:`nodes.emulated.broker`) and the simulator (:mod:`nodes.sim.simulator`)
 differ in how they move bytes and keep time; they must not differ in how they treat a core. Both
 follow these rules, written here once:
 

@@ -21,8 +21,9 @@ from nodes.cores.overlay import latency_mst
 from nodes.hosting import merge_params
 from nodes.messages import Message, MsgType
 from nodes.model import Filter, Value, matches
-from nodes.sim.engine import SimResult, simulate
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.interests import publication_attrs, subscriptions_by_broker
 from nodes.workloads.kyra_example import kyra_example_workload
 from nodes.workloads.ops import ClientOp, Workload

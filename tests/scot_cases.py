@@ -17,8 +17,9 @@ from nodes.cores import make_core, overlay_params
 from nodes.cores.interface import RoutingCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, matches
-from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.result import SimResult, summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload

@@ -28,9 +28,10 @@ from nodes.cores.codd_invariants import tree_problems
 from nodes.cores.interface import Action, Arrived, Deliver, FromClient, Send, TimerFired
 from nodes.messages import Message, MsgType
 from nodes.metrics.codd import codd_metrics
-from nodes.sim.engine import SimResult, simulate
 from nodes.sim.links import LinkModel
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -21,8 +21,9 @@ from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.logs import Ev, iter_jsonl
 from nodes.metrics.log_summary import client_receipts
-from nodes.sim.engine import SimResult, simulate
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

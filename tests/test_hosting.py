@@ -28,8 +28,9 @@ from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.metrics.log_summary import summarize_logs
 from nodes.model import Schema
-from nodes.sim.engine import simulate, summarize
+from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload, workload_from_jsonl
 from nodes.workloads.oracle import expected_deliveries
 

@@ -27,8 +27,9 @@ from nodes.cores.congestion import LST_PARAMS
 from nodes.cores.idr import IdrCore
 from nodes.cores.interface import Action, Event, LinkStats, LinkWindow, Record, RoutingCore, Send
 from nodes.messages import Message, MsgType
-from nodes.sim.engine import simulate, summarize
+from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from topologies.scot import scot_overlay

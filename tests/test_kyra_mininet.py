@@ -16,8 +16,8 @@ from experiments.runs.simulated import on_demand_links
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.metrics.log_summary import client_receipts
-from nodes.sim.engine import simulate
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

@@ -33,8 +33,10 @@ from nodes.cores.meghdoot import PARAMS, MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
 from nodes.model import Predicate, Schema, filter_to_json
-from nodes.sim.engine import LinkModel, SimResult, simulate
+from nodes.sim.links import LinkModel
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
@@ -1097,7 +1099,7 @@ def test_a_lone_owner_without_a_sibling_leaves_its_zone_to_one_adopter(join: str
 
 
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nodes.sim.engine as sim_module
+    import nodes.sim.simulator as sim_module
 
     monkeypatch.setattr(sim_module, "PROGRESS_EVERY_S", 0.0)
     w = meghdoot_workload(peer_names(5), 400, 400, seed=8)

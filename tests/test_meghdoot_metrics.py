@@ -21,8 +21,9 @@ from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.metrics.meghdoot import CONTACT_BUCKETS_PCT, meghdoot_metrics
 from nodes.model import Schema
-from nodes.sim.engine import LinkModel, simulate
+from nodes.sim.links import LinkModel
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.meghdoot import meghdoot_workload
 from nodes.workloads.ops import ClientOp, Workload
 
@@ -226,7 +227,7 @@ def simulated_records(w: Workload, params: Mapping[str, Any], out_dir: Path
                       ) -> list[dict[str, Any]]:
     g = nx.Graph()
     g.add_nodes_from(sorted(set(w.clients.values())))
-    # Final records are logged only with per-message logs on (nodes.sim.engine, _result).
+    # Final records are logged only with per-message logs on (nodes.sim.simulator, _result).
     simulate(g, w, "meghdoot",
              SimSettings(core_params=params, derived=nodes.cores.overlay_params("meghdoot", g),
                          seed=1, out_dir=out_dir, on_demand=LinkModel(latency_ms=1.0),

@@ -19,8 +19,8 @@ from experiments.spec import parse_spec
 from nodes.cores import can
 from nodes.logs import Ev, iter_jsonl
 from nodes.metrics.log_summary import client_receipts
-from nodes.sim.engine import simulate
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

@@ -26,8 +26,9 @@ from nodes.cores.interface import Arrived, Deliver, FromClient, Send
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
-from nodes.sim.engine import simulate, summarize
+from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams

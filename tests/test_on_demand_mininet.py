@@ -25,7 +25,8 @@ from nodes.emulated.broker import nofile_needed
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.metrics.log_summary import client_receipts
-from nodes.sim import engine as sim_module
+from nodes.sim import simulator as sim_module
+from nodes.sim.links import LinkModel
 from nodes.sim.settings import SimSettings
 from nodes.workloads.membership import membership_intervals, oracle_workload
 from nodes.workloads.ops import ClientOp, Workload
@@ -84,7 +85,7 @@ def _simulated(plan: RunPlan, workload: Workload) -> list:
     """The simulator's deliveries with links on demand."""
     overlay = nx.Graph()
     overlay.add_nodes_from(plan.overlay.nodes(data=True))  # no fixed links
-    model = sim_module.LinkModel(latency_ms=lambda a, b: pair_figures(plan.graph, a, b)[1])
+    model = LinkModel(latency_ms=lambda a, b: pair_figures(plan.graph, a, b)[1])
     alg = plan.algorithm("gossip")
     result = sim_module.simulate(overlay, workload, "gossip",
                                  SimSettings(core_params=dict(alg.params), seed=plan.spec.seed,

@@ -22,8 +22,8 @@ from experiments.spec import SpecError, load_spec, parse_spec
 from nodes.logs import iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import simulate
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,9 +17,10 @@ from experiments.plan_text import format_plan
 from experiments.runs.simulated import run_simulation
 from experiments.spec import SpecError, load_spec
 from nodes.messages import Message, MsgType
-from nodes.sim.engine import SimResult, simulate
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime, calibrated_service
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import STOCK_SCHEMA

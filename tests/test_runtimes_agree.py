@@ -22,8 +22,9 @@ from experiments.runs.emulated import broker_phase
 from experiments.runs.testbed import run_experiment
 from experiments.spec import parse_spec
 from nodes.metrics.log_summary import client_receipts
-from nodes.sim.engine import simulate, summarize
+from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 
 pytestmark = pytest.mark.root

@@ -28,8 +28,9 @@ from nodes.model import (
     filter_from_json,
     matches,
 )
-from nodes.sim.engine import SimResult, simulate
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 

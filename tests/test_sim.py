@@ -32,8 +32,10 @@ from nodes.messages import Message, MsgType
 from nodes.metrics import summary as summary_module
 from nodes.metrics.summary import build_summary, delay_stats_ms
 from nodes.model import filter_from_json, matches
-from nodes.sim.engine import SIM_EPOCH_S, simulate, summarize
+from nodes.sim.engine import SIM_EPOCH_S
+from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import STOCK_SCHEMA, stock_workload
@@ -199,7 +201,7 @@ def test_a_nic_serves_a_fast_link_between_the_frames_of_a_slow_one(tmp_path: Pat
     # b0's NIC (10 Mbit/s) feeds a 2 Mbit/s link to b1 and a 100 Mbit/s link to b2; two
     # publications flood both at one instant. A frame holds its link at the slower of the
     # two rates but the NIC only at its own, so b2's frames leave in the NIC's gaps while
-    # b1's second frame waits for its link alone (NICs in nodes/sim/engine.py).
+    # b1's second frame waits for its link alone (NICs in nodes/sim/network.py).
     _, pub = _matching_pair()
     pubs = [Message(pub.type, i, "p0", 0, pub.payload) for i in (1, 2)]
     g = nx.Graph()

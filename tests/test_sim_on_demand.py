@@ -31,9 +31,10 @@ from nodes.frames import frame_size
 from nodes.logs import Ev, iter_jsonl
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import SimResult, simulate
 from nodes.sim.links import LinkModel, underlay_latency
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.membership import churn_workload
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries

@@ -31,9 +31,10 @@ from nodes.sim.checkpoint import (
     read_state,
     write_state,
 )
-from nodes.sim.engine import SimResult, resume, simulate
 from nodes.sim.links import LinkModel
+from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import resume, simulate
 
 # A Meghdoot run with joins, load reports, links on demand and events in flight: every
 # kind of state the simulator holds between two events.

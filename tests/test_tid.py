@@ -24,7 +24,7 @@ from nodes.cores.interface import Arrived, FromClient, Send
 from nodes.cores.tid import TidCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
-from nodes.sim.engine import summarize
+from nodes.sim.result import summarize
 from nodes.workloads.oracle import expected_deliveries
 from nodes.workloads.stock import stock_workload
 from topologies.links import LinkParams

@@ -15,8 +15,9 @@ import pytest
 from experiments.plan import RunPlan, compile_plan
 from experiments.spec import load_spec
 from nodes.cores.tid import TREE_ID_STRIDE
-from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.result import SimResult, summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.oracle import expected_deliveries
 
 # The data file's quick burst (experiments/papers/octopia.yaml): 20 publishers of 30

@@ -46,8 +46,9 @@ from nodes.cores.interface import (
 )
 from nodes.cores.tid import DYNAMIC_PARAMS, TREE_ID_STRIDE, TidDynamicCore
 from nodes.messages import Message, MsgType
-from nodes.sim.engine import SimResult, simulate, summarize
+from nodes.sim.result import SimResult, summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.oracle import expected_deliveries
 

@@ -35,9 +35,9 @@ from experiments.emulation.network import Emulation
 from nodes.messages import Message, MsgType
 from nodes.metrics.summary import delay_stats_ms
 from nodes.runfolder import RUNS_BASE, new_run_dir
-from nodes.sim.engine import simulate
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.time_left import write_line
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import STOCK_SCHEMA

@@ -55,7 +55,7 @@ def _measure(peers: int, share: float, load_reports: str, allow_large: bool = Fa
     from experiments.runs.simulated import sim_settings
     from experiments.spec import load_spec
     from nodes.messages import MsgType
-    from nodes.sim.engine import simulate
+    from nodes.sim.simulator import simulate
 
     baseline = peak_rss_mib()
     floor = bare_loop_rate()

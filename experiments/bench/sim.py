@@ -13,7 +13,7 @@ count, every node has 20 random others (seeded) and sends ``messages / nodes`` m
 (10 at 10,000 nodes and 100,000 messages), each to one of its 20 drawn at random, all in
 one client operation at a random time in the first second, through a bench core
 (:class:`Blast`) that sends what the operation names and ignores what arrives; the
-simulator opens a link on the first message of each pair (:class:`nodes.sim.engine.LinkModel`:
+simulator opens a link on the first message of each pair (:class:`nodes.sim.links.LinkModel`:
 1 ms, gigabit NICs). Beside it, the flood core on the random 4-regular overlay of the
 same size carries the same number of IMs, as in the table. Each of the two runs in a
 fresh process (``multiprocessing`` spawn), so its peak memory is its own: the peak
@@ -49,9 +49,9 @@ from experiments.runs.resources import peak_rss_mib
 from nodes.cores.interface import Action, Event, FromClient, Send
 from nodes.messages import Message, MsgType
 from nodes.model import Schema
-from nodes.sim.engine import simulate
 from nodes.sim.links import LinkModel
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
 from nodes.workloads.stock import stock_workload
 
@@ -136,7 +136,7 @@ def run(
 ) -> dict[str, Any]:
     """Benchmark the simulator (see the module docstring).
 
-    Per run: ``simulate_s`` is the whole :func:`nodes.sim.engine.simulate` call, ``setup_s`` its
+    Per run: ``simulate_s`` is the whole :func:`nodes.sim.simulator.simulate` call, ``setup_s`` its
     set-up share (links, spanning tree, cores), and the rates are over the rest, the
     event loop. ``target_met`` says whether every run at 10,000 nodes or more carried at
     least 100,000 IMs within five minutes. With ``on_demand`` the result also has

@@ -1,7 +1,7 @@
 """`pubsublab sim SPEC`: run a spec's workload through the discrete-event simulator.
 
 No root, no Mininet: the same overlay, link figures and workload as the emulated run,
-hosted by :mod:`nodes.sim.engine`. The run folder holds a manifest, the exact workload, and one
+hosted by :mod:`nodes.sim.simulator`. The run folder holds a manifest, the exact workload, and one
 subfolder per algorithm with the per-node logs and ``summary.json``.
 """
 
@@ -48,8 +48,10 @@ from nodes.runfolder import (
     write_summary,
 )
 from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
-from nodes.sim.engine import LinkModel, SimResult, resume, simulate, summarize
+from nodes.sim.links import LinkModel
+from nodes.sim.result import SimResult, summarize
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import resume, simulate
 from nodes.time_left import TimeLeft, duration_text, memory_text
 from nodes.workloads.ops import workload_to_jsonl
 from nodes.workloads.oracle import iter_expected

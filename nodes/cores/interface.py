@@ -2,7 +2,7 @@
 
 A routing core is a state machine for one broker. It owns no sockets, clocks, threads or
 random state: the hosting runtime (the emulated broker process in
-:mod:`nodes.emulated.broker`, or the discrete-event simulator in :mod:`nodes.sim.engine`)
+:mod:`nodes.emulated.broker`, or the discrete-event simulator in :mod:`nodes.sim.simulator`)
 turns the world into :data:`Event` values, calls :meth:`RoutingCore.handle` with the
 current time, and carries out the returned :data:`Action` values. Both runtimes host the
 same cores, so the same workload must deliver the same notifications to the same

@@ -2,7 +2,7 @@
 figures are :mod:`analysis.burst`'s.
 
 :func:`burst_metrics` reads one algorithm's run folder, written by either runtime
-(:mod:`nodes.sim.engine` or the emulated brokers and clients, both through
+(:mod:`nodes.sim.simulator` or the emulated brokers and clients, both through
 :class:`nodes.logs.JsonlLog`): the clients' ``recv`` records of PUBLISH (with ``t_pub``),
 the HRP's ``send`` records, and the ``queue`` records of the HRP's broker. A record's
 time is its ``t_wall`` (``t_s`` where a log has no ``t_wall``); ``t_pub`` is on the same

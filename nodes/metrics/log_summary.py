@@ -3,7 +3,7 @@
 The broker and client logs (records of :mod:`nodes.logs`) are the same in both runtimes,
 so the same reader turns them into ``summary.json`` (:func:`summarize_logs`, definitions in
 :mod:`nodes.metrics.summary`). The simulator also has an in-memory path
-(:func:`nodes.sim.engine.summarize`), used when it writes no logs; a test holds the two equal.
+(:func:`nodes.sim.result.summarize`), used when it writes no logs; a test holds the two equal.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Brokers' input buffers and the frames their full windows hold back, the runtime state of
 the processing model (:mod:`nodes.sim.processing` describes the model).
 
-An :class:`InputBuffers` belongs to one simulator: it hands messages to the simulator's
+An :class:`InputBuffers` belongs to one simulation: it hands messages to the simulation's
 cores when each broker gets to them and schedules the end of their service on the
-simulator's heap. It pickles with the simulator (a pause).
+engine's heap. It pickles with the simulation (a pause).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from nodes.messages import Message
 from nodes.sim.events import DONE
 from nodes.sim.processing import Processing
 
-if TYPE_CHECKING:  # only for annotations: the engine imports this module
-    from nodes.sim.engine import _Sim
+if TYPE_CHECKING:  # only for annotations: the simulator imports this module
+    from nodes.sim.simulator import Simulation
 
 
 class InputBuffers:
-    """The input buffers of simulator ``sim``'s brokers under ``processing`` (``None``:
+    """The input buffers of simulation ``sim``'s brokers under ``processing`` (``None``:
     no model; then only :attr:`occupied` and the per-broker lists exist, unused)."""
 
-    def __init__(self, sim: _Sim, processing: Processing | None) -> None:
+    def __init__(self, sim: Simulation, processing: Processing | None) -> None:
         self.sim = sim
         brokers = sim.brokers
         if processing is not None:
@@ -73,7 +73,7 @@ class InputBuffers:
         took = base_s + per_match_s * n
         self.busy_s[bi] += took
         self.serving[bi] = True
-        sim.push(t + took, DONE, bi, actions)
+        sim.engine.push(t + took, DONE, bi, actions)
 
     def free(self, bi: int, t: float) -> None:
         """A frame of broker ``bi``'s window is gone (being handled, or dropped): the
@@ -94,16 +94,16 @@ class InputBuffers:
                 blocked.append(lid)
             else:
                 del self.held[lid]
-            sim.transmit(sim.link_src[lid], lid, msg, t)
+            sim.net.transmit(sim.net.link_src[lid], lid, msg, t)
 
     def death(self, bi: int, t: float) -> None:
         """Broker ``bi`` died at ``t``: its buffer is lost, the frames its own output
         queues held are gone, and those held for it go (to be dropped on arrival)."""
         sim = self.sim
         self.inbuf[bi].clear()
-        for lid in [lid for lid in self.held if sim.link_src[lid] == bi]:
+        for lid in [lid for lid in self.held if sim.net.link_src[lid] == bi]:
             del self.held[lid]
-            self.blocked[sim.link_dst[lid]].remove(lid)
+            self.blocked[sim.net.link_dst[lid]].remove(lid)
         self._release(bi, t)
 
     def hold(self, lid: int, msg: Message) -> bool:
@@ -111,7 +111,7 @@ class InputBuffers:
         the link holds frames already, or the receiver's window is full (a dead
         receiver's has no bound)."""
         sim = self.sim
-        dst = sim.link_dst[lid]
+        dst = sim.net.link_dst[lid]
         held = self.held.get(lid)
         if held is not None:
             held.append(msg)

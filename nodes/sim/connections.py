@@ -2,30 +2,30 @@
 demand", "Disconnect", "Failed dials"): dials, the two sides coming up, closes
 and refusals.
 
-A :class:`Connections` belongs to one simulator and works on its per-link state (the
-simulator's lists and heap); what it keeps itself is the state of connections not yet
-up or being closed, and its two counts. It pickles with the simulator (a pause).
+A :class:`Connections` belongs to one simulation and works on its links' state
+(:class:`~nodes.sim.network.Network`) and its engine's heap; what it keeps itself is the
+state of connections not yet up or being closed, and its two counts. It pickles with the
+simulation (a pause).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nodes.cores.interface import LinkDown, LinkUp
 from nodes.logs import Ev, message_fields
 from nodes.messages import Message
 from nodes.sim.events import CLOSE, REFUSE, UP
 
-if TYPE_CHECKING:  # only for annotations: the engine imports this module
-    from nodes.sim.engine import _Sim
+if TYPE_CHECKING:  # only for annotations: the simulator imports this module
+    from nodes.sim.simulator import Simulation
 
 
 class Connections:
-    """The on-demand connections of simulator ``sim``."""
+    """The on-demand connections of simulation ``sim``."""
 
-    def __init__(self, sim: _Sim) -> None:
+    def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.waiting: dict[int, list[Message]] = {}  # sides not up yet -> Sends held
         self.close_when_up: set[int] = set()  # Disconnected before they came up
@@ -39,7 +39,7 @@ class Connections:
         """A Send to ``name`` on no link that is up: it waits for the side coming up, joins
         a dial that is failing, or dials (docs/design/simulator.md, "Links on demand")."""
         sim = self.sim
-        lid = sim.out_links[bi].get(name)
+        lid = sim.net.out_links[bi].get(name)
         if lid is not None:  # a side not up yet (our dial, or the peer's)
             self.waiting[lid].append(msg)
             return
@@ -71,31 +71,30 @@ class Connections:
                 s_ab = s_ba = 0.0
             else:
                 s_ab, s_ba = model.s_per_byte(me, name), model.s_per_byte(name, me)
-            ab = sim.new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
+            ab = sim.net.new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
             ba = ab + 1
-            sim.out_links[bi][name] = ab
-            sim.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
+            sim.net.out_links[bi][name] = ab
+            sim.net.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
             self.waiting[ab] = [msg]
             self.waiting[ba] = []
-            sim.seq += 1  # SYN, SYN-ACK: one round trip
-            heapq.heappush(sim.heap, (now + d_ab + d_ba, sim.seq, UP, ab, True))
+            sim.engine.push(now + d_ab + d_ba, UP, ab, True)  # SYN, SYN-ACK: one round trip
 
     def _refuse(self, bi: int, name: str, msg: Message, at: float, reason: str) -> None:
         sim = self.sim
         self.refusing[(bi, name)] = (reason, [msg])
-        sim.push(at, REFUSE, bi, name)
+        sim.engine.push(at, REFUSE, bi, name)
 
     def disconnect(self, bi: int, name: str, now: float) -> None:
         """Broker ``bi`` closes its link to ``name``: what is queued still goes, then the
         peer's side closes one link delay after the last frame left."""
         sim = self.sim
-        lid = sim.out_links[bi].get(name)
-        if name not in sim.bidx or (lid is not None and lid < sim.n_fixed):
+        lid = sim.net.out_links[bi].get(name)
+        if name not in sim.bidx or (lid is not None and lid < sim.net.n_fixed):
             raise ValueError(f"core at {sim.brokers[bi]} disconnected {name!r}: "
                              f"{'a fixed link' if lid is not None else 'no such broker'}")
         if lid is None:
             return  # no link open: nothing to close
-        del sim.out_links[bi][name]  # a later Send dials again
+        del sim.net.out_links[bi][name]  # a later Send dials again
         if lid in self.waiting:
             self.close_when_up.add(lid)
             return
@@ -105,19 +104,16 @@ class Connections:
         sim = self.sim
         self.closed.add(lid)
         if sim.log is not None:
-            sim.log(sim.link_src_name[lid], Ev.LINK, now, link=sim.link_dst_name[lid],
+            sim.log(sim.net.link_src_name[lid], Ev.LINK, now, link=sim.net.link_dst_name[lid],
                      role="broker", state="down", reason="disconnect")
-        last_bit = max(now, sim.busy_until[lid])
-        sim.push(last_bit + sim.delay_s[lid], CLOSE, sim.link_rev[lid], "closed by peer")
+        last_bit = max(now, sim.net.busy_until[lid])
+        sim.engine.push(last_bit + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid],
+                        "closed by peer")
 
-    def event(self, kind: int, a: Any, b: Any, t: float) -> bool:
-        """Carry out an UP, CLOSE or REFUSE entry; whether a core handled an event."""
-        if kind == UP:
-            return self.up(a, b, t)
-        if kind == CLOSE:
-            return self._close_side(a, b, t)
-        reason, msgs = self.refusing.pop((a, b))
-        return self._dial_failed(a, b, msgs, reason, t)
+    def dial_refused(self, bi: int, name: str, t: float) -> bool:
+        """A REFUSE entry: broker ``bi``'s dial to ``name`` failed; whether its core heard."""
+        reason, msgs = self.refusing.pop((bi, name))
+        return self._dial_failed(bi, name, msgs, reason, t)
 
     def _dial_failed(self, bi: int, peer: str, msgs: list[Message], reason: str,
                      t: float) -> bool:
@@ -143,26 +139,24 @@ class Connections:
         arrives one link delay later."""
         sim = self.sim
         msgs = self.waiting.pop(lid, None)
-        src = sim.link_src[lid]
+        src = sim.net.link_src[lid]
         if msgs is None or src in sim.dead:
             return False  # closed before it came up
-        peer = sim.link_dst_name[lid]
+        peer = sim.net.link_dst_name[lid]
         self.links_opened += 1
         if sim.log is not None:
             sim.log(sim.brokers[src], Ev.LINK, t, link=peer, role="broker", state="up",
                      peer=peer, reason="dialled" if dialler else "accepted")
         if dialler:  # before our first frame, whose arrival can tie with it
-            sim.seq += 1
-            heapq.heappush(sim.heap, (t + sim.delay_s[lid], sim.seq, UP,
-                                       sim.link_rev[lid], False))
+            sim.engine.push(t + sim.net.delay_s[lid], UP, sim.net.link_rev[lid], False)
         for msg in msgs:
-            sim.enqueue(src, lid, msg, t)
+            sim.net.enqueue(src, lid, msg, t)
         if lid in self.close_when_up or src in sim.dormant:
             # The core closed it already (it never sees it up), or it is dormant and
             # keeps no connection: what it sent goes, then it closes.
             self.close_when_up.discard(lid)
-            if sim.out_links[src].get(peer) == lid:
-                del sim.out_links[src][peer]
+            if sim.net.out_links[src].get(peer) == lid:
+                del sim.net.out_links[src][peer]
             self._close_own(lid, t)
             return False
         actions = sim.cores[src].handle(LinkUp(peer), t)
@@ -170,22 +164,22 @@ class Connections:
             sim.act(src, actions, t)
         return True
 
-    def _close_side(self, lid: int, reason: str, t: float) -> bool:
-        """The peer closed (or died): side ``lid`` closes and what it still has queued is
-        flushed (frames already sent still arrive). A side that never came up fails as a
-        dial would, if its core sent on it."""
+    def closed_by_peer(self, lid: int, reason: str, t: float) -> bool:
+        """A CLOSE entry, the peer closed (or died): side ``lid`` closes and what it still
+        has queued is flushed (frames already sent still arrive). A side that never came
+        up fails as a dial would, if its core sent on it."""
         sim = self.sim
         if lid in self.closed:
             return False
         self.closed.add(lid)
-        src, peer = sim.link_src[lid], sim.link_dst_name[lid]
-        if sim.out_links[src].get(peer) == lid:
-            del sim.out_links[src][peer]
+        src, peer = sim.net.link_src[lid], sim.net.link_dst_name[lid]
+        if sim.net.out_links[src].get(peer) == lid:
+            del sim.net.out_links[src][peer]
         self.close_when_up.discard(lid)
         msgs = self.waiting.pop(lid, None)
         if msgs is not None:
             return bool(msgs) and self._dial_failed(src, peer, msgs, reason, t)
-        sim.cut.add(lid)
+        sim.net.cut.add(lid)
         if src in sim.dead:
             return False
         if sim.log is not None:

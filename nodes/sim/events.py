@@ -1,4 +1,5 @@
-"""The kinds of the simulator's heap entries (:mod:`nodes.sim.engine`)."""
+"""The kinds of the simulator's heap entries (:mod:`nodes.sim.engine`), each carried out
+by its handler in :mod:`nodes.sim.simulator`."""
 
 # Heap entries are (time_s, seq, kind, a, b); seq is unique, so a and b are never compared.
 OP, ARRIVE, TIMER, DEPART, KILL, RATE, DOWN = 0, 1, 2, 3, 4, 5, 6

@@ -2,13 +2,12 @@
 "Membership" and "Failures"): a workload's JOIN, LEAVE and CRASH ops checked before the
 run starts, then joins, leaves and deaths as the run meets them.
 
-A :class:`Members` belongs to one simulator and keeps which of its brokers are dead and
-which dormant; it pickles with the simulator (a pause).
+A :class:`Members` belongs to one simulation and keeps which of its brokers are dead and
+which dormant; it pickles with the simulation (a pause).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from array import array
 from collections.abc import Mapping, Sequence
@@ -19,8 +18,8 @@ from nodes.logs import Ev, message_fields
 from nodes.messages import MsgType
 from nodes.sim.events import ARRIVE, CLOSE, DEPART, DONE, DOWN, OP, TIMER
 
-if TYPE_CHECKING:  # only for annotations: the engine imports this module
-    from nodes.sim.engine import _Sim
+if TYPE_CHECKING:  # only for annotations: the simulator imports this module
+    from nodes.sim.simulator import Simulation
     from nodes.workloads.ops import ClientOp
 
 
@@ -69,11 +68,11 @@ def plan_membership(ops: Sequence[ClientOp], bidx: Mapping[str, int],
 
 
 class Members:
-    """The dead and the dormant brokers of simulator ``sim`` (indices), and the run's
+    """The dead and the dormant brokers of simulation ``sim`` (indices), and the run's
     progress weights, from the workload's ``ops`` (:func:`plan_membership`, which turns
     CRASH ops into ``sim.kill_at`` entries)."""
 
-    def __init__(self, sim: _Sim, ops: Sequence[ClientOp]) -> None:
+    def __init__(self, sim: Simulation, ops: Sequence[ClientOp]) -> None:
         self.sim = sim
         self.dead: set[int] = set()
         self.dormant, self.op_work = plan_membership(ops, sim.bidx, sim.kill_at)
@@ -82,21 +81,18 @@ class Members:
         """Broker ``bi`` died at ``t``: each live neighbour loses its link one link delay
         later (when the dead process's FIN or RST would reach it)."""
         sim = self.sim
-        for nb, lid in sorted(sim.out_links[bi].items()):
+        for nb, lid in sorted(sim.net.out_links[bi].items()):
             nbi = sim.bidx[nb]
             if nbi not in self.dead:
-                sim.seq += 1
-                if lid < sim.n_fixed:
-                    heapq.heappush(sim.heap, (t + sim.delay_s[lid], sim.seq, DOWN, nbi, bi))
+                if lid < sim.net.n_fixed:
+                    sim.engine.push(t + sim.net.delay_s[lid], DOWN, nbi, bi)
                 else:  # a link opened on demand: the peer's side closes
-                    heapq.heappush(sim.heap, (t + sim.delay_s[lid], sim.seq, CLOSE,
-                                               sim.link_rev[lid], "peer died"))
+                    sim.engine.push(t + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid],
+                                    "peer died")
         # Disconnected before they came up: no longer in out_links, but the peer's side
         # waits for them.
-        for lid in sorted(x for x in sim.conns.close_when_up if sim.link_src[x] == bi):
-            sim.seq += 1
-            heapq.heappush(sim.heap, (t + sim.delay_s[lid], sim.seq, CLOSE,
-                                       sim.link_rev[lid], "peer died"))
+        for lid in sorted(x for x in sim.conns.close_when_up if sim.net.link_src[x] == bi):
+            sim.engine.push(t + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid], "peer died")
 
     def at_dead_broker(self, kind: int, a: Any, b: Any = None, t: float = 0.0) -> bool:
         """Whether a heap entry concerns a dead broker, and so never happens; or is the
@@ -108,22 +104,22 @@ class Members:
             return sim.bidx[a.broker] in self.dead
         # a is a link: a dead sender's frames are lost, and so is what reaches the dead.
         if kind == DEPART:
-            return sim.link_src[a] in self.dead
-        if sim.link_src[a] in self.dead or sim.link_dst[a] in self.dead:
+            return sim.net.link_src[a] in self.dead
+        if sim.net.link_src[a] in self.dead or sim.net.link_dst[a] in self.dead:
             return True
         if kind != ARRIVE:
             return False
-        if a in sim.cut:
+        if a in sim.net.cut:
             key = (a, id(b))
-            entry = sim.flushed_frames.get(key)
+            entry = sim.net.flushed_frames.get(key)
             if entry is not None:
                 entry[1] -= 1
                 if not entry[1]:
-                    del sim.flushed_frames[key]
+                    del sim.net.flushed_frames[key]
                 return True
-        if sim.link_dst[a] in self.dormant:
+        if sim.net.link_dst[a] in self.dormant:
             if sim.log is not None:
-                sim.log(sim.link_dst_name[a], Ev.DROP, t, link=sim.link_src_name[a],
+                sim.log(sim.net.link_dst_name[a], Ev.DROP, t, link=sim.net.link_src_name[a],
                          reason="dormant", **message_fields(b))
             return True
         return False
@@ -147,8 +143,8 @@ class Members:
         sim.act(bi, sim.cores[bi].handle(FromClient(op.client, op.msg), t), t)
         if mtype is MsgType.LEAVE:
             self.dormant.add(bi)
-            for nb, lid in sorted(sim.out_links[bi].items()):
-                if lid >= sim.n_fixed:
+            for nb, lid in sorted(sim.net.out_links[bi].items()):
+                if lid >= sim.net.n_fixed:
                     sim.conns.disconnect(bi, nb, t)
             if log is not None:
                 log(op.broker, Ev.RECORD, t, kind="membership", state="left")

@@ -1,4 +1,4 @@
-"""A broker's processing capacity, as the simulator models it (:func:`nodes.sim.engine.simulate`,
+"""A broker's processing capacity, as the simulator models it (:func:`nodes.sim.simulator.simulate`,
 ``processing=``).
 
 Without this model a simulated broker handles every message in no time, so nothing ever

@@ -1,5 +1,5 @@
 """How one simulated run goes, beside what it simulates: :class:`SimSettings`, the one
-argument :func:`nodes.sim.engine.simulate` takes after the overlay, the workload and
+argument :func:`nodes.sim.simulator.simulate` takes after the overlay, the workload and
 the core (a run plan makes it: :func:`experiments.runs.simulated.sim_settings`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Churn workloads: nodes JOIN through a bootstrap, subscribe once they are members,
 publish later, and some LEAVE, CRASH and re-JOIN; for cores that learn their peers from
-messages (``gossip``) over links opened on demand (:mod:`nodes.sim.engine`, ``on_demand``); and
+messages (``gossip``) over links opened on demand (:mod:`nodes.sim.simulator`, ``on_demand``); and
 the membership intervals JOIN, LEAVE and CRASH operations stand for, as the oracle reads
 them (:func:`membership_intervals`, :func:`oracle_workload`).
 

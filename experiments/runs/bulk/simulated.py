@@ -27,8 +27,8 @@ from nodes.cores.lbdd import lbdd_tree, tree_stats
 from nodes.frames import frame_size
 from nodes.messages import MsgType
 from nodes.runfolder import new_run_dir, write_manifest, write_summary
-from nodes.sim.engine import simulate
 from nodes.sim.settings import SimSettings
+from nodes.sim.simulator import simulate
 from nodes.workloads.bulk import GIB, BulkPlan, bulk_workload
 
 
