@@ -26,6 +26,7 @@ class InputBuffers:
 
     def __init__(self, sim: Simulation, processing: Processing | None) -> None:
         self.sim = sim
+        self.net = sim.net
         brokers = sim.brokers
         if processing is not None:
             strangers = sorted((set(processing.per_broker) | set(processing.cpu_share))
@@ -84,7 +85,7 @@ class InputBuffers:
     def _release(self, bi: int, t: float) -> None:
         """Send what the links hold for broker ``bi`` while its window has room (a dead
         broker's has no bound: what reaches it is dropped)."""
-        sim = self.sim
+        sim, net = self.sim, self.net
         blocked = self.blocked[bi]
         while blocked and (self.occupied[bi] < self.buffer_msgs or bi in sim.dead):
             lid = blocked.popleft()
@@ -94,24 +95,24 @@ class InputBuffers:
                 blocked.append(lid)
             else:
                 del self.held[lid]
-            sim.net.transmit(sim.net.link_src[lid], lid, msg, t)
+            net.transmit(net.link_src[lid], lid, msg, t)
 
     def death(self, bi: int, t: float) -> None:
         """Broker ``bi`` died at ``t``: its buffer is lost, the frames its own output
         queues held are gone, and those held for it go (to be dropped on arrival)."""
-        sim = self.sim
+        net = self.net
         self.inbuf[bi].clear()
-        for lid in [lid for lid in self.held if sim.net.link_src[lid] == bi]:
+        for lid in [lid for lid in self.held if net.link_src[lid] == bi]:
             del self.held[lid]
-            self.blocked[sim.net.link_dst[lid]].remove(lid)
+            self.blocked[net.link_dst[lid]].remove(lid)
         self._release(bi, t)
 
     def hold(self, lid: int, msg: Message) -> bool:
         """Whether ``msg``, enqueued on link ``lid``, stays in the sender's output queue:
         the link holds frames already, or the receiver's window is full (a dead
         receiver's has no bound)."""
-        sim = self.sim
-        dst = sim.net.link_dst[lid]
+        sim, net = self.sim, self.net
+        dst = net.link_dst[lid]
         held = self.held.get(lid)
         if held is not None:
             held.append(msg)

@@ -27,6 +27,7 @@ class Connections:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.net = sim.net
         self.waiting: dict[int, list[Message]] = {}  # sides not up yet -> Sends held
         self.close_when_up: set[int] = set()  # Disconnected before they came up
         self.closed: set[int] = set()  # sides closed: no Send takes them again
@@ -38,8 +39,8 @@ class Connections:
     def send(self, bi: int, name: str, msg: Message, now: float) -> None:
         """A Send to ``name`` on no link that is up: it waits for the side coming up, joins
         a dial that is failing, or dials (docs/design/simulator.md, "Links on demand")."""
-        sim = self.sim
-        lid = sim.net.out_links[bi].get(name)
+        sim, net = self.sim, self.net
+        lid = net.out_links[bi].get(name)
         if lid is not None:  # a side not up yet (our dial, or the peer's)
             self.waiting[lid].append(msg)
             return
@@ -71,10 +72,10 @@ class Connections:
                 s_ab = s_ba = 0.0
             else:
                 s_ab, s_ba = model.s_per_byte(me, name), model.s_per_byte(name, me)
-            ab = sim.net.new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
+            ab = net.new_pair(bi, ti, d_ab, d_ba, s_ab, s_ba)
             ba = ab + 1
-            sim.net.out_links[bi][name] = ab
-            sim.net.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
+            net.out_links[bi][name] = ab
+            net.out_links[ti][me] = ba  # one connection a pair: the peer's Sends join it
             self.waiting[ab] = [msg]
             self.waiting[ba] = []
             sim.engine.push(now + d_ab + d_ba, UP, ab, True)  # SYN, SYN-ACK: one round trip
@@ -87,27 +88,27 @@ class Connections:
     def disconnect(self, bi: int, name: str, now: float) -> None:
         """Broker ``bi`` closes its link to ``name``: what is queued still goes, then the
         peer's side closes one link delay after the last frame left."""
-        sim = self.sim
-        lid = sim.net.out_links[bi].get(name)
-        if name not in sim.bidx or (lid is not None and lid < sim.net.n_fixed):
+        sim, net = self.sim, self.net
+        lid = net.out_links[bi].get(name)
+        if name not in sim.bidx or (lid is not None and lid < net.n_fixed):
             raise ValueError(f"core at {sim.brokers[bi]} disconnected {name!r}: "
                              f"{'a fixed link' if lid is not None else 'no such broker'}")
         if lid is None:
             return  # no link open: nothing to close
-        del sim.net.out_links[bi][name]  # a later Send dials again
+        del net.out_links[bi][name]  # a later Send dials again
         if lid in self.waiting:
             self.close_when_up.add(lid)
             return
         self._close_own(lid, now)
 
     def _close_own(self, lid: int, now: float) -> None:
-        sim = self.sim
+        sim, net = self.sim, self.net
         self.closed.add(lid)
         if sim.log is not None:
-            sim.log(sim.net.link_src_name[lid], Ev.LINK, now, link=sim.net.link_dst_name[lid],
+            sim.log(net.link_src_name[lid], Ev.LINK, now, link=net.link_dst_name[lid],
                      role="broker", state="down", reason="disconnect")
-        last_bit = max(now, sim.net.busy_until[lid])
-        sim.engine.push(last_bit + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid],
+        last_bit = max(now, net.busy_until[lid])
+        sim.engine.push(last_bit + net.delay_s[lid], CLOSE, net.link_rev[lid],
                         "closed by peer")
 
     def dial_refused(self, bi: int, name: str, t: float) -> bool:
@@ -137,26 +138,26 @@ class Connections:
         """Side ``lid`` of a connection comes up: the dialler's one round trip after its
         first Send, the acceptor's when the dialler's handshake (its ACK and HELLO frame)
         arrives one link delay later."""
-        sim = self.sim
+        sim, net = self.sim, self.net
         msgs = self.waiting.pop(lid, None)
-        src = sim.net.link_src[lid]
+        src = net.link_src[lid]
         if msgs is None or src in sim.dead:
             return False  # closed before it came up
-        peer = sim.net.link_dst_name[lid]
+        peer = net.link_dst_name[lid]
         self.links_opened += 1
         if sim.log is not None:
             sim.log(sim.brokers[src], Ev.LINK, t, link=peer, role="broker", state="up",
                      peer=peer, reason="dialled" if dialler else "accepted")
         if dialler:  # before our first frame, whose arrival can tie with it
-            sim.engine.push(t + sim.net.delay_s[lid], UP, sim.net.link_rev[lid], False)
+            sim.engine.push(t + net.delay_s[lid], UP, net.link_rev[lid], False)
         for msg in msgs:
-            sim.net.enqueue(src, lid, msg, t)
+            net.enqueue(src, lid, msg, t)
         if lid in self.close_when_up or src in sim.dormant:
             # The core closed it already (it never sees it up), or it is dormant and
             # keeps no connection: what it sent goes, then it closes.
             self.close_when_up.discard(lid)
-            if sim.net.out_links[src].get(peer) == lid:
-                del sim.net.out_links[src][peer]
+            if net.out_links[src].get(peer) == lid:
+                del net.out_links[src][peer]
             self._close_own(lid, t)
             return False
         actions = sim.cores[src].handle(LinkUp(peer), t)
@@ -168,18 +169,18 @@ class Connections:
         """A CLOSE entry, the peer closed (or died): side ``lid`` closes and what it still
         has queued is flushed (frames already sent still arrive). A side that never came
         up fails as a dial would, if its core sent on it."""
-        sim = self.sim
+        sim, net = self.sim, self.net
         if lid in self.closed:
             return False
         self.closed.add(lid)
-        src, peer = sim.net.link_src[lid], sim.net.link_dst_name[lid]
-        if sim.net.out_links[src].get(peer) == lid:
-            del sim.net.out_links[src][peer]
+        src, peer = net.link_src[lid], net.link_dst_name[lid]
+        if net.out_links[src].get(peer) == lid:
+            del net.out_links[src][peer]
         self.close_when_up.discard(lid)
         msgs = self.waiting.pop(lid, None)
         if msgs is not None:
             return bool(msgs) and self._dial_failed(src, peer, msgs, reason, t)
-        sim.net.cut.add(lid)
+        net.cut.add(lid)
         if src in sim.dead:
             return False
         if sim.log is not None:

@@ -74,59 +74,60 @@ class Members:
 
     def __init__(self, sim: Simulation, ops: Sequence[ClientOp]) -> None:
         self.sim = sim
+        self.net = sim.net
         self.dead: set[int] = set()
         self.dormant, self.op_work = plan_membership(ops, sim.bidx, sim.kill_at)
 
     def announce_death(self, bi: int, t: float) -> None:
         """Broker ``bi`` died at ``t``: each live neighbour loses its link one link delay
         later (when the dead process's FIN or RST would reach it)."""
-        sim = self.sim
-        for nb, lid in sorted(sim.net.out_links[bi].items()):
+        sim, net = self.sim, self.net
+        for nb, lid in sorted(net.out_links[bi].items()):
             nbi = sim.bidx[nb]
             if nbi not in self.dead:
-                if lid < sim.net.n_fixed:
-                    sim.engine.push(t + sim.net.delay_s[lid], DOWN, nbi, bi)
+                if lid < net.n_fixed:
+                    sim.engine.push(t + net.delay_s[lid], DOWN, nbi, bi)
                 else:  # a link opened on demand: the peer's side closes
-                    sim.engine.push(t + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid],
+                    sim.engine.push(t + net.delay_s[lid], CLOSE, net.link_rev[lid],
                                     "peer died")
         # Disconnected before they came up: no longer in out_links, but the peer's side
         # waits for them.
-        for lid in sorted(x for x in sim.conns.close_when_up if sim.net.link_src[x] == bi):
-            sim.engine.push(t + sim.net.delay_s[lid], CLOSE, sim.net.link_rev[lid], "peer died")
+        for lid in sorted(x for x in sim.conns.close_when_up if net.link_src[x] == bi):
+            sim.engine.push(t + net.delay_s[lid], CLOSE, net.link_rev[lid], "peer died")
 
     def at_dead_broker(self, kind: int, a: Any, b: Any = None, t: float = 0.0) -> bool:
         """Whether a heap entry concerns a dead broker, and so never happens; or is the
         arrival of a flushed frame, or one at a dormant broker (dropped, and logged)."""
-        sim = self.sim
+        sim, net = self.sim, self.net
         if kind in (TIMER, DONE):
             return a in self.dead
         if kind == OP:
             return sim.bidx[a.broker] in self.dead
         # a is a link: a dead sender's frames are lost, and so is what reaches the dead.
         if kind == DEPART:
-            return sim.net.link_src[a] in self.dead
-        if sim.net.link_src[a] in self.dead or sim.net.link_dst[a] in self.dead:
+            return net.link_src[a] in self.dead
+        if net.link_src[a] in self.dead or net.link_dst[a] in self.dead:
             return True
         if kind != ARRIVE:
             return False
-        if a in sim.net.cut:
+        if a in net.cut:
             key = (a, id(b))
-            entry = sim.net.flushed_frames.get(key)
+            entry = net.flushed_frames.get(key)
             if entry is not None:
                 entry[1] -= 1
                 if not entry[1]:
-                    del sim.net.flushed_frames[key]
+                    del net.flushed_frames[key]
                 return True
-        if sim.net.link_dst[a] in self.dormant:
+        if net.link_dst[a] in self.dormant:
             if sim.log is not None:
-                sim.log(sim.net.link_dst_name[a], Ev.DROP, t, link=sim.net.link_src_name[a],
+                sim.log(net.link_dst_name[a], Ev.DROP, t, link=net.link_src_name[a],
                          reason="dormant", **message_fields(b))
             return True
         return False
 
     def member_op(self, op: ClientOp, t: float) -> None:
         """A JOIN, LEAVE or CRASH op (CRASH is carried out as a kill, see plan_membership)."""
-        sim = self.sim
+        sim, net = self.sim, self.net
         mtype = op.msg.type
         if mtype is MsgType.CRASH:
             return
@@ -143,8 +144,8 @@ class Members:
         sim.act(bi, sim.cores[bi].handle(FromClient(op.client, op.msg), t), t)
         if mtype is MsgType.LEAVE:
             self.dormant.add(bi)
-            for nb, lid in sorted(sim.net.out_links[bi].items()):
-                if lid >= sim.net.n_fixed:
+            for nb, lid in sorted(net.out_links[bi].items()):
+                if lid >= net.n_fixed:
                     sim.conns.disconnect(bi, nb, t)
             if log is not None:
                 log(op.broker, Ev.RECORD, t, kind="membership", state="left")
