@@ -170,9 +170,10 @@ def make_server_group(servers: Servers, server: str, name: str) -> None:
                            f"with cgroup.kill, Linux 5.14+): {res.stderr.strip() or 'ssh failed'}")
 
 
-def join_script(name: str) -> str:
-    """Shell words that put the calling shell into the run's group on its server."""
-    return f"echo $$ > {_CGROUP2}/pubsublab/{name}/cgroup.procs"
+def join_script(name: str, pid: int | str = "$$") -> str:
+    """Shell words that put process ``pid`` (by default the calling shell) into the run's
+    group on its server."""
+    return f"echo {pid} > {_CGROUP2}/pubsublab/{name}/cgroup.procs"
 
 
 def undo_server(servers: Servers, server: str, name: str, nodes: Sequence[str]
