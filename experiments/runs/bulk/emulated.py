@@ -5,7 +5,6 @@ the logs."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -149,8 +148,9 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
                 assert kill_after_s is not None
                 time.sleep(max(0.0, start_at + plan.start_s + kill_after_s - time.time()))
                 killed_s = run.kill(victim)
-                # The whole PC dies: its user (the subscriber client) with its agent.
-                os.kill(run.clients[plan.client_of(victim)].pid, signal.SIGKILL)
+                # The whole PC dies: its user (the subscriber client) with its agent,
+                # on its server if it runs on another.
+                run.clients[plan.client_of(victim)].send_signal(signal.SIGKILL)
             survivors = [b for b in subscribers if b != victim]
             late = _wait_for_markers([log_path(out_dir, plan.client_of(b)) for b in survivors],
                                      b'"kind":"data_recv"', START_MARGIN_S + limit_s)
