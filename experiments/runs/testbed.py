@@ -151,10 +151,11 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
                 log("entering the Mininet CLI; type exit to tear down")
                 with at_prompt():
                     CLI(emu.net)
-        manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct)
+        spans = manifest["fidelity"].get("workload_wall") or None  # none: every second
+        manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct, spans)
         if remote_idle:
             manifest["fidelity"]["cpu_idle"]["servers"] = {
-                s: sampler.summary(spec.fidelity.min_idle_pct)
+                s: sampler.summary(spec.fidelity.min_idle_pct, spans)
                 for s, sampler in remote_idle.items()}
         # Deliveries lost without a declared fault to explain them end the run "lossy".
         manifest["faults"] = run_faults(plan, manifest.get("summaries", {}))
@@ -216,10 +217,17 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
             log(f"FIDELITY WARNING: {r['a']}->{r['b']} achieved {r['achieved_mbps']} Mbit/s "
                 f"of {r['configured_mbps']} configured")
     idle = fidelity["cpu_idle"]
+    outside = idle.get("outside_workload")
+    of = " of the workloads" if outside is not None else ""
     if not idle["ok"]:
         log(f"FIDELITY WARNING: CPU idle fell below {spec.fidelity.min_idle_pct} % in "
-            f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s (min "
+            f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s{of} (min "
             f"{idle['min_pct']} %): emulated timing in this run is not trustworthy")
+    if outside is not None and outside["seconds_below"]:
+        log(f"CPU idle outside the workloads (the link check, processes starting and "
+            f"stopping; no message is timed then, not judged): below "
+            f"{spec.fidelity.min_idle_pct} % in {outside['seconds_below']} of "
+            f"{len(outside['per_second_pct'])} s (min {outside['min_pct']} %)")
     for server, there in idle.get("servers", {}).items():
         if not there["ok"]:
             log(f"FIDELITY WARNING: on server {server}, CPU idle fell below "
