@@ -177,6 +177,8 @@ def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
     # Each server's idle CPU was sampled, and the verdict holds only if both held.
     idle = manifest["fidelity"]["cpu_idle"]
     assert idle["per_second_pct"] and idle["servers"][server.address]["per_second_pct"]
+    # The remote brokers' and clients' CPU, from the run's group on the server.
+    assert idle["servers"][server.address]["run_group"]["cpu_s"] > 0.5
     assert across["fidelity_verdict"]["cpu_idle"]["servers"][server.address] is not None
     # The remote brokers really ran there: their status files name the server's pids,
     # which their group on the server held (their log is in the shared run folder).

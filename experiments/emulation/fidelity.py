@@ -88,9 +88,13 @@ class IdleSampler:
 
     def __init__(self, period_s: float = 1.0, path: Path | None = None,
                  processes: list[subprocess.Popen[bytes]] | None = None,
-                 cpu_times: Callable[[], tuple[int, int]] = _cpu_times) -> None:
+                 cpu_times: Callable[[], tuple[int, int]] = _cpu_times,
+                 group_cpu_s: Callable[[], float | None] | None = None) -> None:
         self.period_s = period_s
         self._cpu_times = cpu_times  # another server's (RemoteCpuTimes), or this one's
+        # Another server's: the CPU seconds of the run's cgroup there, read each period.
+        self._group_cpu_s = group_cpu_s
+        self._group_read: list[float] = []  # its first and latest readings
         self.path = path
         self.samples: list[tuple[float, float, float]] = []  # (from, to) wall s, idle %
         self._processes = processes if processes is not None else []
@@ -115,12 +119,18 @@ class IdleSampler:
             # A process started before sampling began counts from its first reading.
             self._first_cpu_s.setdefault(proc.pid, cpu_s)
 
+    def _read_group(self) -> None:
+        cpu_s = self._group_cpu_s() if self._group_cpu_s is not None else None
+        if cpu_s is not None:
+            self._group_read = [self._group_read[0] if self._group_read else cpu_s, cpu_s]
+
     def _loop(self) -> None:
         self._read_processes()
         idle0, total0 = self._cpu_times()
         t0 = time.time()
         while not self._stop.wait(self.period_s):
             self._read_processes()
+            self._read_group()
             idle1, total1 = self._cpu_times()
             t1 = time.time()
             if total1 > total0:
@@ -163,7 +173,14 @@ class IdleSampler:
         return {**idle_figures(inside, min_idle_pct),
                 **({"outside_workload": idle_figures(outside, min_idle_pct)}
                    if workload_wall is not None else {}),
-                **({"by_process": self.process_cpu()} if self._cpu_s else {})}
+                **({"by_process": self.process_cpu()} if self._cpu_s else {}),
+                **({"run_group": self.group_cpu()} if self._group_read else {})}
+
+    def group_cpu(self) -> dict[str, float]:
+        """The run's group on another server while sampled: ``cpu_s`` and mean ``cores``."""
+        span_s = max(time.monotonic() - self._started, 1e-9)
+        cpu_s = round(self._group_read[1] - self._group_read[0], 2)
+        return {"cpu_s": cpu_s, "cores": round(cpu_s / span_s, 3)}
 
 
 def split_by_spans(samples: Sequence[tuple[float, float, float]],

@@ -26,7 +26,13 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, RemoteCpuTimes, Servers
+from experiments.emulation.cluster import (
+    TUNNEL_MTU,
+    VXLAN_PORT,
+    RemoteCpuTimes,
+    Servers,
+    group_name,
+)
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import (
@@ -132,9 +138,12 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
         # on every server of the run.
         with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle, \
                 contextlib.ExitStack() as stack:
-            remote_idle = {s: stack.enter_context(IdleSampler(cpu_times=stack.enter_context(
-                RemoteCpuTimes(servers, s, cpu_times_of)))) for s in
-                (servers.remote if servers is not None else ())}
+            remote_idle = {}
+            for s in servers.remote if servers is not None else ():
+                there = stack.enter_context(RemoteCpuTimes(servers, s, cpu_times_of,
+                                                           group_name(os.getpid(), s)))
+                remote_idle[s] = stack.enter_context(IdleSampler(
+                    cpu_times=there, group_cpu_s=there.group_cpu_s))
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()
@@ -235,3 +244,7 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
                 f"{len(there['per_second_pct'])} s (min {there['min_pct']} %)")
     if "by_process" in idle:
         log(f"CPU of the run's own processes, {process_cpu_text(idle['by_process'])}")
+    for server, there in idle.get("servers", {}).items():
+        if "run_group" in there:
+            log(f"CPU of the run's processes on server {server}: mean cores "
+                f"{there['run_group']['cores']:.2f} ({there['run_group']['cpu_s']:g} s)")
