@@ -207,6 +207,35 @@ def test_rows_name_the_runtime_their_points_ran_in(tmp_path: Path) -> None:
     assert [r["ours"] for r in rows] == [0.75, 0.75]
 
 
+def test_a_why_quotes_each_algorithms_number_as_the_rows_figure_draws_it(
+        tmp_path: Path) -> None:
+    """An ``any`` why's algorithm fields are the run's numbers, picked as the row picks
+    its own and in its figure's units (a share as %); one that names an algorithm the
+    points lack (not run at that scale) is not shown."""
+    from analysis.reproduction import Point, headline_rows
+
+    def point(x: float, shares: dict[str, float]) -> Point:
+        return Point(x, tmp_path, {"runtime": "simulated", "scale": 1.0},
+                     {alg: {"burst": {"share_under": v}} for alg, v in shares.items()})
+
+    points = {"burst": [point(50, {"idr": 0.5, "snr": 0.25, "tid-dynamic": 0.8}),
+                        point(83.3, {"idr": 0.3, "snr": 0.15, "tid-dynamic": 0.6})]}
+    row = {"figure": "F", "source": "s", "metric": "m", "unit": "%", "paper": 53.8,
+           "direction": {"above": "snr"}}
+    ours = {"experiment": "burst", "y": "burst.share_under", "compare": "percent",
+            "of": "idr"}
+    texts = ["Same direction: IDR {idr} %, SNR {snr} %, BID-based {tid_dynamic} %.",
+             "TID {tid_static} %."]
+    paper = {"experiments": {"burst": {"conditions": "c"}},
+             "rows": [{**row, "ours": ours, "why": {"any": t}} for t in texts]
+             + [{**row, "ours": {**ours, "pick": {"at": 83.3}}, "why": {"any": texts[0]}}]}
+    rows = headline_rows(paper, points, "simulated")
+    assert rows[0]["ours"] == 40.0
+    assert rows[0]["why"] == "Same direction: IDR 40 %, SNR 20 %, BID-based 70 %."
+    assert (rows[1]["why"], rows[1]["why_from"]) == (None, [])
+    assert rows[2]["why"] == "Same direction: IDR 30 %, SNR 15 %, BID-based 60 %."
+
+
 def test_resume_reads_the_finished_points_and_writes_the_same_rows(
         reproduced: dict[str, dict], tmp_path: Path) -> None:
     first = reproduced["meghdoot"]
