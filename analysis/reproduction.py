@@ -287,6 +287,7 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
         why, why_from = why_for(row["why"], measured_at, {
             "ours": _fmt(_significant(ours)), "paper": _fmt(row["paper"]),
             "ratio": _fmt(_significant(ratio)), **algorithm_facts(pts, spec),
+            **({} if against is None else {"against": _fmt(_significant(against))}),
             **first_event_facts(pts)})
         rows.append({
             "figure": row["figure"], "metric": row["metric"], "source": row["source"],
