@@ -1229,6 +1229,78 @@ def test_crashes_and_leaves_in_the_workload_leave_every_member_its_events_and_a_
         assert done["took_over_crashed"] == 6 and done["recovered"] > 0
 
 
+def test_the_shipped_churn_spec_delivers_everything_and_reports_its_repairs(
+        tmp_path: Path) -> None:
+    """``meghdoot-churn`` at 32 peers and a shorter stream: nothing missing, unexpected
+    or twice; the zones at the end tile the space with exact tables; ``repairs`` gives the
+    churn and what was repaired, the same read from the logs (as the emulated runtime
+    reads them) and from the simulator's result."""
+    from experiments.runs.simulated import run_simulation
+    from experiments.spec import load_spec
+    small = ["topology.params.n=32", "workload.n_subscriptions=300",
+             "workload.n_events=300"]
+    blocks = []
+    for logs in (False, True):
+        _, summaries = run_simulation(compile_plan(load_spec("meghdoot-churn", small),
+                                                   netem=False),
+                                      tmp_path / str(logs), log_messages=logs)
+        s = summaries["meghdoot"]
+        assert (s["missing"], s["unexpected"], s["duplicates"]) == (0, 0, 0)
+        assert s["expected_deliveries"] > 500
+        m = s["meghdoot"]
+        assert m["zones"]["volume_sum"] == pytest.approx(1.0) and m["zones"]["peers"] == 26
+        assert m["tables"]["inexact_peers"] == 0
+        blocks.append(m["repairs"])
+    assert blocks[0] == blocks[1]
+    repairs = blocks[0]
+    assert (repairs["crashes"], repairs["leaves"], repairs["left"]) == (3, 3, 3)
+    assert repairs["declared_down"] >= 3 and repairs["orphaned"] == 0
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"crash_fraction": -0.1}, r"workload\.crash_fraction: bad value -0\.1; allowed: a number "
+                               r"in \[0, 1\]"),
+    ({"leave_fraction": 1.5}, r"workload\.leave_fraction: bad value 1\.5; allowed: a number "
+                              r"in \[0, 1\]"),
+    ({"churn_from": 2}, r"workload\.churn_from: bad value 2; allowed: a number in \[0, 1\]"),
+    ({"crash_fraction": 0.6, "leave_fraction": 0.5},
+     r"workload\.crash_fraction: bad value 0\.6 with leave_fraction 0\.5; allowed: the two "
+     r"sum to at most 1"),
+    ({"crash_fraction": True}, r"workload\.crash_fraction: bad value True; allowed: a finite "
+                               r"number"),
+    ({"failure_periods": 0}, r"workload\.crash_fraction: meghdoot would never find a crashed "
+                             r"peer; allowed: 0, or routing\.params\.load_period_s and "
+                             r"failure_periods > 0"),
+    ({"join_probability": 0.01, "churn_from": 0.0, "crash_fraction": 1.0, "leave_fraction": 0},
+     r"workload\.churn_from: after step \d+ no peer but the first is live to go"),
+])
+def test_bad_crash_and_leave_fractions_are_refused_in_one_line(change: dict[str, Any],
+                                                              error: str) -> None:
+    from experiments.spec import SpecError
+    spec = churn_spec("meghdoot", **{k: v for k, v in change.items() if k != "failure_periods"})
+    if "failure_periods" in change:
+        spec["routing"]["params"]["failure_periods"] = change["failure_periods"]
+    with pytest.raises(SpecError, match=f"^{error}") as err:
+        compile_plan(parse_spec(spec), netem=False)
+    assert "\n" not in str(err.value)
+
+
+def test_without_crashes_or_leaves_the_stream_is_what_it_always_was() -> None:
+    """The churn's draws are its own: fractions 0 give the stream of before, op for op,
+    and a churned stream starts as that one until its first churner goes (from half of
+    the stream on)."""
+    kw = {"seed": 5, "join_probability": 0.3, "step_s": 0.05}
+    before = meghdoot_workload(peer_names(40), 300, 300, **kw)
+    assert before == meghdoot_workload(peer_names(40), 300, 300, crash_fraction=0.0, **kw)
+    churned = meghdoot_workload(peer_names(40), 300, 300, crash_fraction=0.2,
+                                leave_fraction=0.1, churn_from=0.5, **kw)
+    first = min([*churned.meta["crashes_s"].values(), *churned.meta["leaves_s"].values()])
+    head = [op for op in churned.ops if op.t_s < first]  # held still from its step on
+    assert head == list(before.ops[:len(head)])
+    assert (len(churned.meta["crashes_s"]), len(churned.meta["leaves_s"])) == (8, 4)
+    assert first > before.ops[len(before.ops) // 2].t_s
+
+
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     import nodes.sim.engine as sim_module
 
