@@ -15,6 +15,10 @@
   zones split and merge; the taker of a failed zone recovers its subscriptions by querying
   the reflection of the zone's coordinates (:func:`nodes.cores.can.mirror_regions`).
 
+What each peer repaired is counted for its end-of-run record (:meth:`Repair.counts`);
+how long a zone must stand still before a crash and its takeover may take, for a
+workload that crashes peers, is :func:`churn_times_s`.
+
 The rules in full: docs/design/meghdoot-core.md ("Leaving, failures and mirror copies").
 """
 

@@ -25,6 +25,11 @@ The block's parts (each reading in full: docs/design/meghdoot-metrics.md):
 - **Tables**: ``missing``, ``stale`` and ``extra`` entries of the neighbour tables, and the
   ``inexact_peers`` (0 everywhere: an exact CAN).
 - **Duplicates** and ``handoff_first``, summed over the peers.
+- **Repairs** (ours; only when the workload has crashes or leaves, or a peer repaired
+  anything): the workload's ``crashes`` and ``leaves``, and the ``can_repairs`` records
+  of the peers alive at the end summed (:meth:`nodes.cores.meghdoot_repair.Repair.counts`:
+  peers declared failed, zones taken over after a crash and after a leave, subscriptions
+  recovered from mirror copies, zones left without an owner, peers that left).
 
 All percentages are in % (0–100); times in seconds.
 """
