@@ -1285,6 +1285,17 @@ def test_bad_crash_and_leave_fractions_are_refused_in_one_line(change: dict[str,
     assert "\n" not in str(err.value)
 
 
+def test_the_workload_s_default_holds_are_what_the_core_s_default_params_call_for() -> None:
+    import inspect
+
+    from nodes.cores.meghdoot_repair import churn_times_s
+    args = inspect.signature(meghdoot_workload).parameters
+    defaults = resolve_params("meghdoot", PARAMS, {})
+    assert (args["lead_s"].default, args["repair_s"].default) == churn_times_s(defaults)
+    assert churn_times_s({**defaults, "report_rule": "on_change"}) == (2.0, 90.0)
+    assert churn_times_s({**defaults, "failure_periods": 0}) == (0.0, 0.0)
+
+
 def test_without_crashes_or_leaves_the_stream_is_what_it_always_was() -> None:
     """The churn's draws are its own: fractions 0 give the stream of before, op for op,
     and a churned stream starts as that one until its first churner goes (from half of

@@ -134,10 +134,11 @@ def meghdoot_workload(
     crash_fraction: float = 0.0,
     leave_fraction: float = 0.0,
     churn_from: float = 0.5,
-    lead_s: float = 1.0,
+    lead_s: float = 2.0,
     repair_s: float = 9.0,
 ) -> Workload:
-    """The workload of the module docstring; ValueError (one line) for bad arguments."""
+    """The workload of the module docstring; ValueError (one line) for bad arguments.
+    ``lead_s`` and ``repair_s`` default to what the core's default params call for."""
     _check_args(peers, n_subscriptions, n_events, events, order, events_scale)
     churn = _Churn(peers, n_subscriptions + n_events, seed, step_s, crash_fraction,
                    leave_fraction, churn_from, lead_s, repair_s)
@@ -195,8 +196,6 @@ def meghdoot_workload(
         "membership": overlay.membership, "settle_s": step_s / 2,
         "join_times_s": overlay.joins, **churn.meta(),
     }
-    if churn.gone:  # a churn op comes before the next step's, not in step order
-        ops.sort(key=lambda op: op.t_s)
     return Workload(MEGHDOOT_SCHEMA, clients, tuple(ops), meta)
 
 
