@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import pytest
@@ -45,14 +46,15 @@ def _pairs(deliveries: dict) -> list:
     return sorted((key, sub) for key, subs in deliveries.items() for sub in subs)
 
 
-def test_meghdoot_on_16_peers_in_mininet_agrees_with_the_oracle_and_the_simulator(
-        tmp_path: Path) -> None:
-    plan = compile_plan(parse_spec(SPEC))
+def _run_against_oracle_and_simulator(plan: RunPlan, tmp_path: Path
+                                      ) -> tuple[Path, Path, dict[str, Any]]:
+    """The plan's 16-peer workload: the oracle's pairs, the same from the simulator, then
+    from Mininet, each pair once, nothing missing or unexpected; the run folder, the
+    algorithm's folder and the summary's meghdoot block."""
     workload = plan.workload
     assert workload is not None and workload.meta["n_peers"] == 16
     expected = _pairs(expected_deliveries(workload))
     assert len(expected) > 100, "the workload should exercise many deliveries"
-
     alg = plan.algorithm("meghdoot")
     overlay = nx.Graph()
     overlay.add_nodes_from(plan.overlay.nodes)
@@ -60,14 +62,19 @@ def test_meghdoot_on_16_peers_in_mininet_agrees_with_the_oracle_and_the_simulato
                          seed=plan.spec.seed, until_s=plan.phase_s(),
                          on_demand=on_demand_links(plan), log_messages=False)
     assert _pairs(simulated.deliveries) == expected
-
     run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
     out = run_dir / "meghdoot"
     got = _pairs(client_receipts(out, workload)["deliveries"])
     assert got == expected  # each pair once: lists, not sets
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
-    m = summary["meghdoot"]
+    return run_dir, out, summary["meghdoot"]
+
+
+def test_meghdoot_on_16_peers_in_mininet_agrees_with_the_oracle_and_the_simulator(
+        tmp_path: Path) -> None:
+    plan = compile_plan(parse_spec(SPEC))
+    run_dir, out, m = _run_against_oracle_and_simulator(plan, tmp_path)
     assert m["zones"]["peers"] == 16 and m["zones"]["group_mismatches"] == 0
     assert m["contacted"]["no_contact"] == 0 and m["contacted"]["events"] == 150
 
@@ -99,27 +106,9 @@ CHURN = {**SPEC, "name": "meghdoot-16-churn",
 def test_meghdoot_members_of_16_mininet_peers_some_killed_some_leaving_get_their_events(
         tmp_path: Path) -> None:
     plan = compile_plan(parse_spec(CHURN))
-    workload = plan.workload
-    assert workload is not None and workload.meta["n_peers"] == 16
-    assert (len(workload.meta["crashes_s"]), len(workload.meta["leaves_s"])) == (2, 2)
-    expected = _pairs(expected_deliveries(workload))
-    assert len(expected) > 100, "the workload should exercise many deliveries"
-
-    alg = plan.algorithm("meghdoot")
-    overlay = nx.Graph()
-    overlay.add_nodes_from(plan.overlay.nodes)
-    simulated = simulate(overlay, workload, "meghdoot", dict(alg.params), derived=alg.derived,
-                         seed=plan.spec.seed, until_s=plan.phase_s(),
-                         on_demand=on_demand_links(plan), log_messages=False)
-    assert _pairs(simulated.deliveries) == expected
-
-    run_dir, _ = run_experiment(plan, tmp_path, phases=(broker_phase(plan),))
-    out = run_dir / "meghdoot"
-    got = _pairs(client_receipts(out, workload)["deliveries"])
-    assert got == expected  # each pair once: lists, not sets
-    summary = json.loads((out / "summary.json").read_text())
-    assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
-    m = summary["meghdoot"]
+    assert plan.workload is not None
+    assert (len(plan.workload.meta["crashes_s"]), len(plan.workload.meta["leaves_s"])) == (2, 2)
+    _, out, m = _run_against_oracle_and_simulator(plan, tmp_path)
     assert m["zones"]["peers"] == 12 and m["tables"]["inexact_peers"] == 0
     repairs = m["repairs"]
     assert (repairs["crashes"], repairs["leaves"], repairs["left"]) == (2, 2, 2)
