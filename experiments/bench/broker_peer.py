@@ -94,7 +94,6 @@ class Sites:
     publisher or the subscriber (``role``) where it belongs; ``broker_ip`` is what the
     broker listens on and the clients dial; ``listening(port)`` whether the broker's
     host has a listener on ``port``."""
-    name: str
     broker_ip: str
     popen: Callable[..., subprocess.Popen[bytes]]
     listening: Callable[[int], bool]
@@ -105,7 +104,7 @@ def _loopback_listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-LOOPBACK = Sites("loopback", "127.0.0.1", lambda role, argv, **kw: subprocess.Popen(argv, **kw),
+LOOPBACK = Sites("127.0.0.1", lambda role, argv, **kw: subprocess.Popen(argv, **kw),
                  _loopback_listening)
 MININET_HOSTS = {"pub": "pc1", "broker": "pc2", "sub": "pc3"}  # as in bench broker
 
@@ -126,7 +125,7 @@ def mininet_sites() -> Iterator[Sites]:
         def listening(port: int) -> bool:
             return f":{port} " in broker.cmd(f"ss -Htln 'sport = :{port}'")
 
-        yield Sites("mininet", emu.graph.nodes[MININET_HOSTS["broker"]]["ip"], popen,
+        yield Sites(emu.graph.nodes[MININET_HOSTS["broker"]]["ip"], popen,
                     listening)
 
 
