@@ -5,9 +5,12 @@ holds (:mod:`experiments.emulation.fidelity` measures it): the verdict the repor
 Two criteria, each as the runner measured it:
 
 - **CPU**: the machine stayed at least ``criterion_min_idle_pct`` % idle (Mininet-HiFi's
-  35 %) in every second sampled; a run below it in some seconds fails, with the share of
-  seconds below. A run spread over servers holds it only if every server did (each is
-  sampled alike: ``cpu_idle.servers``);
+  35 %) in every second of the run's workloads (every second sampled, for a record
+  without workload spans); a run below it in some seconds fails, with the share of
+  seconds below. The seconds outside the workloads (``cpu_idle.outside_workload``: the
+  link check, processes starting and stopping) are given beside it, not judged. A run
+  spread over servers holds it only if every server did (each is sampled alike:
+  ``cpu_idle.servers``);
 - **links**: every sampled overlay link's iperf3 rate came within 10 % of its configured
   rate; a run with a link outside fails, naming it.
 
@@ -54,18 +57,26 @@ def _cpu(idle: Mapping[str, Any]) -> dict[str, Any] | None:
     if not samples:
         return None
     below = int(idle.get("seconds_below", 0))
+    outside = idle.get("outside_workload")
     return {"criterion_min_idle_pct": idle.get("criterion_min_idle_pct"),
             "seconds_below": below, "seconds": len(samples),
             "share_below_pct": round(100 * below / len(samples), 1),
-            "min_pct": idle.get("min_pct"), "ok": below == 0}
+            "min_pct": idle.get("min_pct"), "ok": below == 0,
+            "judged": "workload" if outside is not None else "every second",
+            **({"outside_workload": {"seconds_below": outside["seconds_below"],
+                                     "seconds": len(outside["per_second_pct"]),
+                                     "min_pct": outside["min_pct"]}}
+               if outside is not None else {})}
 
 
 def _cpu_text(cpu: Mapping[str, Any]) -> str:
+    of = " of the workloads" if cpu.get("judged") == "workload" else ""
     if cpu["seconds_below"] == 0:
         return (f"CPU idle at or above {cpu['criterion_min_idle_pct']:g} % in all "
-                f"{cpu['seconds']} s sampled")
+                f"{cpu['seconds']} s{of} sampled")
     return (f"CPU idle below {cpu['criterion_min_idle_pct']:g} % in {cpu['seconds_below']} "
-            f"of {cpu['seconds']} s ({cpu['share_below_pct']:g} %, min {cpu['min_pct']:g} %)")
+            f"of {cpu['seconds']} s{of} ({cpu['share_below_pct']:g} %, min "
+            f"{cpu['min_pct']:g} %)")
 
 
 def fidelity_text(verdict: Mapping[str, Any]) -> str:

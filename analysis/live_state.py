@@ -29,7 +29,7 @@ replay, in the order they come) and answers, at any moment, with a :class:`Snaps
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,18 +94,33 @@ class _Link:
 
 
 class CpuIdle:
-    """The runner's per-second idle-CPU samples (``idle_pct``) of the whole run."""
+    """The runner's per-second idle-CPU samples (``idle_pct``, ``t_wall`` at the end of
+    its second) of the whole run; with ``workload_wall`` (a finished run's workload spans,
+    the seconds its verdict judges), which of the seconds below fell in a workload."""
 
-    def __init__(self, min_idle_pct: float) -> None:
+    def __init__(self, min_idle_pct: float,
+                 workload_wall: Sequence[tuple[float, float]] | None = None) -> None:
         self.min_idle_pct = min_idle_pct
+        self.workload_wall = workload_wall
         self.samples_pct: list[float] = []
+        self._ends: list[float] = []
 
     def take(self, rec: Mapping[str, Any]) -> None:
         self.samples_pct.append(float(rec["idle_pct"]))
+        self._ends.append(float(rec.get("t_wall", 0.0)))
 
     @property
     def seconds_below(self) -> int:
         return sum(1 for x in self.samples_pct if x < self.min_idle_pct)
+
+    @property
+    def judged_below(self) -> int | None:
+        """Of :attr:`seconds_below`, those overlapping a workload span (None without)."""
+        if self.workload_wall is None:
+            return None
+        return sum(1 for x, t1 in zip(self.samples_pct, self._ends, strict=True)
+                   if x < self.min_idle_pct
+                   and any(t1 - 1.0 < b and t1 > a for a, b in self.workload_wall))
 
 
 class LiveState:

@@ -156,9 +156,11 @@ def _cpu(cpu: CpuIdle | None, note: str) -> Panel:
     text = Text()
     text.append(f"now {now:.1f} %", style="bold red" if now < cpu.min_idle_pct else "green")
     text.append(f"   min {min(cpu.samples_pct):.1f} %\n")
-    text.append(f"below the criterion in {below} of {len(cpu.samples_pct)} s so far",
+    judged = cpu.judged_below  # a finished run: the seconds below its verdict judges
+    text.append(f"below the criterion in {below} of {len(cpu.samples_pct)} s so far"
+                + (f" ({judged} in a workload)" if judged is not None and below else ""),
                 style="red" if below else "")
-    if below:
+    if below and judged != 0:
         text.append("\nemulated timing is not trustworthy while the CPU is this busy",
                     style="red")
     return Panel(text, title=title, title_align="left")

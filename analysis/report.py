@@ -353,10 +353,18 @@ def _manifest_sections(manifest: dict[str, Any]) -> str:
     if idle:
         cls = "ok" if idle.get("ok") else "warn"
         caveat = "" if idle.get("ok") else "Emulated timing in this run is not trustworthy."
-        out.append(f"<div class='box {cls}'>Idle CPU while the network carried traffic: mean "
+        outside = idle.get("outside_workload")
+        when = "while the workloads ran" if outside is not None else \
+            "while the network carried traffic"
+        rest = ("" if outside is None or not outside.get("per_second_pct") else
+                f" Outside the workloads (the link check, processes starting and stopping; "
+                f"not judged): {outside.get('seconds_below')} of "
+                f"{len(outside['per_second_pct'])} s below, min {outside.get('min_pct')} %.")
+        out.append(f"<div class='box {cls}'>Idle CPU {when}: mean "
                    f"{idle.get('mean_pct')} %, min {idle.get('min_pct')} %, "
-                   f"{idle.get('seconds_below')} s below the {idle.get('criterion_min_idle_pct')}"
-                   f" % criterion. {caveat}</div>")
+                   f"{idle.get('seconds_below')} of {len(idle.get('per_second_pct') or [])} s "
+                   f"below the {idle.get('criterion_min_idle_pct')} % criterion. {caveat}"
+                   f"{rest}</div>")
     out.append("<h2>Link mechanisms</h2><p class='meta'>Which mechanism carried each "
                "configured link parameter (netem where the kernel has it, else the brokers "
                "emulate delay and loss).</p>")

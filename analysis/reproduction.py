@@ -243,6 +243,21 @@ def _ran_in(points: Sequence[Point], default: str) -> str:
     return ", ".join(ran) or default
 
 
+def algorithm_facts(points: Sequence[Point], ours: Mapping[str, Any]) -> dict[str, str]:
+    """Each algorithm's number of a row, picked as the row picks its own and in the
+    units its figure draws (a ``percent`` row's shares as %), as the page prints it,
+    under the algorithm's name with ``_`` for ``-`` (``{tid_static}``): the fields by
+    which a why quotes the figures it compares, at whatever scale they were measured."""
+    factor = 100.0 if ours["compare"] == "percent" else 1.0
+    algorithms = sorted({a for p in points for a in p.summaries})
+    facts = {}
+    for alg in algorithms:
+        v = pick(curve(points, ours, alg), ours.get("pick", "mean"))
+        if v is not None:
+            facts[alg.replace("-", "_")] = _fmt(_significant(v * factor))
+    return facts
+
+
 def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]],
                   runtime: str, not_run: Sequence[Mapping[str, Any]] = ()
                   ) -> list[dict[str, Any]]:
@@ -271,7 +286,9 @@ def headline_rows(paper: Mapping[str, Any], points: Mapping[str, Sequence[Point]
         measured_at = why_key(exp.get("scale_name", "full"), _ran_in(pts, runtime))
         why, why_from = why_for(row["why"], measured_at, {
             "ours": _fmt(_significant(ours)), "paper": _fmt(row["paper"]),
-            "ratio": _fmt(_significant(ratio)), **first_event_facts(pts)})
+            "ratio": _fmt(_significant(ratio)), **algorithm_facts(pts, spec),
+            **({} if against is None else {"against": _fmt(_significant(against))}),
+            **first_event_facts(pts)})
         rows.append({
             "figure": row["figure"], "metric": row["metric"], "source": row["source"],
             "paper_value": row["paper"], "ours": _significant(ours),

@@ -14,9 +14,13 @@ it has (:func:`why_for`). The key ``any`` is for a text that quotes numbers of o
 through its fields, filled from the run itself, and so holds at every scale.
 
 A text's fields (``str.format``): ``{ours}``, ``{paper}`` and ``{ratio}``, the row's as
-the page prints them, and the facts the row's points give (:func:`analysis.page_facts`;
-Meghdoot's first event, say). A field the points do not give leaves the text unshown,
-said as such, rather than a number made up.
+the page prints them; ``{against}``, the number ours is compared with (the ``against``
+algorithm's, or ``of``'s at ``against_pick``); and the facts the row's points give: each
+algorithm's number of the row under its name, ``-`` written ``_`` (``{tid_static}``,
+:func:`analysis.reproduction.algorithm_facts`), and Meghdoot's first event
+(:func:`analysis.meghdoot_facts.first_event_facts`). A field the points do not give (an
+algorithm that did not run at that scale, say) leaves the text unshown, said as such,
+rather than a number made up.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 SCALES = ("full", "quick", "emulated")
 RUNTIMES = ("simulated", "emulated")
 ANY = "any"
-ROW_FIELDS = ("ours", "paper", "ratio")
+ROW_FIELDS = ("ours", "paper", "ratio", "against")
 # A sentence ends at . ! or ? before a space and a capital or an opening bracket: "Fig. 9"
 # and "x0.93" do not end one.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")

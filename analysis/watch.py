@@ -70,6 +70,8 @@ class RunInfo:
     stats_window_s: float
     live: bool
     cpu_summary: Mapping[str, Any] | None
+    # The workloads' wall-clock spans, the seconds the CPU verdict judges (a finished run).
+    workload_wall: tuple[tuple[float, float], ...] | None = None
 
     @classmethod
     def read(cls, run_dir: Path) -> RunInfo:
@@ -100,7 +102,10 @@ class RunInfo:
                    min_idle_pct=float(fidelity.get("min_idle_pct", 35.0)),
                    stats_window_s=float(plan.get("window_ms", 50.0)) / 1000,
                    live=manifest.get("status") == RUNNING,
-                   cpu_summary=(manifest.get("fidelity") or {}).get("cpu_idle"))
+                   cpu_summary=(manifest.get("fidelity") or {}).get("cpu_idle"),
+                   workload_wall=tuple((float(a), float(b)) for a, b in spans)
+                   if (spans := (manifest.get("fidelity") or {}).get("workload_wall"))
+                   else None)
 
     def started(self) -> list[str]:
         """The algorithms whose folder exists, in the run's order."""
@@ -271,7 +276,7 @@ def replay(info: RunInfo, console: Console, *, speed: float, algorithm: str | No
             first = next(records, None)
             if first is None:
                 continue
-            cpu = CpuIdle(info.min_idle_pct)
+            cpu = CpuIdle(info.min_idle_pct, info.workload_wall)
             samples = iter(cpu_samples)
             sample = next(samples, None)
             ticks = _Ticks(span_s / speed)

@@ -624,10 +624,6 @@ def compile_plan(spec: Spec, *, netem: bool | None = None,
     workload, bulk = None, None
     capture = spec.capture
     if kind is not None and kind.build is None:  # bulk data in rounds
-        if spec.servers:
-            raise SpecError("servers: not supported with workload.kind bulk yet (its rounds "
-                            "read each host's NIC counters and end a failed subscriber on "
-                            "this machine): remove it")
         for key, bad in (("duration_s", spec.duration_s is not None),
                          ("link_schedule", bool(spec.link_schedule)),
                          ("capture.enabled", spec.capture.enabled is True)):
@@ -679,7 +675,7 @@ def compile_plan(spec: Spec, *, netem: bool | None = None,
         link_schedule=spec.link_schedule, capture=capture, broker=spec.broker,
         duration_s=spec.duration_s, delay_loss_mechanism="netem" if netem else "in-broker",
         notes=tuple(notes), links=links, processing=processing_model(spec),
-        placement=placement_of(spec, graph, workload))
+        placement=placement_of(spec, graph, workload, bulk))
 
 
 def broker_demand(workload: Workload | None) -> dict[str, int]:
@@ -693,9 +689,12 @@ def broker_demand(workload: Workload | None) -> dict[str, int]:
     return demand
 
 
-def placement_of(spec: Spec, graph: nx.Graph, workload: Workload | None) -> dict[str, str]:
+def placement_of(spec: Spec, graph: nx.Graph, workload: Workload | None,
+                 bulk: BulkPlan | None = None) -> dict[str, str]:
     """Which server builds each node (:func:`topologies.placement.place_on_servers` by
-    :func:`broker_demand`); {} for a spec without ``servers``."""
+    :func:`broker_demand`, a bulk publisher's host on this machine); {} for a spec
+    without ``servers``."""
     if not spec.servers:
         return {}
-    return place_on_servers(graph, broker_demand(workload), spec.servers)
+    pinned = {bulk.publisher: "localhost"} if bulk is not None else {}
+    return place_on_servers(graph, broker_demand(workload), spec.servers, pinned)

@@ -208,3 +208,32 @@ def test_a_tall_overlay_shows_the_overloaded_and_busiest_links(sim_run: Path) ->
     assert len(rows) == 14 - 8 and rows == sorted(rows)
     assert "b0 -> b1" in rows
     assert f"{len(snap.links) - len(rows)} quieter links not shown" in text
+
+
+def test_the_cpu_panel_says_which_seconds_below_fell_in_a_workload() -> None:
+    from rich.console import Console
+
+    from analysis.live_state import CpuIdle
+    from analysis.live_view import _cpu
+
+    def shown(cpu: CpuIdle) -> str:
+        out = io.StringIO()
+        Console(width=100, file=out).print(_cpu(cpu, ""))
+        return out.getvalue()
+
+    # Processes starting (3 % idle at t = 1), the workload from t = 1.5 (20 % at t = 3).
+    samples = [{"t_wall": 1.0, "idle_pct": 3.0}, {"t_wall": 2.0, "idle_pct": 90.0},
+               {"t_wall": 3.0, "idle_pct": 20.0}]
+    live, done = CpuIdle(35.0), CpuIdle(35.0, [(1.5, 3.0)])
+    for rec in samples:
+        live.take(rec)
+        done.take(rec)
+    assert live.judged_below is None and done.judged_below == 1
+    assert "below the criterion in 2 of 3 s so far " in shown(live)
+    assert "below the criterion in 2 of 3 s so far (1 in a workload)" in shown(done)
+    assert "not trustworthy" in shown(done)
+    starting_only = CpuIdle(35.0, [(1.5, 2.5)])
+    for rec in samples[:2]:
+        starting_only.take(rec)
+    assert "(0 in a workload)" in shown(starting_only)
+    assert "not trustworthy" not in shown(starting_only)

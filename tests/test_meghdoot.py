@@ -18,6 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from experiments.plan import compile_plan
+from experiments.runs.simulated import on_demand_links
+from experiments.spec import parse_spec
 from nodes.cores import can, make_core, resolve_params
 from nodes.cores.interface import (
     Arrived,
@@ -32,7 +35,7 @@ from nodes.cores.interface import (
 from nodes.cores.meghdoot import PARAMS, MeghdootCore, Runs
 from nodes.cores.meghdoot_common import msg_key
 from nodes.messages import Message, MsgType
-from nodes.model import Predicate, Schema, filter_to_json
+from nodes.model import Predicate, Schema, filter_from_json, filter_to_json, matches
 from nodes.sim.links import LinkModel
 from nodes.sim.result import SimResult
 from nodes.sim.settings import SimSettings
@@ -1096,6 +1099,222 @@ def test_a_lone_owner_without_a_sibling_leaves_its_zone_to_one_adopter(join: str
     assert "can_zone_orphaned" not in result.record_counts
     # The adoption, and with plain CAN joins the adopter's sibling merging its zone.
     assert result.record_counts["can_took_over"] == (2 if join == "can" else 1)
+
+
+def test_a_neighbour_from_before_a_split_that_a_merge_brings_back_is_not_taken_for_failed(
+        ) -> None:
+    """Zones of [0, 1]²: s keeps its bottom-left quarter, the leaver l (bottom right)
+    hands it its own; q (top right), a neighbour of s long ago and dropped at a split,
+    comes back with the merge. Its silence counts from the merge, not from when s last
+    heard it: declared failed at the next tick, it fell out of the merged zone's table."""
+    space = can.Space([can.Attribute("a", "num", 0, 100)]).to_json()
+    s = make_core("meghdoot", "s", (), {"space": space, "seed_peer": "s", "load_period_s": 0.5})
+    quarter = {"s": ((0.0, 0.0), (0.5, 0.5)), "l": ((0.5, 0.0), (1.0, 0.5)),
+               "r": ((0.0, 0.5), (0.5, 1.0)), "q": ((0.5, 0.5), (1.0, 1.0))}
+    s.zone = quarter["s"]
+    s._set_nbrs({"l": quarter["l"], "r": quarter["r"]})
+    s._ticks, s._heard_tick = 40, {"l": 40, "r": 40, "q": 2}  # q last heard at tick 2
+    give = Message(MsgType.ZONE, 1, "l", 0, {
+        "takeover": can.zone_to_json(quarter["l"]), "subs": [], "mirrors": [],
+        "nbrs": {"s": can.zone_to_json(quarter["s"]), "q": can.zone_to_json(quarter["q"])}})
+    s.handle(Arrived("l", give), 20.0)
+    assert s.zone == ((0.0, 0.0), (1.0, 0.5)) and set(s.nbrs) == {"r", "q"}
+    s._ticks += 1
+    assert s.repair.detect_failures(20.5) == [] and set(s.nbrs) == {"r", "q"}
+    assert s.repair.counts() == {"took_over_left": 1}
+
+
+# ---- crashes and leaves in the workload, end to end ----------------------------------------
+
+
+def churn_spec(join: str, **workload: Any) -> dict[str, Any]:
+    """64 peers, 600 subscriptions and 600 events, a tenth of the peers crashing and a
+    tenth leaving from half of the stream on, mirrors on."""
+    return {
+        "name": "meghdoot-churn-64", "seed": 3, "topology": {"name": "peers", "params": {"n": 64}},
+        "links": {"bw_mbps": 1000, "delay_ms": 1}, "fidelity": {"links": 0},
+        "capture": {"enabled": False},
+        "workload": {"kind": "meghdoot", "n_subscriptions": 600, "n_events": 600,
+                     "join_probability": 0.5, "step_s": 0.05, "crash_fraction": 0.1,
+                     "leave_fraction": 0.1, **workload},
+        "routing": {"algorithms": ["meghdoot"], "links": "on-demand",
+                    "params": {"load_period_s": 0.5, "bucket_s": 0.05, "mirrors": True,
+                               "join": join}}}
+
+
+def owed(w: Workload) -> dict[tuple[str, int], list[str]]:
+    """Brute force: each event's subscribers, every subscription tried against it, that
+    subscribed at least ``settle_s`` before it and whose peer had not crashed or left
+    by then (a subscriber's peer is live when it subscribes)."""
+    settle_s, gone = w.meta["settle_s"], {**w.meta["crashes_s"], **w.meta["leaves_s"]}
+    subs = [(op.t_s + settle_s, op.client, op.broker, filter_from_json(op.msg.payload["filter"]))
+            for op in w.ops if op.msg.type is MsgType.SUBSCRIBE]
+    out = {}
+    for op in w.ops:
+        if op.msg.type is MsgType.PUBLISH:
+            attrs, t = op.msg.payload["attrs"], op.t_s
+            clients = sorted(c for t0, c, b, f in subs
+                             if t0 <= t < gone.get(b, float("inf")) and matches(f, attrs))
+            if clients:
+                out[op.msg.key] = clients
+    return out
+
+
+class Checkpoints:
+    """When the whole CAN is checked (:func:`check_can`) while the peers come and go:
+    at each join, a load period before each peer goes (its zone stands still then) and
+    at the stream's first operation after it (the zone repaired); each by the first
+    peer that handles anything at or after that time, over the peers not crashed by
+    then."""
+
+    def __init__(self, w: Workload, period_s: float) -> None:
+        churn = {**w.meta["crashes_s"], **w.meta["leaves_s"]}
+        after = [next(op.t_s for op in w.ops if op.t_s > t) for t in churn.values()]
+        times = [op.t_s for op in w.ops if op.msg.type is MsgType.JOIN]
+        self.due = sorted([*times, *(t - period_s for t in churn.values()), *after])
+        self.crashes_s = w.meta["crashes_s"]
+        self.checked = 0
+
+    def at(self, peers: Sequence[MeghdootCore], now_s: float) -> None:
+        if self.checked < len(self.due) and self.due[self.checked] <= now_s:
+            while self.checked < len(self.due) and self.due[self.checked] <= now_s:
+                self.checked += 1
+            check_can([p for p in peers if self.crashes_s.get(p.broker, now_s) >= now_s])
+
+
+class ChurnCheckedPeer(MeghdootCore):
+    """A peer that checks the CAN at the :class:`Checkpoints` it meets first."""
+
+    def __init__(self, everyone: list[MeghdootCore], checks: Checkpoints, broker: str,
+                 params: Mapping[str, Any]) -> None:
+        super().__init__(broker, (), params)
+        self.everyone, self.checks = everyone, checks
+        everyone.append(self)
+
+    def handle(self, event: Event, now_s: float) -> list:
+        self.checks.at(self.everyone, now_s)
+        return super().handle(event, now_s)
+
+
+@pytest.mark.parametrize("join", ["meghdoot", "can"])
+def test_crashes_and_leaves_in_the_workload_leave_every_member_its_events_and_a_whole_can(
+        join: str) -> None:
+    """Through the run plan: a tenth of 64 peers crash and a tenth leave mid-stream.
+    Every event reaches exactly the members the brute-force oracle owes it to, the zones
+    tile the space (tables exact, replicas alike, mirror copies by their rule) before
+    and after every change, and the peers count the repairs: plain CAN joins make no
+    replicas, so each crash is a lone owner's, taken over, its subscriptions back from
+    their mirror copies."""
+    plan = compile_plan(parse_spec(churn_spec(join)), netem=False)
+    w, alg = plan.workload, plan.algorithm("meghdoot")
+    assert w is not None
+    assert (len(w.meta["crashes_s"]), len(w.meta["leaves_s"])) == (6, 6)
+    assert w.meta["repair_s"] == (3 + 2 + 3 + 1) * 0.5  # churn_times_s of the params
+    peers: list[MeghdootCore] = []
+    checks = Checkpoints(w, 0.5)
+
+    def factory(broker: str, _nbrs: Sequence[str], _p: Mapping[str, Any]) -> MeghdootCore:
+        return ChurnCheckedPeer(peers, checks, broker, alg.broker_params(broker))
+
+    result = simulate(plan.overlay, w, factory,
+                      SimSettings(seed=1, on_demand=on_demand_links(plan), log_messages=False,
+                                  until_s=plan.phase_s()))
+    want = owed(w)
+    assert {k: sorted(v) for k, v in expected_deliveries(w).items() if v} == want
+    assert {k: sorted(v) for k, v in result.deliveries.items()} == want
+    assert sum(map(len, want.values())) > 2000
+    assert checks.checked == len(checks.due) > 60
+    alive = [p for p in peers if p.broker not in w.meta["crashes_s"]]
+    check_can(alive)
+    done: Counter[str] = Counter()
+    for p in alive:
+        done.update(p.repair.counts())
+    assert done["left"] == 6 and done["orphaned"] == 0 and done["declared_down"] > 6
+    if join == "can":
+        assert done["took_over_crashed"] == 6 and done["recovered"] > 0
+
+
+def test_the_shipped_churn_spec_delivers_everything_and_reports_its_repairs(
+        tmp_path: Path) -> None:
+    """``meghdoot-churn`` at 32 peers and a shorter stream: nothing missing, unexpected
+    or twice; the zones at the end tile the space with exact tables; ``repairs`` gives the
+    churn and what was repaired, the same read from the logs (as the emulated runtime
+    reads them) and from the simulator's result."""
+    from experiments.runs.simulated import run_simulation
+    from experiments.spec import load_spec
+    small = ["topology.params.n=32", "workload.n_subscriptions=300",
+             "workload.n_events=300"]
+    blocks = []
+    for logs in (False, True):
+        _, summaries = run_simulation(compile_plan(load_spec("meghdoot-churn", small),
+                                                   netem=False),
+                                      tmp_path / str(logs), log_messages=logs)
+        s = summaries["meghdoot"]
+        assert (s["missing"], s["unexpected"], s["duplicates"]) == (0, 0, 0)
+        assert s["expected_deliveries"] > 500
+        m = s["meghdoot"]
+        assert m["zones"]["volume_sum"] == pytest.approx(1.0) and m["zones"]["peers"] == 26
+        assert m["tables"]["inexact_peers"] == 0
+        blocks.append(m["repairs"])
+    assert blocks[0] == blocks[1]
+    repairs = blocks[0]
+    assert (repairs["crashes"], repairs["leaves"], repairs["left"]) == (3, 3, 3)
+    assert repairs["declared_down"] >= 3 and repairs["orphaned"] == 0
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"crash_fraction": -0.1}, r"workload\.crash_fraction: bad value -0\.1; allowed: a number "
+                               r"in \[0, 1\]"),
+    ({"leave_fraction": 1.5}, r"workload\.leave_fraction: bad value 1\.5; allowed: a number "
+                              r"in \[0, 1\]"),
+    ({"churn_from": 2}, r"workload\.churn_from: bad value 2; allowed: a number in \[0, 1\]"),
+    ({"crash_fraction": 0.6, "leave_fraction": 0.5},
+     r"workload\.crash_fraction: bad value 0\.6 with leave_fraction 0\.5; allowed: the two "
+     r"sum to at most 1"),
+    ({"crash_fraction": True}, r"workload\.crash_fraction: bad value True; allowed: a finite "
+                               r"number"),
+    ({"failure_periods": 0}, r"workload\.crash_fraction: meghdoot would never find a crashed "
+                             r"peer; allowed: 0, or routing\.params\.load_period_s and "
+                             r"failure_periods > 0"),
+    ({"join_probability": 0.01, "churn_from": 0.0, "crash_fraction": 1.0, "leave_fraction": 0},
+     r"workload\.churn_from: after step \d+ no peer but the first is live to go"),
+])
+def test_bad_crash_and_leave_fractions_are_refused_in_one_line(change: dict[str, Any],
+                                                              error: str) -> None:
+    from experiments.spec import SpecError
+    spec = churn_spec("meghdoot", **{k: v for k, v in change.items() if k != "failure_periods"})
+    if "failure_periods" in change:
+        spec["routing"]["params"]["failure_periods"] = change["failure_periods"]
+    with pytest.raises(SpecError, match=f"^{error}") as err:
+        compile_plan(parse_spec(spec), netem=False)
+    assert "\n" not in str(err.value)
+
+
+def test_the_workload_s_default_holds_are_what_the_core_s_default_params_call_for() -> None:
+    import inspect
+
+    from nodes.cores.meghdoot_repair import churn_times_s
+    args = inspect.signature(meghdoot_workload).parameters
+    defaults = resolve_params("meghdoot", PARAMS, {})
+    assert (args["lead_s"].default, args["repair_s"].default) == churn_times_s(defaults)
+    assert churn_times_s({**defaults, "report_rule": "on_change"}) == (2.0, 90.0)
+    assert churn_times_s({**defaults, "failure_periods": 0}) == (0.0, 0.0)
+
+
+def test_without_crashes_or_leaves_the_stream_is_what_it_always_was() -> None:
+    """The churn's draws are its own: fractions 0 give the stream of before, op for op,
+    and a churned stream starts as that one until its first churner goes (from half of
+    the stream on)."""
+    kw = {"seed": 5, "join_probability": 0.3, "step_s": 0.05}
+    before = meghdoot_workload(peer_names(40), 300, 300, **kw)
+    assert before == meghdoot_workload(peer_names(40), 300, 300, crash_fraction=0.0, **kw)
+    churned = meghdoot_workload(peer_names(40), 300, 300, crash_fraction=0.2,
+                                leave_fraction=0.1, churn_from=0.5, **kw)
+    first = min([*churned.meta["crashes_s"].values(), *churned.meta["leaves_s"].values()])
+    head = [op for op in churned.ops if op.t_s < first]  # held still from its step on
+    assert head == list(before.ops[:len(head)])
+    assert (len(churned.meta["crashes_s"]), len(churned.meta["leaves_s"])) == (8, 4)
+    assert first > before.ops[len(before.ops) // 2].t_s
 
 
 def test_a_long_simulation_reports_its_progress(monkeypatch: pytest.MonkeyPatch) -> None:

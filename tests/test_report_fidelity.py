@@ -151,5 +151,5 @@ def test_run_closes_with_the_fidelity_and_puts_it_in_its_json(
     assert verdict["ok"] is False
     assert verdict["cpu_idle"] == {"criterion_min_idle_pct": 35.0, "seconds_below": 40,
                                    "seconds": 40, "share_below_pct": 100.0, "min_pct": 12.0,
-                                   "ok": False}
+                                   "ok": False, "judged": "every second"}
     assert verdict["links"] == {"checked": 3, "off": []}

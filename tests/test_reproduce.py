@@ -207,6 +207,42 @@ def test_rows_name_the_runtime_their_points_ran_in(tmp_path: Path) -> None:
     assert [r["ours"] for r in rows] == [0.75, 0.75]
 
 
+def test_a_why_quotes_each_algorithms_number_as_the_rows_figure_draws_it(
+        tmp_path: Path) -> None:
+    """An ``any`` why's algorithm fields are the run's numbers, picked as the row picks
+    its own and in its figure's units (a share as %), and ``{against}`` the number ours
+    is compared with; one that names an algorithm the points lack (not run at that
+    scale) is not shown."""
+    from analysis.reproduction import Point, headline_rows
+
+    def point(x: float, shares: dict[str, float]) -> Point:
+        return Point(x, tmp_path, {"runtime": "simulated", "scale": 1.0},
+                     {alg: {"burst": {"share_under": v}} for alg, v in shares.items()})
+
+    points = {"burst": [point(50, {"idr": 0.5, "snr": 0.25, "tid-dynamic": 0.8}),
+                        point(83.3, {"idr": 0.3, "snr": 0.15, "tid-dynamic": 0.6})]}
+    row = {"figure": "F", "source": "s", "metric": "m", "unit": "%", "paper": 53.8,
+           "direction": {"above": "snr"}}
+    ours = {"experiment": "burst", "y": "burst.share_under", "compare": "percent",
+            "of": "idr"}
+    texts = ["Same direction: IDR {idr} %, SNR {snr} %, BID-based {tid_dynamic} %.",
+             "TID {tid_static} %."]
+    paper = {"experiments": {"burst": {"conditions": "c"}},
+             "rows": [{**row, "ours": ours, "why": {"any": t}} for t in texts]
+             + [{**row, "ours": {**ours, "pick": {"at": 83.3}}, "why": {"any": texts[0]}},
+                {**row, "paper": 1.5, "direction": None,
+                 "ours": {**ours, "compare": "ratio", "pick": {"at": 83.3},
+                          "against_pick": {"at": 50}},
+                 "why": {"any": "IDR {idr} at the high rate over {against} at the low."}}]}
+    rows = headline_rows(paper, points, "simulated")
+    assert rows[0]["ours"] == 40.0
+    assert rows[0]["why"] == "Same direction: IDR 40 %, SNR 20 %, BID-based 70 %."
+    assert (rows[1]["why"], rows[1]["why_from"]) == (None, [])
+    assert rows[2]["why"] == "Same direction: IDR 30 %, SNR 15 %, BID-based 60 %."
+    assert rows[3]["ours"] == 0.6
+    assert rows[3]["why"] == "IDR 0.3 at the high rate over 0.5 at the low."
+
+
 def test_resume_reads_the_finished_points_and_writes_the_same_rows(
         reproduced: dict[str, dict], tmp_path: Path) -> None:
     first = reproduced["meghdoot"]
@@ -662,7 +698,7 @@ def test_a_why_not_tagged_with_a_scale_is_refused_in_one_line(
                                    "emulated and RUNTIME one of simulated, emulated"),
              ({"any": "Ours {ours.x}"}, "lbdd.yaml row 1 (Section 4.2 (1)): why any: field "
                                         "{ours.x}: a plain name is wanted (ours, paper, "
-                                        "ratio or a fact of the points)")]
+                                        "ratio, against or a fact of the points)")]
     for why, message in cases:
         data["rows"][0]["why"] = why
         (tmp_path / "lbdd.yaml").write_text(yaml.safe_dump(data))

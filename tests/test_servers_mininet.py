@@ -115,9 +115,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
         subprocess.run(["ip", "link", "del", VETH[0]], capture_output=True, check=False)
 
 
-def _run(out: Path, *extra: str) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "demo", "--out",
-                          str(out), *DEMO, *extra, "--json"],
+def _run(out: Path, *extra: str, spec: str = "demo",
+         settings: tuple[str, ...] = tuple(DEMO)) -> dict[str, Any]:
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "run", spec, "--out",
+                          str(out), *settings, *extra, "--json"],
                          capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -176,6 +177,8 @@ def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
     # Each server's idle CPU was sampled, and the verdict holds only if both held.
     idle = manifest["fidelity"]["cpu_idle"]
     assert idle["per_second_pct"] and idle["servers"][server.address]["per_second_pct"]
+    # The remote brokers' and clients' CPU, from the run's group on the server.
+    assert idle["servers"][server.address]["run_group"]["cpu_s"] > 0.5
     assert across["fidelity_verdict"]["cpu_idle"]["servers"][server.address] is not None
     # The remote brokers really ran there: their status files name the server's pids,
     # which their group on the server held (their log is in the shared run folder).
@@ -195,6 +198,32 @@ def test_the_demo_across_two_servers_delivers_as_on_one(tmp_path: Path,
     assert not [g for g in (mount / "pubsublab").glob(f"*-{server.address}")], \
         "the run's group on the server is gone"
     assert not list(Path("/tmp").glob("pubsublab-ssh-*")), "no shared SSH connection is left"
+
+
+def test_a_bulk_transfer_across_two_servers_delivers_and_repairs_as_on_one(
+        tmp_path: Path, server: Server) -> None:
+    """LBDD's 8 MiB to 11 subscribers and its failure round, the victim (pc7) on the
+    other server, so its agent and its subscriber are killed there; the publisher stays
+    here, where its interface counters are read."""
+    servers = f"localhost,{server.address}"
+    settings = ("--set", "workload.subscriber_counts=[11]", "--set", "routing.algorithms=[lbdd]",
+                "--set", "scale=0.0009765625", "--set", "fidelity.links=1")
+    across = _run(tmp_path / "two", "--servers", servers, "--ssh-config",
+                  str(server.ssh_config), spec="lbdd-gigabit", settings=settings)
+    alone = _run(tmp_path / "one", spec="lbdd-gigabit", settings=settings)
+    manifest = json.loads((Path(across["run_dir"]) / "manifest.json").read_text())
+    placed = manifest["servers"]["placement"]
+    assert "pc1" in placed["localhost"]["nodes"] and "pc7" in placed[server.address]["nodes"]
+    two, one = (json.loads((Path(r["run_dir"]) / "lbdd" / "summary.json").read_text())
+                for r in (across, alone))
+    for s in (two, one):
+        for part in (s, s["failure"]):
+            assert part["complete"] and part["checksums_ok"], part
+            assert part["missing"] == part["duplicates"] == 0, part
+    # The same MD5 tree, so the same copies per agent and the same orphans of pc7.
+    assert two["copies_sent"] == one["copies_sent"]
+    assert sorted(two["failure"]["orphans"]) == sorted(one["failure"]["orphans"]) != []
+    assert _server_interfaces(server) == []
 
 
 def test_a_run_across_servers_killed_outright_is_swept_on_both(tmp_path: Path,

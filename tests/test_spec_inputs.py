@@ -92,9 +92,7 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
      "edges: edge c-a given twice (in either direction)"),
     ("kyra-example-siena", f"topology.params.edges={SIENA_EDGES},g-h",
      "edges: edge g-h given twice"),
-    # what cannot cross servers yet
-    ("lbdd-gigabit", "servers=[localhost, 192.168.56.12]",
-     "servers: not supported with workload.kind bulk yet"),
+    # servers: bad lists, and what cannot cross servers
     ("demo", "servers=[192.168.56.12]", "servers: bad value ['192.168.56.12']; allowed: two "
      "or more distinct servers, localhost among them"),
     ("demo", "servers=[localhost, a b]", "servers: bad value 'a b'"),

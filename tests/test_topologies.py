@@ -518,3 +518,20 @@ def test_no_import_cycle_among_topologies_modules() -> None:
                     "topologies.compute_nodes", "topologies.registry"):
         assert "mininet" not in nx.descendants(g, builder), builder
     assert "mininet" in nx.descendants(g, "topologies.custom")
+
+
+def test_a_pinned_host_stays_on_its_server_and_counts_in_its_load() -> None:
+    from topologies.placement import place_on_servers
+    g = nx.Graph()
+    g.add_nodes_from(["h1", "h2", "h3", "h4"], kind="broker")
+    g.add_node("s1", kind="switch")
+    g.add_edges_from(("s1", h) for h in ["h1", "h2", "h3", "h4"])
+    demand = {"h1": 1.0, "h2": 1.0, "h3": 1.0, "h4": 3.0}
+    free = place_on_servers(g, demand, ["localhost", "b"])
+    assert free["h4"] == "localhost"  # largest first, on the first server
+    pinned = place_on_servers(g, demand, ["localhost", "b"], {"h4": "b"})
+    assert pinned["h4"] == "b"
+    # h4's 3 count on b, so the other three fill localhost first.
+    assert [pinned[h] for h in ("h1", "h2", "h3")] == ["localhost"] * 3
+    with pytest.raises(ValueError, match="pinned host's server"):
+        place_on_servers(g, demand, ["localhost", "b"], {"h4": "c"})

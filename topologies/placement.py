@@ -10,8 +10,10 @@ most of its neighbours, so that host-to-switch links stay on one server where th
 
 ``demand`` is whatever the caller estimates per host (:func:`experiments.plan` uses the
 client operations a broker serves); hosts without an entry count as 1, so that a network
-without a workload is still spread evenly. Ties are broken by name and by the order of
-``servers``, so the placement of a plan is the same on every machine.
+without a workload is still spread evenly. ``pinned`` hosts go on their given server
+before the rest and count in its demand (a bulk round reads its publisher's interface
+counters from this machine's /proc, so that host stays here). Ties are broken by name
+and by the order of ``servers``, so the placement of a plan is the same on every machine.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ def _units(graph: nx.Graph, hosts: list[str]) -> list[list[str]]:
 
 
 def place_on_servers(graph: nx.Graph, demand: Mapping[str, float],
-                     servers: Sequence[str]) -> dict[str, str]:
+                     servers: Sequence[str], pinned: Mapping[str, str] | None = None
+                     ) -> dict[str, str]:
     """The server of every node of ``graph`` (module docstring); ValueError for fewer
-    than two servers or a repeated one."""
+    than two servers, a repeated one, or a pin to a server not among them."""
     if len(servers) < 2 or len(set(servers)) != len(servers):
         raise ValueError(f"servers: want two or more distinct servers, got {list(servers)}")
+    pinned = dict(pinned or {})
+    if set(pinned.values()) - set(servers):
+        raise ValueError(f"servers: a pinned host's server is not among {list(servers)}")
     hosts = sorted(n for n, kind in graph.nodes(data="kind") if kind != "switch")
 
     def weight(unit: list[str]) -> float:
@@ -47,10 +53,13 @@ def place_on_servers(graph: nx.Graph, demand: Mapping[str, float],
 
     share = sum(weight([h]) for h in hosts) / len(servers)
     units = []
-    for unit in _units(graph, hosts):
+    for unit in _units(graph, [h for h in hosts if h not in pinned]):
         units += [[h] for h in unit] if weight(unit) > share and len(unit) > 1 else [unit]
     load = dict.fromkeys(servers, 0.0)
     placement: dict[str, str] = {}
+    for host, server in sorted(pinned.items()):
+        load[server] += weight([host])
+        placement[host] = server
     for unit in sorted(units, key=lambda u: (-weight(u), sorted(u))):
         server = min(servers, key=lambda s: (load[s], servers.index(s)))
         load[server] += weight(unit)

@@ -27,13 +27,14 @@ The method, the file's keys and the caveats in full: docs/design/bench-broker.md
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import platform
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -585,6 +586,30 @@ def calibration(points: list[dict[str, Any]], rate_hz: int, step_s: float,
     }
 
 
+def _probe_as_root() -> dict[str, Any]:
+    found = probe()
+    if not found["checks"][0]["ok"]:
+        raise PermissionError("bench broker builds a Mininet network: run with sudo")
+    return found
+
+
+def _three_hosts_graph() -> Any:
+    """pc1, pc2 and pc3 on one switch, 1 Gbit/s links: publisher, broker, subscriber."""
+    return build_graph("gigabit-cluster", {"n": 3}, LinkParams(bw_mbps=1000))
+
+
+@contextlib.contextmanager
+def three_hosts(log: Callable[[str], None]) -> Iterator[Emulation]:
+    """The benchmark's three hosts (:func:`_three_hosts_graph`) built and started, and
+    stopped at the end (root)."""
+    emu = Emulation(_three_hosts_graph(), switch="bridge", probe=_probe_as_root(), log=log)
+    try:
+        emu.start()
+        yield emu
+    finally:
+        emu.stop()
+
+
 def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S, *,
         sub_counts: Sequence[int] = SUB_COUNTS,
         calibration_rate_hz: int = CALIBRATION_RATE_HZ,
@@ -600,15 +625,13 @@ def run(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S, *,
     saturated at each of ``saturation_counts`` (none, or a machine that cannot limit
     CPU: skip), and write the calibration to ``calibration_out`` (None: do not write);
     returns every step's figures. Logs go to a run folder under ``out_base``."""
-    found = probe()
-    if not found["checks"][0]["ok"]:
-        raise PermissionError("bench broker builds a Mininet network: run with sudo")
+    found = _probe_as_root()
     if repeats < 1:
         raise ValueError("calibration repeats must be at least 1")
     if sub_counts and (len(set(sub_counts)) < 2 or min(sub_counts) < 1):
         raise ValueError("calibration needs at least two distinct subscription counts, "
                          "each at least 1")
-    graph = build_graph("gigabit-cluster", {"n": 3}, LinkParams(bw_mbps=1000))
+    graph = _three_hosts_graph()
     out = new_run_dir(out_base, "bench-broker")
     _log(f"logs in {out}")
     emu = Emulation(graph, switch="bridge", probe=found, log=_log)

@@ -1,7 +1,11 @@
-"""`pubsublab bench broker --peer mosquitto`: our broker beside mosquitto on loopback.
+"""`pubsublab bench broker --peer mosquitto`: our broker beside mosquitto, on loopback or
+on Mininet's three hosts.
 
-For each filter count and rate, A/B pairs (ours, mosquitto, ours, mosquitto, ...) on
-127.0.0.1, every process plain (no Mininet, no root):
+For each filter count and rate, A/B pairs (ours, mosquitto, ours, mosquitto, ...), every
+process plain on 127.0.0.1 (no Mininet, no root), or with ``--on mininet`` each on a
+host of its own (publisher pc1, broker pc2, subscriber pc3 on one Linux bridge, 1 Gbit/s
+links: the setup of ``bench broker``), so that the frames cross veth pairs and a bridge as
+in a run:
 
 - **ours**: the emulated broker (flood core, no neighbours), one subscriber client with
   ``filters`` content-based filters of which exactly one (``Symbol = ACME``) matches every
@@ -30,7 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,47 @@ def missing_peer(peer: str = "mosquitto") -> str | None:
 
 def _binary(path: str) -> str:
     return shutil.which(Path(path).name) or path
+
+
+@dataclass(frozen=True)
+class Sites:
+    """Where a step's processes run: ``popen(role, argv, **kw)`` starts the broker, the
+    publisher or the subscriber (``role``) where it belongs; ``broker_ip`` is what the
+    broker listens on and the clients dial; ``listening(port)`` whether the broker's
+    host has a listener on ``port``."""
+    broker_ip: str
+    popen: Callable[..., subprocess.Popen[bytes]]
+    listening: Callable[[int], bool]
+
+
+def _loopback_listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+LOOPBACK = Sites("127.0.0.1", lambda role, argv, **kw: subprocess.Popen(argv, **kw),
+                 _loopback_listening)
+MININET_HOSTS = {"pub": "pc1", "broker": "pc2", "sub": "pc3"}  # as in bench broker
+
+
+@contextlib.contextmanager
+def mininet_sites() -> Iterator[Sites]:
+    """The three hosts of ``bench broker`` (root): the network built, then torn down."""
+    from experiments.bench.broker import three_hosts
+
+    with three_hosts(_log) as emu:
+        broker = emu.net[MININET_HOSTS["broker"]]
+
+        def popen(role: str, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+            # Mininet's popen pipes stdout by default, which nothing here would read.
+            return emu.net[MININET_HOSTS[role]].popen(argv, **{"stdout": subprocess.DEVNULL,
+                                                               **kw})
+
+        def listening(port: int) -> bool:
+            return f":{port} " in broker.cmd(f"ss -Htln 'sport = :{port}'")
+
+        yield Sites(emu.graph.nodes[MININET_HOSTS["broker"]]["ip"], popen,
+                    listening)
 
 
 def free_port() -> int:
@@ -149,22 +195,24 @@ def _write_lines(path: Path, ops: list[dict[str, Any]]) -> None:
 
 def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
              max_delay_s: float = MAX_DELAY_S,
-             buffers: Mapping[str, int | None] | None = None) -> dict[str, Any]:
-    """One step through our broker on 127.0.0.1 (logs in ``out``); ``buffers``
+             buffers: Mapping[str, int | None] | None = None,
+             sites: Sites = LOOPBACK) -> dict[str, Any]:
+    """One step through our broker at ``sites`` (logs in ``out``); ``buffers``
     (``write_buffer_bytes``, ``read_buffer_bytes``) go to the broker's and the clients'
     configs (absent: the kernel's own)."""
     buffers = dict(buffers or {})
     (out / "config").mkdir(parents=True)
     port, secret = free_port(), secrets.token_hex(16)
 
-    def start(module: str, name: str, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
+    def start(module: str, name: str, role: str, cfg: dict[str, Any]
+              ) -> subprocess.Popen[bytes]:
         write_config(config_path(out, name), cfg)
         with stderr_path(out, name).open("wb") as err:
-            return subprocess.Popen([sys.executable, "-m", module, "--config",
-                                     str(config_path(out, name))], stderr=err)
+            return sites.popen(role, [sys.executable, "-m", module, "--config",
+                                      str(config_path(out, name))], stderr=err)
 
-    broker = start("nodes.emulated.broker", "b", {
-        "broker": "b", "listen": ["127.0.0.1", port], "neighbours": {},
+    broker = start("nodes.emulated.broker", "b", "broker", {
+        "broker": "b", "listen": [sites.broker_ip, port], "neighbours": {},
         "core": {"name": "flood", "params": {"tree_neighbours": []}}, "log_dir": str(out),
         "emulate_link": False, "seed": 0, "secret": secret,
         # the default cap (1000 filters a client) would cut the subscriber off
@@ -183,8 +231,8 @@ def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
              "origin": "pub", "payload": {"attrs": QUOTE}} for i in range(n)])
         start_at = time.time() + _LEAD_S
         for name in ("sub", "pub"):
-            clients.append(start("nodes.emulated.client", name, {
-                "client": name, "broker": "b", "broker_addr": ["127.0.0.1", port],
+            clients.append(start("nodes.emulated.client", name, name, {
+                "client": name, "broker": "b", "broker_addr": [sites.broker_ip, port],
                 "secret": secret, "log_dir": str(out), "ops": str(ops_path(out, name)),
                 "start_at_wall": start_at, "duration_s": pub_s + step_s + _TAIL_S,
                 **buffers}))
@@ -205,11 +253,11 @@ def run_ours(rate_hz: int, step_s: float, filters: int, out: Path,
                         cpu1 - cpu0, max_delay_s)
 
 
-def mosquitto_conf(port: int) -> str:
-    """A mosquitto config for one anonymous listener on 127.0.0.1, nothing on disk; Nagle
+def mosquitto_conf(port: int, ip: str = "127.0.0.1") -> str:
+    """A mosquitto config for one anonymous listener on ``ip``, nothing on disk; Nagle
     off, as asyncio sets it on our broker's sockets (else a delayed ACK holds small
     messages some 40 ms)."""
-    return (f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+    return (f"listener {port} {ip}\nallow_anonymous true\npersistence false\n"
             "log_dest none\nset_tcp_nodelay true\n")
 
 
@@ -234,34 +282,35 @@ def _feed(pub: subprocess.Popen[bytes], rate_hz: int, n: int, start_wall: float
 
 
 def run_mosquitto(rate_hz: int, step_s: float, filters: int, out: Path,
-                  max_delay_s: float = MAX_DELAY_S) -> dict[str, Any]:
-    """One step through mosquitto on 127.0.0.1 (its subscriber's output in ``out``)."""
+                  max_delay_s: float = MAX_DELAY_S, sites: Sites = LOOPBACK
+                  ) -> dict[str, Any]:
+    """One step through mosquitto at ``sites`` (its subscriber's output in ``out``)."""
     out.mkdir(parents=True)
     port, n = free_port(), int(rate_hz * step_s)
     tmp = Path(tempfile.mkdtemp(prefix="peer-mosquitto-"))
     conf = tmp / "mosquitto.conf"
-    conf.write_text(mosquitto_conf(port))
-    host = ["-h", "127.0.0.1", "-p", str(port)]
+    conf.write_text(mosquitto_conf(port, sites.broker_ip))
+    host = ["-h", sites.broker_ip, "-p", str(port)]
     topics = [a for i in range(1, filters) for a in ("-t", f"bench/other{i}")]
     procs: list[subprocess.Popen[bytes]] = []
     received = out / "sub.txt"
     try:
         with stderr_path(out, "mosquitto").open("wb") as err:
-            broker = subprocess.Popen([_binary(PEERS["mosquitto"][0]), "-c", str(conf)],
-                                      stderr=err, stdout=err)
+            broker = sites.popen("broker", [_binary(PEERS["mosquitto"][0]), "-c", str(conf)],
+                                 stderr=err, stdout=err)
         procs.append(broker)
-        _wait_listening(port, broker)
+        _wait_listening(port, broker, sites)
         timeout_s = int(_LEAD_S + _pub_start_s(filters) + step_s + _TAIL_S + 30)
         with received.open("wb") as sub_out, stderr_path(out, "sub").open("wb") as err:
-            procs.append(subprocess.Popen(
-                [_binary(PEER_CLIENTS[1][0]), *host, "-q", "0", "--nodelay",
+            procs.append(sites.popen(
+                "sub", [_binary(PEER_CLIENTS[1][0]), *host, "-q", "0", "--nodelay",
                  "-t", "bench/match", *topics,
                  "-C", str(n), "-W", str(timeout_s), "-F", "%U %p"],
                 stdout=sub_out, stderr=err))
         with stderr_path(out, "pub").open("wb") as err:
-            pub = subprocess.Popen([_binary(PEER_CLIENTS[0][0]), *host, "-q", "0",
-                                    "--nodelay", "-t", "bench/match", "-l"], stdin=subprocess.PIPE,
-                                   stderr=err)
+            pub = sites.popen("pub", [_binary(PEER_CLIENTS[0][0]), *host, "-q", "0",
+                                      "--nodelay", "-t", "bench/match", "-l"],
+                              stdin=subprocess.PIPE, stderr=err)
         procs.append(pub)
         start_wall = time.time() + _LEAD_S + _pub_start_s(filters)
         time.sleep(max(0.0, start_wall - 0.1 - time.time()))
@@ -284,19 +333,21 @@ def run_mosquitto(rate_hz: int, step_s: float, filters: int, out: Path,
     return _step_record(rate_hz, sent, len(delays_ms), delays_ms, cpu1 - cpu0, max_delay_s)
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 10) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], sites: Sites,
+                    timeout_s: float = 10) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"mosquitto exited with status {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if sites.listening(port):
+            return
         time.sleep(0.05)
     raise RuntimeError(f"mosquitto did not listen on port {port} within {timeout_s:g} s")
 
 
 RUNNERS = {"ours": run_ours, "mosquitto": run_mosquitto}
+SETUPS: dict[str, Callable[[], contextlib.AbstractContextManager[Sites]]] = {
+    "loopback": lambda: contextlib.nullcontext(LOOPBACK), "mininet": mininet_sites}
 
 
 def zero_loss_hz(steps: list[dict[str, Any]]) -> int:
@@ -331,14 +382,18 @@ def comparison(steps: list[dict[str, Any]], filters: int, rates_hz: Sequence[int
 
 def run_peer(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S,
              filter_counts: Sequence[int] = FILTER_COUNTS, repeats: int = REPEATS,
-             out_dir: Path | None = None, peer: str = "mosquitto") -> dict[str, Any]:
-    """Every (filters, rate) step, ours then the peer, ``repeats`` times; the comparison
-    per filter count. Logs and ``result.json`` go to ``out_dir`` (default: a new run
-    folder under runs/)."""
+             out_dir: Path | None = None, peer: str = "mosquitto", on: str = "loopback"
+             ) -> dict[str, Any]:
+    """Every (filters, rate) step, ours then the peer, ``repeats`` times, on ``on``
+    (``loopback`` or ``mininet``, module docstring); the comparison per filter count.
+    Logs and ``result.json`` go to ``out_dir`` (default: a new run folder under runs/)."""
     problem = missing_peer(peer)
     if problem:
         raise RuntimeError(problem)
-    out = out_dir or new_run_dir(RUNS_BASE, f"bench-broker-{peer}")
+    if on not in SETUPS:
+        raise ValueError(f"on: {on!r}; allowed: {', '.join(SETUPS)}")
+    out = out_dir or new_run_dir(RUNS_BASE, f"bench-broker-{peer}"
+                                            + ("-mininet" if on == "mininet" else ""))
     _log(f"logs in {out}")
     plan = [(f, r, k, b) for f in filter_counts for r in rates_hz for k in range(repeats)
             for b in RUNNERS]
@@ -346,19 +401,24 @@ def run_peer(rates_hz: Sequence[int] = RATES_HZ, step_s: float = STEP_S,
         (f"{b}, {f} filter(s), {r}/s, repeat {k + 1}", step_s + 5.0) for f, r, k, b in plan],
         _log)
     steps = []
-    for f, r, k, b in plan:
-        progress.start()
-        step = RUNNERS[b](r, step_s, f, out / f"{b}-f{f}-r{r}-{k + 1}")
-        steps.append({"broker": b, "filters": f, "repeat": k + 1, **step})
-        progress.finish()
-        _log(f"{b}, {f} filter(s), {r}/s: sent {step['sent']} at {step['achieved_send_hz']}"
-             f"/s, delivered {step['delivered']}, {step['cpu_per_msg_us']} us/msg, delay "
-             f"{step['delay_ms']} ms, zero loss {step['zero_loss']}")
+    with SETUPS[on]() as sites:
+        for f, r, k, b in plan:
+            progress.start()
+            step = RUNNERS[b](r, step_s, f, out / f"{b}-f{f}-r{r}-{k + 1}", sites=sites)
+            steps.append({"broker": b, "filters": f, "repeat": k + 1, **step})
+            progress.finish()
+            _log(f"{b}, {f} filter(s), {r}/s: sent {step['sent']} at "
+                 f"{step['achieved_send_hz']}/s, delivered {step['delivered']}, "
+                 f"{step['cpu_per_msg_us']} us/msg, delay {step['delay_ms']} ms, zero loss "
+                 f"{step['zero_loss']}")
+    where = ("loopback (127.0.0.1), plain processes" if on == "loopback" else
+             "Mininet: publisher pc1, broker pc2, subscriber pc3 on one Linux bridge, "
+             "1 Gbit/s links")
     result = {
-        "peer": peer, "rates_hz": list(rates_hz), "step_s": step_s, "repeats": repeats,
+        "peer": peer, "on": on, "rates_hz": list(rates_hz), "step_s": step_s, "repeats": repeats,
         "filter_counts": list(filter_counts), "max_delay_s": MAX_DELAY_S, "steps": steps,
         "comparison": [comparison(steps, f, rates_hz) for f in filter_counts],
-        "method": "loopback (127.0.0.1), plain processes; ours: content-based filters "
+        "method": f"{where}; ours: content-based filters "
                   "(one matches), TCP without acknowledgements; mosquitto: topic-based "
                   "subscriptions (one matches), QoS 0, TCP_NODELAY; broker CPU from "
                   "/proc/<pid>/task/*/schedstat from just before the first publication "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,11 @@ BENCHMARKS = ["matching", "sim", "broker", "chain", "controller", "analysis", "m
 # The options of bench broker, by dest; any of them given to another benchmark is refused.
 BROKER_OPTIONS = ("rates", "step_s", "max_delay_s", "sub_counts", "calibration_rate",
                   "calibration_step_s", "calibration_repeats", "calibration_out", "peer",
-                  "filters", "repeats")
+                  "filters", "repeats", "on")
 # The options of bench meghdoot, by dest.
 MEGHDOOT_OPTIONS = ("peers", "share", "reports", "allow_large")
 # With --peer only these apply (the Mininet steps' and calibration's do not).
-PEER_OPTIONS = ("rates", "step_s", "filters", "repeats")
+PEER_OPTIONS = ("rates", "step_s", "filters", "repeats", "on")
 
 
 def add_parser(sub: Any) -> None:
@@ -67,19 +68,23 @@ def add_parser(sub: Any) -> None:
                     help="where the calibration goes (nodes/sim/calibration.json); 'none': "
                          "nowhere")
     bo.add_argument("--peer", choices=["mosquitto"],
-                    help="instead: our broker beside this one on loopback (127.0.0.1, "
-                         "plain processes, no root), A/B pairs per filter count and rate: "
+                    help="instead: our broker beside this one (on loopback unless --on "
+                         "mininet), A/B pairs per filter count and rate: "
                          "zero-loss rate, broker CPU per delivered message, delays, and "
                          "the ratios ours/peer; ours with content-based filters, "
                          "mosquitto with topics at QoS 0 (experiments.bench.broker_peer; "
                          "needs the Debian packages mosquitto and mosquitto-clients). "
-                         "The Mininet three-host variant is bench broker without --peer. "
                          "Takes --rates (2000,5000,10000,20000), --step-s (3), --filters, "
-                         "--repeats")
+                         "--repeats, --on")
     bo.add_argument("--filters", metavar="N,N,...", help="with --peer: the subscriber's "
                     "filter counts, exactly one of them matching (1,100,5000)")
     bo.add_argument("--repeats", type=int, metavar="N",
                     help="with --peer: A/B pairs per filter count and rate (2)")
+    bo.add_argument("--on", choices=["loopback", "mininet"],
+                    help="with --peer: plain processes on 127.0.0.1 (loopback, the "
+                         "default) or each on a Mininet host of its own (publisher, broker, "
+                         "subscriber on one Linux bridge at 1 Gbit/s, as bench broker "
+                         "without --peer; root)")
     mo = b.add_argument_group("bench meghdoot", "which points (experiments.bench.meghdoot)")
     mo.add_argument("--peers", metavar="N,N,...", help="peer bounds (1000,3000); 10000 is "
                     "the paper's largest: run it with a small --share (0.01 takes minutes)")
@@ -131,6 +136,10 @@ def _run_peer(args: argparse.Namespace, given: dict[str, Any]) -> int:
         kw["rates_hz"] = _ints(given["rates"], "--rates")
     if "filters" in given:
         kw["filter_counts"] = _ints(given["filters"], "--filters")
+    if "on" in given:
+        if given["on"] == "mininet" and os.geteuid() != 0:
+            raise SpecError("--on mininet builds a Mininet network: run it with sudo")
+        kw["on"] = given["on"]
     for key in ("step_s", "repeats"):
         if key in given:
             if given[key] <= 0:
@@ -184,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_other(args)
     if "peer" in given:
         return _run_peer(args, given)
+    peer_only = [k for k in ("filters", "repeats", "on") if k in given]
+    if peer_only:
+        raise SpecError(f"--{peer_only[0]}: only with --peer")
     from experiments.bench import broker
 
     kw: dict[str, Any] = {}

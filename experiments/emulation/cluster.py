@@ -170,9 +170,10 @@ def make_server_group(servers: Servers, server: str, name: str) -> None:
                            f"with cgroup.kill, Linux 5.14+): {res.stderr.strip() or 'ssh failed'}")
 
 
-def join_script(name: str) -> str:
-    """Shell words that put the calling shell into the run's group on its server."""
-    return f"echo $$ > {_CGROUP2}/pubsublab/{name}/cgroup.procs"
+def join_script(name: str, pid: int | str = "$$") -> str:
+    """Shell words that put process ``pid`` (by default the calling shell) into the run's
+    group on its server."""
+    return f"echo {pid} > {_CGROUP2}/pubsublab/{name}/cgroup.procs"
 
 
 def undo_server(servers: Servers, server: str, name: str, nodes: Sequence[str]
@@ -360,13 +361,19 @@ class RemoteCpuTimes:
     """Another server's CPU counters, as :class:`experiments.emulation.fidelity.IdleSampler`
     reads this machine's: one SSH session prints /proc/stat's first line every
     :data:`CPU_READ_S`, a thread keeps the latest, and calling the object returns its
-    idle and total jiffies (a context manager: the session ends on exit)."""
+    idle and total jiffies (a context manager: the session ends on exit). With ``group``
+    (the run's cgroup there, :func:`group_name`) the session also prints that group's
+    ``usage_usec``: the CPU of every process of the run on that server, which
+    :meth:`group_cpu_s` gives."""
 
     CPU_READ_S = 0.1
 
     def __init__(self, servers: Servers, server: str,
-                 parse: Callable[[str], tuple[int, int]]) -> None:
-        script = f"while :; do head -1 /proc/stat; sleep {self.CPU_READ_S:g}; done"
+                 parse: Callable[[str], tuple[int, int]], group: str | None = None) -> None:
+        usage = (f"; grep -s '^usage_usec' {_CGROUP2}/pubsublab/{group}/cpu.stat"
+                 if group is not None else "")
+        script = f"while :; do head -1 /proc/stat{usage}; sleep {self.CPU_READ_S:g}; done"
+        self._group_usec: int | None = None
         self._proc = subprocess.Popen(servers.argv(server, script), stdout=subprocess.PIPE,
                                       stdin=subprocess.DEVNULL, text=True)
         self._parse = parse
@@ -385,10 +392,17 @@ class RemoteCpuTimes:
             if line.startswith("cpu "):
                 self._latest = self._parse(line)
                 self._ready.set()
+            elif line.startswith("usage_usec "):
+                self._group_usec = int(line.split()[1])
 
     def __call__(self) -> tuple[int, int]:
         assert self._latest is not None
         return self._latest
+
+    def group_cpu_s(self) -> float | None:
+        """CPU seconds the run's group on the server has used so far (None before it
+        exists or without ``group``)."""
+        return None if self._group_usec is None else self._group_usec / 1e6
 
     def close(self) -> None:
         if self._proc.poll() is None:

@@ -393,7 +393,7 @@ class Emulation:
         for server in self.servers.remote:
             pids = [n.pid for n in self.net.hosts + self.net.switches if n.server == server]
             name = group_name(os.getpid(), server)
-            script = "; ".join(f"{join_script(name).replace('$$', str(pid))}" for pid in pids)
+            script = "; ".join(join_script(name, pid) for pid in pids)
             res = self.servers.run(server, script or "true")
             if res.returncode != 0:
                 raise RuntimeError(f"server {server}: node shells not put into the run's "

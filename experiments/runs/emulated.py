@@ -50,7 +50,7 @@ from experiments.runs.faults import (
     link_downs,
     notification_routes,
 )
-from experiments.runs.manifest import node_names
+from experiments.runs.manifest import node_names, workload_wall
 from experiments.runs.summaries import log_extras
 from nodes.emulated.runtime import BROKER_PORT
 from nodes.logs import iter_jsonl
@@ -135,12 +135,15 @@ def configured_rates(plan: RunPlan) -> dict[tuple[str, str], float | None]:
 def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, *,
                   expected: Mapping[MsgKey, frozenset[str]], link_timeout_s: float = 60.0,
                   capture: CapturePlan | None = None,
-                  progress: TimeLeft | None = None) -> dict[str, Any]:
+                  progress: TimeLeft | None = None,
+                  workload_wall: list[list[float]] | None = None) -> dict[str, Any]:
     """Run the plan's workload with ``algorithm`` on the live network (``expected``: the
     oracle's deliveries of the workload); returns the summary.
     With ``capture``, tcpdump records ``out_dir/pcap/`` from before the brokers start
     until after they stop. With ``progress`` (its current step is this algorithm), a
-    line with the time left comes every so often while the clients run."""
+    line with the time left comes every so often while the clients run. The wall-clock
+    span from the clients' t = 0 until they all ended is appended to ``workload_wall``
+    (the seconds the CPU criterion judges, :mod:`experiments.emulation.fidelity`)."""
     workload = plan.workload
     assert workload is not None  # broker_phase runs stock workloads only
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
@@ -152,6 +155,7 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
     ticker: WorkloadProgress | None = None
     configured = configured_rates(plan)
     t_begin = time.time()
+    t0_wall: float | None = None
     # A link throttled by hand after the last algorithm must not carry into this one.
     restore_manual(out_dir.parent, configured, log)
     with Capture(emu, capture, out_dir / PCAP_DIR, log) if capture else contextlib.nullcontext():
@@ -180,6 +184,8 @@ def run_algorithm(emu: Emulation, plan: RunPlan, algorithm: str, out_dir: Path, 
             codes = run.wait_clients(margin_s + duration_s + 30.0)
         finally:
             stopping_wall = time.time()  # link downs from here on are the shutdown's
+            if workload_wall is not None and t0_wall is not None:
+                workload_wall.append([t0_wall, stopping_wall])
             try:
                 if ticker is not None:
                     ticker.stop()
@@ -262,7 +268,8 @@ def broker_phase(plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]], N
                                    f"{plan.phase_s():.0f} s workload")
                     try:
                         s = run_algorithm(emu, plan, alg.name, out, expected=expected,
-                                          capture=cap, progress=progress)
+                                          capture=cap, progress=progress,
+                                          workload_wall=workload_wall(manifest))
                     finally:
                         if cap:
                             manifest["capture"]["algorithms"][alg.name] = manifest_entry(

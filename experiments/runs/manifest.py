@@ -58,3 +58,9 @@ def node_names(plan: RunPlan) -> dict[str, list[str]]:
     leaves one log per algorithm (``pubsublab analyze`` checks the folder against it)."""
     clients = plan.workload.clients if plan.workload is not None else {}
     return {"brokers": sorted(plan.overlay.nodes), "clients": sorted(clients)}
+
+
+def workload_wall(manifest: dict[str, Any]) -> list[list[float]]:
+    """The run's workload spans (wall-clock start and end, s), kept in its manifest's
+    ``fidelity``: the seconds its CPU criterion judges."""
+    return manifest.setdefault("fidelity", {}).setdefault("workload_wall", [])

@@ -26,7 +26,13 @@ from typing import Any
 
 import networkx as nx
 
-from experiments.emulation.cluster import TUNNEL_MTU, VXLAN_PORT, RemoteCpuTimes, Servers
+from experiments.emulation.cluster import (
+    TUNNEL_MTU,
+    VXLAN_PORT,
+    RemoteCpuTimes,
+    Servers,
+    group_name,
+)
 from experiments.emulation.controller import ControllerProcess
 from experiments.emulation.doctor import probe
 from experiments.emulation.fidelity import (
@@ -132,9 +138,12 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
         # on every server of the run.
         with IdleSampler(path=run_dir / CPU_IDLE, processes=emu.procs) as idle, \
                 contextlib.ExitStack() as stack:
-            remote_idle = {s: stack.enter_context(IdleSampler(cpu_times=stack.enter_context(
-                RemoteCpuTimes(servers, s, cpu_times_of)))) for s in
-                (servers.remote if servers is not None else ())}
+            remote_idle = {}
+            for s in servers.remote if servers is not None else ():
+                there = stack.enter_context(RemoteCpuTimes(servers, s, cpu_times_of,
+                                                           group_name(os.getpid(), s)))
+                remote_idle[s] = stack.enter_context(IdleSampler(
+                    cpu_times=there, group_cpu_s=there.group_cpu_s))
             manifest["fidelity"] = {"links": _check_links(emu, graph, spec)}
             # The CPU-limited hosts' cgroup counters, sampled while the workload runs.
             sampler = emu.cpu_sampler()
@@ -151,10 +160,11 @@ def run_experiment(plan: RunPlan, out_base: Path, *, cli: bool = False,
                 log("entering the Mininet CLI; type exit to tear down")
                 with at_prompt():
                     CLI(emu.net)
-        manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct)
+        spans = manifest["fidelity"].get("workload_wall") or None  # none: every second
+        manifest["fidelity"]["cpu_idle"] = idle.summary(spec.fidelity.min_idle_pct, spans)
         if remote_idle:
             manifest["fidelity"]["cpu_idle"]["servers"] = {
-                s: sampler.summary(spec.fidelity.min_idle_pct)
+                s: sampler.summary(spec.fidelity.min_idle_pct, spans)
                 for s, sampler in remote_idle.items()}
         # Deliveries lost without a declared fault to explain them end the run "lossy".
         manifest["faults"] = run_faults(plan, manifest.get("summaries", {}))
@@ -216,10 +226,17 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
             log(f"FIDELITY WARNING: {r['a']}->{r['b']} achieved {r['achieved_mbps']} Mbit/s "
                 f"of {r['configured_mbps']} configured")
     idle = fidelity["cpu_idle"]
+    outside = idle.get("outside_workload")
+    of = " of the workloads" if outside is not None else ""
     if not idle["ok"]:
         log(f"FIDELITY WARNING: CPU idle fell below {spec.fidelity.min_idle_pct} % in "
-            f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s (min "
+            f"{idle['seconds_below']} of {len(idle['per_second_pct'])} s{of} (min "
             f"{idle['min_pct']} %): emulated timing in this run is not trustworthy")
+    if outside is not None and outside["seconds_below"]:
+        log(f"CPU idle outside the workloads (the link check, processes starting and "
+            f"stopping; no message is timed then, not judged): below "
+            f"{spec.fidelity.min_idle_pct} % in {outside['seconds_below']} of "
+            f"{len(outside['per_second_pct'])} s (min {outside['min_pct']} %)")
     for server, there in idle.get("servers", {}).items():
         if not there["ok"]:
             log(f"FIDELITY WARNING: on server {server}, CPU idle fell below "
@@ -227,3 +244,7 @@ def _report_fidelity(fidelity: dict[str, Any], spec: Spec) -> None:
                 f"{len(there['per_second_pct'])} s (min {there['min_pct']} %)")
     if "by_process" in idle:
         log(f"CPU of the run's own processes, {process_cpu_text(idle['by_process'])}")
+    for server, there in idle.get("servers", {}).items():
+        if "run_group" in there:
+            log(f"CPU of the run's processes on server {server}: mean cores "
+                f"{there['run_group']['cores']:.2f} ({there['run_group']['cpu_s']:g} s)")

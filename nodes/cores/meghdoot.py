@@ -767,12 +767,16 @@ class MeghdootCore:
                     "mirror_messages": self.mirror_messages} if self.mirroring else {})}
 
     def final_records(self) -> list[tuple[str, dict[str, Any]]]:
-        """One ``can_peer`` record: the peer's zone, replicas, neighbours (zones and
-        peers, and its table: each neighbour's zone as :func:`can.zone_digest`), load,
-        contacts, and how it joined."""
+        """One ``can_peer`` record for a peer that holds a zone: its zone, replicas,
+        neighbours (zones and peers, and its table: each neighbour's zone as
+        :func:`can.zone_digest`), load, contacts, and how it joined; and one
+        ``can_repairs`` record, joined or left, if it repaired anything
+        (:meth:`Repair.counts`)."""
+        repairs = self.repair.counts()
+        out: list[tuple[str, dict[str, Any]]] = [("can_repairs", repairs)] if repairs else []
         if self.zone is None:
-            return []
-        return [("can_peer", {
+            return out
+        return [*out, ("can_peer", {
             "joined_s": self.joined_s, "joined_as": self.joined_as,
             "zone": can.zone_to_json(self.zone),
             "volume": can.volume(self.zone), "group": sorted(self.group),

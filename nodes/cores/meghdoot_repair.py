@@ -15,12 +15,17 @@
   zones split and merge; the taker of a failed zone recovers its subscriptions by querying
   the reflection of the zone's coordinates (:func:`nodes.cores.can.mirror_regions`).
 
+What each peer repaired is counted for its end-of-run record (:meth:`Repair.counts`);
+how long a zone must stand still before a crash and its takeover may take, for a
+workload that crashes peers, is :func:`churn_times_s`.
+
 The rules in full: docs/design/meghdoot-core.md ("Leaving, failures and mirror copies").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +44,28 @@ if TYPE_CHECKING:
 # silence counts from its last message, which may trail its last report by a period);
 # heartbeat periods with report_rule on_change, for the same reason.
 ORPHAN_WAIT_PERIODS = 3
+# Load periods a failed lone owner's neighbours may take to declare it failed past the
+# limit: silence counts from its last message, which may trail its last report by one,
+# and the tick that notices it may come one after the limit.
+DETECT_SLACK_PERIODS = 2
+
+
+def churn_times_s(params: Mapping[str, Any]) -> tuple[float, float]:
+    """For a peer of ``params`` (a core's resolved params): how long a zone must stand
+    still before its peer crashes for its last load report to have named its neighbours
+    (two load periods: a peer reports first a period after its grant, and with
+    ``report_rule: on_change`` a changed zone reports at its next tick too), and the
+    longest the takeover of its zone then takes (detection, up to
+    :data:`DETECT_SLACK_PERIODS` more, the coordinator's wait, one period for the
+    takeover's messages; heartbeat periods under ``on_change``), in s. (0, 0) without
+    failure detection (no load reports, or ``failure_periods`` 0)."""
+    period_s = float(params["load_period_s"])
+    failure_periods = int(params["failure_periods"])
+    if period_s <= 0 or failure_periods <= 0:
+        return 0.0, 0.0
+    beat = int(params["heartbeat_periods"]) if params["report_rule"] == "on_change" else 1
+    periods = failure_periods + DETECT_SLACK_PERIODS + ORPHAN_WAIT_PERIODS + 1
+    return 2 * period_s, periods * beat * period_s
 
 
 @dataclass(slots=True)
@@ -76,6 +103,23 @@ class Repair:
         # Lone neighbour -> its neighbours, as its last report named them (with mirrors):
         # who to tell, and who coordinates, should it fail.
         self.around: dict[str, list[str]] = {}
+        # What this peer repaired, for its end-of-run record (:meth:`counts`).
+        self.done: Counter[str] = Counter()
+
+    def counts(self) -> dict[str, int]:
+        """What this peer repaired, by what: ``declared_down`` (peers it declared failed),
+        ``took_over_crashed`` and ``took_over_left`` (zones it took over after a crash or
+        a leave: merged into its own or adopted, each zone counted by one peer of its
+        taker, the first by name), ``recovered`` (subscriptions it stored again from
+        their mirror copies, counted by the peer that asked), ``orphaned`` (zones it
+        found it could leave to no one: each peer that finds one counts it) and ``left``
+        (1 if it left). Only what is not 0."""
+        return {k: v for k, v in sorted(self.done.items()) if v}
+
+    def _orphaned(self, peer: str, zone: Any) -> Record:
+        """The record of a zone left without an owner (``zone``: its JSON form)."""
+        self.done["orphaned"] += 1
+        return Record("can_zone_orphaned", {"peer": peer, "zone": zone})
 
     # ---- mirror copies ----------------------------------------------------------------------
 
@@ -226,6 +270,7 @@ class Repair:
         mate = peer in core.group
         core._update(peer, None)
         core._failed.add(peer)
+        self.done["declared_down"] += 1
         out: list[Action] = [Record("can_peer_down", {"peer": peer})]
         if mate:
             out += self._announce_failed(peer)
@@ -233,8 +278,7 @@ class Repair:
         if held:
             return out
         if not core.mirroring:
-            return [*out, Record("can_zone_orphaned", {"peer": peer,
-                                                       "zone": can.zone_to_json(zone)})]
+            return [*out, self._orphaned(peer, can.zone_to_json(zone))]
         return out + self._notice(peer, zone, now_s)
 
     def _sibling(self) -> tuple[Zone, list[str]] | None:
@@ -254,8 +298,7 @@ class Repair:
         assert core.zone is not None
         around = self.around.pop(failed, None)
         if around is None:  # it never named its neighbours to this peer
-            return [Record("can_zone_orphaned", {"peer": failed,
-                                                 "zone": can.zone_to_json(zone)})]
+            return [self._orphaned(failed, can.zone_to_json(zone))]
         notice = core._msg(MsgType.ZONE, {
             "down": failed, "zone": can.zone_to_json(zone), "around": around,
             "from": can.zone_to_json(core.zone), "group": sorted(core.group),
@@ -312,7 +355,7 @@ class Repair:
         walk = _adopters([(z, peers) for z, (peers, sibling) in orphan.candidates.items()
                           if len(peers) > 1 or sibling])
         if not walk:
-            return [Record("can_zone_orphaned", {"peer": failed, "zone": zone})]
+            return [self._orphaned(failed, zone)]
         adopt = core._msg(MsgType.ZONE, {"adopt": zone, **common, "next": walk[1:]})
         return self._tell([walk[0]], adopt, now_s)
 
@@ -335,6 +378,18 @@ class Repair:
             "mirrors": self.mirrors_json(), **({"stays": True} if stays else {})})
         return [Send(p, give) for p in peers]
 
+    def _heard_anew(self, told: set[str]) -> None:
+        """After a takeover set this peer's table anew: the peers in it that were not in
+        ``told`` (its table and group before) count their silence from now. A split or a
+        takeover drops neighbours without forgetting when they were last heard, so a
+        neighbour from before this zone's splits came back silent for dozens of periods
+        and was declared failed at the next tick: the merged zone's table then lacked
+        it, and the CAN's tables were no longer symmetric (a lone owner's leave to its
+        sibling, 64 peers, tests/test_meghdoot.py)."""
+        core = self.core
+        for q in set(core.nbrs) - told:
+            core._heard_tick[q] = core._ticks
+
     def adopt(self, msg: Message, now_s: float) -> list[Action]:
         """Hold an orphaned zone, one that merges with no neighbour zone (a failed or
         leaving lone owner's): as a replica, leaving its zone to its co-replicas; as a
@@ -351,7 +406,7 @@ class Repair:
             if sibling is None:
                 rest = list(p["next"])
                 if not rest:
-                    return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["adopt"]})]
+                    return [self._orphaned(leaver, p["adopt"])]
                 return [Send(rest[0], msg.forwarded({**p, "next": rest[1:]}))]
             out += self._hand_zone(sibling[1], stays=True)
         zone = can.zone_from_json(p["adopt"])
@@ -366,8 +421,7 @@ class Repair:
             core._store(*Sub.from_json(item))
         core.mirror_subs = dict(Mirror.from_json(m) for m in p["mirrors"])
         core._set_nbrs({q: z for q, z in table.items() if can.abutment(zone, z)})
-        for q in set(core.nbrs) - told:  # their silence counts from now
-            core._heard_tick[q] = core._ticks
+        self._heard_anew(told)
         recover = core.mirroring and bool(p.get("recover"))
         update = core._msg(MsgType.ZONE, {
             "update": {core.broker: p["adopt"], leaver: None},
@@ -375,6 +429,7 @@ class Repair:
         out += [Send(q, update) for q in sorted(told | set(core.nbrs))]
         if recover:
             out += self._recover(zone, now_s)
+        self.done["took_over_crashed" if p.get("recover") else "took_over_left"] += 1
         return [Record("can_took_over", {"from": leaver, "mode": "adopt"}), *out]
 
     def _recover(self, zone: Zone, now_s: float) -> list[Action]:
@@ -434,6 +489,7 @@ class Repair:
                 continue
             core._store(key, sub)
             if not copy:
+                self.done["recovered"] += 1
                 out += self.rehome(key, sub, failed, core.zone, core.zone, now_s)
         return out
 
@@ -455,13 +511,13 @@ class Repair:
                     "subs": [s.to_json(k) for k, s in core.subs.items()],
                     "mirrors": self.mirrors_json(), "next": walk[1:]})))
             else:  # the last peer: no one is left to hold the space
-                out.append(Record("can_zone_orphaned", {"peer": core.broker,
-                                                        "zone": can.zone_to_json(core.zone)}))
+                out.append(self._orphaned(core.broker, can.zone_to_json(core.zone)))
         gone = core._msg(MsgType.ZONE, {"update": {core.broker: None}})
         out += [Send(p, gone) for p in sorted(set(core.nbrs) | (core.group - {core.broker}))]
         core.zone, core.group, core.subs, core.mirror_subs = None, {core.broker}, {}, {}
         core._index = SubscriptionIndex()
         core._set_nbrs({})
+        self.done["left"] += 1
         return [*out, Record("can_left", {})]
 
     def take_over(self, msg: Message, now_s: float) -> list[Action]:
@@ -480,12 +536,14 @@ class Repair:
         own = core.zone
         zone = can.merged(own, given)
         if zone is None:  # the leaver's view was stale: nothing to merge with
-            return [Record("can_zone_orphaned", {"peer": leaver, "zone": p["takeover"]})]
+            return [self._orphaned(leaver, p["takeover"])]
         known = {**{q: can.zone_from_json(z) for q, z in p["nbrs"].items()
                     if q not in core._departed}, **core.nbrs}
+        told = (set(core.nbrs) | core.group) - {core.broker}
         core.zone = zone
         core._set_nbrs({q: z for q, z in known.items() if q not in core.group
                         and q != leaver and can.abutment(zone, z)})
+        self._heard_anew(told)
         for item in p["subs"]:
             core._store(*Sub.from_json(item))
         acting = min(core.group) == core.broker
@@ -495,6 +553,8 @@ class Repair:
         if not p.get("stays"):
             entries[leaver] = None
         recover = acting and core.mirroring and bool(p.get("recover"))
+        if acting and not p.get("stays"):  # an adopter freeing itself is no takeover
+            self.done["took_over_crashed" if p.get("recover") else "took_over_left"] += 1
         update = core._msg(MsgType.ZONE, {"update": entries, **(
             {"refill": p["takeover"]} if recover else {})})
         out: list[Action] = [Record("can_took_over", {"from": leaver}),

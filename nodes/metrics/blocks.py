@@ -32,7 +32,8 @@ class SummaryBlock:
 
 
 def _meghdoot(records: Records, workload: Workload) -> dict[str, Any]:
-    return meghdoot_metrics([r for r in records if r["kind"] == "can_peer"], workload)
+    return meghdoot_metrics([r for r in records if r["kind"] == "can_peer"], workload,
+                            [r for r in records if r["kind"] == "can_repairs"])
 
 
 def _codd(records: Records, workload: Workload) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def _codd(records: Records, workload: Workload) -> dict[str, Any]:
 
 
 BLOCKS: dict[str, SummaryBlock] = {
-    "meghdoot": SummaryBlock(("can_peer",), _meghdoot),
+    "meghdoot": SummaryBlock(("can_peer", "can_repairs"), _meghdoot),
     "codd": SummaryBlock(("codd_node", "codd_root"), _codd),
 }
 

@@ -25,6 +25,11 @@ The block's parts (each reading in full: docs/design/meghdoot-metrics.md):
 - **Tables**: ``missing``, ``stale`` and ``extra`` entries of the neighbour tables, and the
   ``inexact_peers`` (0 everywhere: an exact CAN).
 - **Duplicates** and ``handoff_first``, summed over the peers.
+- **Repairs** (ours; only when the workload has crashes or leaves, or a peer repaired
+  anything): the workload's ``crashes`` and ``leaves``, and the ``can_repairs`` records
+  of the peers alive at the end summed (:meth:`nodes.cores.meghdoot_repair.Repair.counts`:
+  peers declared failed, zones taken over after a crash and after a leave, subscriptions
+  recovered from mirror copies, zones left without an owner, peers that left).
 
 All percentages are in % (0–100); times in seconds.
 """
@@ -250,11 +255,29 @@ def _hops(hists: Iterable[Sequence[Sequence[int]]]) -> dict[str, Any]:
     return {"count": len(values), **_stats(values)}
 
 
-def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+REPAIR_COUNTS = ("declared_down", "took_over_crashed", "took_over_left", "recovered",
+                 "orphaned", "left")  # a can_repairs record's counts (Repair.counts)
+
+
+def _repairs(records: Sequence[Mapping[str, Any]], workload: Workload) -> dict[str, Any]:
+    """The crashes and leaves the workload made, and what the peers alive at the end
+    repaired (their ``can_repairs`` records summed; a peer that crashed took its counts
+    with it)."""
+    meta = workload.meta
+    return {"crashes": len(meta.get("crashes_s", {})), "leaves": len(meta.get("leaves_s", {})),
+            **{k: sum(int(r.get(k, 0)) for r in records) for k in REPAIR_COUNTS}}
+
+
+def meghdoot_metrics(peers: Sequence[Mapping[str, Any]], workload: Workload,
+                     repairs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The metrics of docs/design/meghdoot-metrics.md from the ``can_peer`` records ``peers`` (one
-    per joined peer) and the run's ``workload``; a JSON-able dict."""
+    per joined peer), the ``can_repairs`` records ``repairs`` (one per peer that repaired
+    anything) and the run's ``workload``; a JSON-able dict. ``repairs`` is a part of it
+    when the workload has crashes or leaves, or a peer repaired anything."""
     live = _live_counter(workload.meta.get("membership", {}))
+    churn = workload.meta.get("crashes_s") or workload.meta.get("leaves_s")
     return {
+        **({"repairs": _repairs(repairs, workload)} if churn or repairs else {}),
         "contacted": _contacted(peers, workload, live),
         "load": _load(peers),
         "zones": _zones(peers),

@@ -16,13 +16,14 @@ from typing import Any, Literal
 
 import networkx as nx
 
+from nodes.cores.meghdoot_repair import churn_times_s
 from nodes.cores.params import KINDS, is_number, kind_of, short_repr
 from nodes.workloads.bulk import slice_kb, stream_cap_mbps, sweep_node_counts
 from nodes.workloads.burst import add_burst, burst_settings
 from nodes.workloads.codd import codd_workload
 from nodes.workloads.interests import publication_attrs
 from nodes.workloads.kyra_example import FIG1_SUBSCRIPTIONS, kyra_example_workload
-from nodes.workloads.meghdoot import meghdoot_workload
+from nodes.workloads.meghdoot import CHURN_FIELDS, meghdoot_workload
 from nodes.workloads.ops import Workload
 from nodes.workloads.stock import SELECTIVITY_READINGS, stock_workload
 from topologies.graph import brokers
@@ -248,15 +249,30 @@ BULK = WorkloadKind(
 def _meghdoot(p: Mapping[str, Any], ctx: RunContext) -> Workload:
     """Meghdoot's stream over the graph's brokers as peers; a peer's load is counted per
     workload step, so an algorithm's ``bucket_s`` must be ``step_s`` (checked after the
-    build, which checks ``step_s`` first)."""
+    build, which checks ``step_s`` first). Its crashes and leaves wait on the slowest
+    algorithm's load reports and takeovers
+    (:func:`nodes.cores.meghdoot_repair.churn_times_s`), so that every algorithm meets
+    the same stream; crashes need failure detection."""
+    times = [churn_times_s(params) for params in ctx.algorithms.values()]
+    deaf = [name for name, (_, repair_s) in zip(ctx.algorithms, times, strict=True)
+            if not repair_s]
+    if p["crash_fraction"] and deaf:
+        raise ValueError(f"workload.crash_fraction: {', '.join(deaf)} would never find a "
+                         "crashed peer; allowed: 0, or routing.params.load_period_s and "
+                         "failure_periods > 0 (failure detection)")
     try:
         w = meghdoot_workload(
             brokers(ctx.graph), p["n_subscriptions"], p["n_events"], seed=ctx.seed,
             events=p["events"], join_probability=p["join_probability"],
             events_scale=ctx.scale, order=p["order"],
-            step_s=p["step_s"], n_symbols=p["n_symbols"], n_days=p["n_days"])
+            step_s=p["step_s"], n_symbols=p["n_symbols"], n_days=p["n_days"],
+            crash_fraction=p["crash_fraction"], leave_fraction=p["leave_fraction"],
+            churn_from=p["churn_from"], lead_s=max((lead for lead, _ in times), default=0.0),
+            repair_s=max((repair for _, repair in times), default=0.0))
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"workload: {exc}") from None
+        text = str(exc)  # a churn field's error names it: "crash_fraction: bad value ..."
+        raise ValueError(f"workload.{text}" if text.startswith(CHURN_FIELDS)
+                         else f"workload: {text}") from None
     for name, params in ctx.algorithms.items():
         bucket_s = params.get("bucket_s")
         if bucket_s is not None and bucket_s != p["step_s"]:
@@ -279,9 +295,11 @@ def _meghdoot_estimate(p: Mapping[str, Any], ctx: RunContext) -> Mapping[str, in
 
 def _meghdoot_line(w: Mapping[str, Any], phase_s: float | None) -> str:
     m = w["meta"]
+    churn = (f" ({len(m['crashes_s'])} crash, {len(m['leaves_s'])} leave)"
+             if m.get("crashes_s") or m.get("leaves_s") else "")
     return (f"workload meghdoot: {m['n_subscriptions']} subscriptions and {m['n_events']} "
             f"{m['events']} events ({m['order']}), {m['n_peers']} of {m['n_peers_bound']} "
-            f"peers joined, {w['ops']} operations, phase {phase_s:g} s")
+            f"peers joined{churn}, {w['ops']} operations, phase {phase_s:g} s")
 
 
 def _join_probability(v: Any) -> Any:
@@ -294,7 +312,8 @@ def _join_probability(v: Any) -> Any:
 
 # Meghdoot's stream (nodes.workloads.meghdoot): the paper's 14,029 subscriptions, its
 # 115,000 events scaled by 0.1, its 10 % join probability scaled to the stream's length
-# (the paper's events are ours over the spec's scale), 100 symbols over 1,154 days.
+# (the paper's events are ours over the spec's scale), 100 symbols over 1,154 days; no
+# crash or leave (ours), which go from half of the stream on when asked for.
 MEGHDOOT = WorkloadKind(
     name="meghdoot", serves="meghdoot", build=_meghdoot, estimate=_meghdoot_estimate,
     check=_needs_on_demand("a meghdoot workload builds its overlay while it runs"),
@@ -304,6 +323,7 @@ MEGHDOOT = WorkloadKind(
         "kind": "meghdoot", "n_subscriptions": 14029, "n_events": 11500,
         "events": "uniform", "join_probability": "paper", "order": "interleaved",
         "step_s": 0.1, "n_symbols": 100, "n_days": 1154,
+        "crash_fraction": 0.0, "leave_fraction": 0.0, "churn_from": 0.5,
     })
 
 

@@ -36,13 +36,35 @@ Readings (ours, where the paper is silent; ``../shared/READINGS-WAVE2.md`` §1.4
 - The paper's real set holds 100 stocks over 2/Jan/98 .. 31/Dec/02 (115,353 events); the
   defaults are 100 symbols and 1,154 trading days (115,400 quotes).
 
-``meta`` records ``membership`` (every peer from its join on), ``settle_s`` (half a step:
-a subscription counts for events published from the next step on), the counts, the
-join times and the stream's order.
+- **Crashes and leaves** (ours; the paper has none in its runs): ``crash_fraction`` and
+  ``leave_fraction`` of the peers but the first (each rounded; together at most all of
+  them) crash (CRASH from ``j-<peer>``) or leave gracefully (LEAVE), one at a time, in a
+  seeded order of crashes and leaves spread evenly over the steps from the share
+  ``churn_from`` of the stream on (churner ``i`` of ``c`` after step ``S + (i + 1)(N -
+  S) // (c + 1)``, ``S = floor(churn_from N)`` of the ``N`` steps), never after the
+  last. Each goes while the stream holds still: ``churn_lead_s`` after its step (half a
+  step, for the step's join, plus ``lead_s``, for a load report of the zone as it then
+  is) the churner, drawn (seeded) from the live peers but the first, goes; the next step
+  comes ``repair_s`` later after a crash (the longest its zone's takeover takes), or
+  ``churn_lead_s`` after a leave. So no event is in flight while a peer goes or while
+  its zone is repaired, as in the paper's sequential simulator, and the oracle owes
+  each member exactly the events that match its subscriptions: a peer that went draws
+  no later operation (each step's peer is drawn from the live ones), so every event is
+  published by a member, and its own clients' subscriptions count no more. The run
+  plan takes ``lead_s`` and ``repair_s`` from the algorithms' params
+  (:func:`nodes.cores.meghdoot_repair.churn_times_s`). With both fractions 0 the
+  stream is the one it always was.
+
+``meta`` records ``membership`` (every peer from its join on, until it crashed or left),
+``settle_s`` (half a step: a subscription counts for events published from the next step
+on), the counts, the join times, the stream's order, and the churn: its fractions,
+``crashes_s`` and ``leaves_s`` (peer -> time), ``churn_from``, ``churn_lead_s`` and
+``repair_s``.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -63,6 +85,7 @@ from nodes.workloads.stock import (
 MEGHDOOT_SCHEMA = Schema({"Date": "str", "Symbol": "str", "Open": "float", "High": "float",
                           "Low": "float", "Close": "float", "Volume": "int"})
 EVENT_SETS = ("uniform", "skewed")
+CHURN_FIELDS = ("crash_fraction", "leave_fraction", "churn_from")
 ORDERS = ("interleaved", "subs_first", "joins_with_events")
 PRICE_TOP, VOLUME_TOP = 500.0, 310_000_000
 PAPER_JOIN_PROBABILITY = 0.1
@@ -108,9 +131,17 @@ def meghdoot_workload(
     step_s: float = 0.1,
     n_symbols: int = N_SYMBOLS,
     n_days: int = N_DAYS,
+    crash_fraction: float = 0.0,
+    leave_fraction: float = 0.0,
+    churn_from: float = 0.5,
+    lead_s: float = 2.0,
+    repair_s: float = 9.0,
 ) -> Workload:
-    """The workload of the module docstring; ValueError (one line) for bad arguments."""
+    """The workload of the module docstring; ValueError (one line) for bad arguments.
+    ``lead_s`` and ``repair_s`` default to what the core's default params call for."""
     _check_args(peers, n_subscriptions, n_events, events, order, events_scale)
+    churn = _Churn(peers, n_subscriptions + n_events, seed, step_s, crash_fraction,
+                   leave_fraction, churn_from, lead_s, repair_s)
     if join_probability == "paper":
         join_probability = _paper_join_probability(order, n_subscriptions, n_events,
                                                     events_scale)
@@ -131,7 +162,7 @@ def meghdoot_workload(
     subs_left, events_left = n_subscriptions, n_events
     templates: dict[str, int] = {}
     for step in range(n_subscriptions + n_events):
-        t = step * step_s
+        t = churn.step_s(step)
         peer = rng.choice(overlay.live)
         if order != "interleaved":
             is_sub = subs_left > 0
@@ -152,17 +183,18 @@ def meghdoot_workload(
             msg = Message(MsgType.PUBLISH, k + 1, client, payload={"attrs": event})
         clients[client] = peer
         ops.append(ClientOp(t, client, peer, msg))
-        if (len(overlay.live) < overlay.bound and not (is_sub and order == "joins_with_events")
+        if (overlay.waiting() and not (is_sub and order == "joins_with_events")
                 and rng.random() < join_probability):
             overlay.join(rng, t + step_s / 2, clients, ops)
+        churn.after(step, t, overlay, ops)
     meta = {
         "system": "meghdoot", "seed": seed, "events": events, "order": order,
-        "n_peers_bound": overlay.bound, "n_peers": len(overlay.live),
+        "n_peers_bound": overlay.bound, "n_peers": len(overlay.joins) + 1,
         "n_subscriptions": n_subscriptions, "n_events": n_events,
         "join_probability": join_probability, "step_s": step_s,
         "n_symbols": n_symbols, "n_days": n_days, "templates": dict(sorted(templates.items())),
         "membership": overlay.membership, "settle_s": step_s / 2,
-        "join_times_s": overlay.joins,
+        "join_times_s": overlay.joins, **churn.meta(),
     }
     return Workload(MEGHDOOT_SCHEMA, clients, tuple(ops), meta)
 
@@ -234,16 +266,20 @@ class _Draws:
 
 
 class _Overlay:
-    """The peers as they join: the first is there from 0, the others join in name order
-    through a live peer drawn at random; who is live, when each joined."""
+    """The peers as they join and go: the first is there from 0, the others join in name
+    order through a live peer drawn at random; who is live, when each joined (and went)."""
 
     def __init__(self, peers: Sequence[str]) -> None:
-        first = min(peers)
+        first = self.first = min(peers)
         self.bound = len(peers)
         self._joining = iter([p for p in peers if p != first])
         self.live = [first]
         self.joins: list[float] = []
         self.membership: dict[str, list[list[float | None]]] = {first: [[0.0, None]]}
+
+    def waiting(self) -> bool:
+        """Whether some peer has yet to join."""
+        return len(self.joins) + 1 < self.bound
 
     def join(self, rng: random.Random, t_s: float, clients: dict[str, str],
              ops: list[ClientOp]) -> None:
@@ -256,3 +292,84 @@ class _Overlay:
         self.live.append(name)
         self.joins.append(t_s)
         self.membership[name] = [[t_s, None]]
+
+
+class _Churn:
+    """The crashes and leaves of the module docstring: when each goes, and the stream's
+    clock, which holds still around each (drawn from a generator of its own, so that
+    with no churn every other draw is what it always was)."""
+
+    def __init__(self, peers: Sequence[str], n_steps: int, seed: int, step_s: float,
+                 crash_fraction: float, leave_fraction: float, churn_from: float,
+                 lead_s: float, repair_s: float) -> None:
+        _check_churn(crash_fraction, leave_fraction, churn_from, lead_s, repair_s)
+        others = len(peers) - 1
+        n_leave = round(leave_fraction * others)
+        n_crash = min(round(crash_fraction * others), others - n_leave)
+        self._rng = random.Random(f"{seed}/meghdoot-churn")
+        kinds = [MsgType.CRASH] * n_crash + [MsgType.LEAVE] * n_leave
+        self._rng.shuffle(kinds)
+        if kinds and n_steps < 2:
+            raise ValueError("crash_fraction: a peer goes between two steps, and "
+                             f"the stream has {n_steps}; allowed: 0 (and leave_fraction 0) "
+                             "with fewer than 2 steps")
+        start = math.floor(churn_from * n_steps)
+        self._at: dict[int, list[MsgType]] = {}
+        for i, kind in enumerate(kinds):
+            step = min(start + (i + 1) * (n_steps - start) // (len(kinds) + 1), n_steps - 2)
+            self._at.setdefault(step, []).append(kind)
+        self.fractions = (crash_fraction, leave_fraction, churn_from)
+        self.step, self.lead_s, self.repair_s = step_s, step_s / 2 + lead_s, repair_s
+        self._offset = 0.0  # how long the stream has held still so far
+        self.gone: dict[str, tuple[MsgType, float]] = {}
+
+    def step_s(self, step: int) -> float:
+        """The time of ``step``: ``step * step_s`` plus the holds so far (rounded to the
+        nanosecond then, so that the log reads 12.3, not 12.300000000000002)."""
+        t = step * self.step
+        return round(t + self._offset, 9) if self._offset else t
+
+    def after(self, step: int, t_s: float, overlay: _Overlay, ops: list[ClientOp]) -> None:
+        """The peers that go after ``step`` (at ``t_s``), one after another."""
+        for kind in self._at.get(step, ()):
+            candidates = sorted(p for p in overlay.live if p != overlay.first)
+            if not candidates:
+                raise ValueError(f"churn_from: after step {step} no peer but the "
+                                 "first is live to go; allowed: a later churn_from, lower "
+                                 "crash_fraction and leave_fraction, or more joins")
+            peer = self._rng.choice(candidates)
+            t_go = round(t_s + self.lead_s, 9)
+            ops.append(ClientOp(t_go, f"j-{peer}", peer, Message(kind, 2, f"j-{peer}")))
+            overlay.live.remove(peer)
+            overlay.membership[peer][-1][1] = t_go
+            self.gone[peer] = (kind, t_go)
+            t_s = t_go + (self.repair_s if kind is MsgType.CRASH else self.lead_s)
+            self._offset = t_s - (step + 1) * self.step
+
+    def meta(self) -> dict[str, Any]:
+        crash, leave, churn_from = self.fractions
+        return {"crash_fraction": crash, "leave_fraction": leave, "churn_from": churn_from,
+                "churn_lead_s": self.lead_s, "repair_s": self.repair_s,
+                **{key: {p: t for p, (k, t) in sorted(self.gone.items()) if k is kind}
+                   for key, kind in (("crashes_s", MsgType.CRASH), ("leaves_s", MsgType.LEAVE))}}
+
+
+def _check_churn(crash_fraction: float, leave_fraction: float, churn_from: float,
+                 lead_s: float, repair_s: float) -> None:
+    """ValueError (one line naming the argument: ``name: bad value ...; allowed: ...``)
+    for a bad fraction, share or time."""
+    def share(v: object) -> bool:
+        return (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                and 0 <= v <= 1)
+
+    for name, value in (("crash_fraction", crash_fraction), ("leave_fraction", leave_fraction),
+                        ("churn_from", churn_from)):
+        if not share(value):
+            raise ValueError(f"{name}: bad value {value!r}; allowed: a number in [0, 1]")
+    if crash_fraction + leave_fraction > 1:
+        raise ValueError(f"crash_fraction: bad value {crash_fraction!r} with "
+                         f"leave_fraction {leave_fraction!r}; allowed: the two sum to at "
+                         "most 1 (of the peers but the first)")
+    for name, value in (("lead_s", lead_s), ("repair_s", repair_s)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name}: bad value {value!r}; allowed: a number of s >= 0")

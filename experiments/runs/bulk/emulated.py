@@ -5,7 +5,6 @@ the logs."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -19,6 +18,7 @@ from experiments.plan import RunPlan
 from experiments.progress import log
 from experiments.runs.brokers import BrokerRun, broker_configs, socket_buffers
 from experiments.runs.bulk.rounds import RECORD_KINDS, Observation, round_limit_s, run_rounds
+from experiments.runs.manifest import workload_wall
 from nodes.logs import Ev, iter_jsonl
 from nodes.runfolder import NIC, log_path, read_json, write_json
 from nodes.workloads.bulk import BulkPlan
@@ -119,8 +119,10 @@ def _wait_for_markers(paths: Sequence[Path], marker: bytes, timeout_s: float) ->
 
 def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
                    subscribers: Sequence[str], out_dir: Path,
-                   kill_after_s: float | None = None) -> Observation:
-    """One round on the live network; see :mod:`experiments.runs.bulk`."""
+                   kill_after_s: float | None = None,
+                   workload_wall: list[list[float]] | None = None) -> Observation:
+    """One round on the live network; see :mod:`experiments.runs.bulk`. The span from the
+    clients' t = 0 until the round ended is appended to ``workload_wall``."""
     plan = run_plan.bulk
     assert plan is not None
     emulate = emu.probe["mechanisms"]["delay_loss"] == "in-broker"
@@ -132,6 +134,7 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
                              run_plan.overlay.nodes[plan.publisher].get("nic_mbps"),
                              run_plan.algorithm(algorithm).params, victim is not None)
     killed_s = None
+    start_at: float | None = None
     try:
         run.start_brokers(configs)
         run.wait_links_up(60.0)
@@ -149,8 +152,9 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
                 assert kill_after_s is not None
                 time.sleep(max(0.0, start_at + plan.start_s + kill_after_s - time.time()))
                 killed_s = run.kill(victim)
-                # The whole PC dies: its user (the subscriber client) with its agent.
-                os.kill(run.clients[plan.client_of(victim)].pid, signal.SIGKILL)
+                # The whole PC dies: its user (the subscriber client) with its agent,
+                # on its server if it runs on another.
+                run.clients[plan.client_of(victim)].send_signal(signal.SIGKILL)
             survivors = [b for b in subscribers if b != victim]
             late = _wait_for_markers([log_path(out_dir, plan.client_of(b)) for b in survivors],
                                      b'"kind":"data_recv"', START_MARGIN_S + limit_s)
@@ -158,6 +162,8 @@ def emulated_round(emu: Emulation, run_plan: RunPlan, algorithm: str,
             log(f"WARNING {algorithm}: no complete data after {limit_s:.0f} s at "
                 f"{', '.join(p.stem for p in late)}")
     finally:
+        if workload_wall is not None and start_at is not None:
+            workload_wall.append([start_at, time.time()])
         for proc in run.clients.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -188,7 +194,8 @@ def bulk_phase(run_plan: RunPlan) -> Callable[[Emulation, Path, dict[str, Any]],
 
         def round_fn(algorithm: str, subs: Sequence[str], folder: Path,
                      kill_after_s: float | None) -> tuple[Observation, float | None]:
-            return emulated_round(emu, run_plan, algorithm, subs, folder, kill_after_s), nic
+            return emulated_round(emu, run_plan, algorithm, subs, folder, kill_after_s,
+                                  workload_wall(manifest)), nic
 
         manifest["summaries"] = run_rounds(run_plan, ips, "emulated", round_fn, run_dir)
 
