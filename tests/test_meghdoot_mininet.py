@@ -9,6 +9,7 @@ the summary counts the repairs."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,10 @@ def _pairs(deliveries: dict) -> list:
 
 
 def _run_against_oracle_and_simulator(plan: RunPlan, tmp_path: Path
-                                      ) -> tuple[Path, Path, dict[str, Any]]:
+                                      ) -> tuple[Path, Path, dict[str, Any], dict[str, Any]]:
     """The plan's 16-peer workload: the oracle's pairs, the same from the simulator, then
     from Mininet, each pair once, nothing missing or unexpected; the run folder, the
-    algorithm's folder and the summary's meghdoot block."""
+    algorithm's folder, the summary's meghdoot block and the simulator's final zones."""
     workload = plan.workload
     assert workload is not None and workload.meta["n_peers"] == 16
     expected = _pairs(expected_deliveries(workload))
@@ -70,28 +71,40 @@ def _run_against_oracle_and_simulator(plan: RunPlan, tmp_path: Path
     assert got == expected  # each pair once: lists, not sets
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["missing"], summary["duplicates"], summary["unexpected"]) == (0, 0, 0)
-    return run_dir, out, summary["meghdoot"]
+    return run_dir, out, summary["meghdoot"], _final_zones(simulated.final.items())
 
 
 def test_meghdoot_on_16_peers_in_mininet_agrees_with_the_oracle_and_the_simulator(
         tmp_path: Path) -> None:
     plan = compile_plan(parse_spec(SPEC))
-    run_dir, out, m = _run_against_oracle_and_simulator(plan, tmp_path)
+    run_dir, out, m, simulated_zones = _run_against_oracle_and_simulator(plan, tmp_path)
     assert m["zones"]["peers"] == 16 and m["zones"]["group_mismatches"] == 0
+    # One CAN in both runtimes: every join taken in by the same peer, split or replicated
+    # alike, so each peer ends with the simulator's zone and co-replicas.
+    assert _logged_zones(plan, out) == simulated_zones
     assert m["contacted"]["no_contact"] == 0 and m["contacted"]["events"] == 150
 
     _assert_final_zones_tile(plan, out)
     assert (run_dir / "fig-meghdoot-contacted.png").stat().st_size > 0
 
 
+def _final_zones(finals: Iterable[tuple[str, Iterable[tuple[str, dict[str, Any]]]]]
+                 ) -> dict[str, Any]:
+    """Peer -> (zone, co-replicas) of its ``can_peer`` record, from each peer's final
+    records."""
+    return {b: (r["zone"], r["group"]) for b, records in finals for kind, r in records
+            if kind == "can_peer"}
+
+
+def _logged_zones(plan: RunPlan, out: Path) -> dict[str, Any]:
+    return _final_zones((b, ((r["kind"], r) for r in iter_jsonl(out / f"{b}.jsonl", Ev.RECORD)
+                             if "kind" in r)) for b in plan.overlay.nodes)
+
+
 def _assert_final_zones_tile(plan: RunPlan, out: Path) -> None:
     """The final zones the peers logged tile the space: volumes sum to one and no two
     distinct zones share an interior point."""
-    zones = set()
-    for b in plan.overlay.nodes:
-        for r in iter_jsonl(out / f"{b}.jsonl", Ev.RECORD):
-            if r.get("kind") == "can_peer":
-                zones.add(can.zone_from_json(r["zone"]))
+    zones = {can.zone_from_json(zone) for zone, _ in _logged_zones(plan, out).values()}
     assert sum(can.volume(z) for z in zones) == pytest.approx(1.0)
     for a in zones:
         for b in zones:
@@ -110,7 +123,7 @@ def test_meghdoot_members_of_16_mininet_peers_some_killed_some_leaving_get_their
     plan = compile_plan(parse_spec(CHURN))
     assert plan.workload is not None
     assert (len(plan.workload.meta["crashes_s"]), len(plan.workload.meta["leaves_s"])) == (2, 2)
-    _, out, m = _run_against_oracle_and_simulator(plan, tmp_path)
+    _, out, m, _ = _run_against_oracle_and_simulator(plan, tmp_path)
     assert m["zones"]["peers"] == 12 and m["tables"]["inexact_peers"] == 0
     repairs = m["repairs"]
     assert (repairs["crashes"], repairs["leaves"], repairs["left"]) == (2, 2, 2)
