@@ -182,6 +182,9 @@ def test_a_table_kept_row_by_row_answers_as_the_zone_by_zone_rule(case: tuple) -
             for paper in (True, False):
                 rule = propagation(want, own, region, paper)
                 assert t.propagation(region, paper=paper) == rule
+                if want:  # both ways of answering, whichever the table's size picks
+                    assert t._array_propagation(region, paper) == rule
+                    assert t._small_propagation(region, paper) == rule
             if want:
                 peers, d2, holds = t.nearest(tuple(point))
                 assert (peers, (d2, 0 if holds else 1)) == greedy_next(want, tuple(point))
