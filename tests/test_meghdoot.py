@@ -1196,20 +1196,27 @@ class ChurnCheckedPeer(MeghdootCore):
         return super().handle(event, now_s)
 
 
-@pytest.mark.parametrize("join", ["meghdoot", "can"])
+@pytest.mark.parametrize(("join", "beat"), [("meghdoot", 0), ("can", 0), ("meghdoot", 3)],
+                         ids=["meghdoot", "can", "meghdoot-on-change"])
 def test_crashes_and_leaves_in_the_workload_leave_every_member_its_events_and_a_whole_can(
-        join: str) -> None:
+        join: str, beat: int) -> None:
     """Through the run plan: a tenth of 64 peers crash and a tenth leave mid-stream.
     Every event reaches exactly the members the brute-force oracle owes it to, the zones
     tile the space (tables exact, replicas alike, mirror copies by their rule) before
     and after every change, and the peers count the repairs: plain CAN joins make no
     replicas, so each crash is a lone owner's, taken over, its subscriptions back from
-    their mirror copies."""
-    plan = compile_plan(parse_spec(churn_spec(join)), netem=False)
+    their mirror copies. With ``beat``, loads are reported on change with a heartbeat
+    every ``beat`` load periods: silence, and so every takeover, is counted in
+    heartbeats, and the workload holds still that much longer around each crash."""
+    spec = churn_spec(join)
+    if beat:
+        spec["routing"]["params"].update(report_rule="on_change", heartbeat_periods=beat)
+    plan = compile_plan(parse_spec(spec), netem=False)
     w, alg = plan.workload, plan.algorithm("meghdoot")
     assert w is not None
     assert (len(w.meta["crashes_s"]), len(w.meta["leaves_s"])) == (6, 6)
-    assert w.meta["repair_s"] == (3 + 2 + 3 + 1) * 0.5  # churn_times_s of the params
+    # churn_times_s of the params: detection, slack, the coordinator's wait, one period
+    assert w.meta["repair_s"] == (3 + 2 + 3 + 1) * max(beat, 1) * 0.5
     peers: list[MeghdootCore] = []
     checks = Checkpoints(w, 0.5)
 
@@ -1230,6 +1237,8 @@ def test_crashes_and_leaves_in_the_workload_leave_every_member_its_events_and_a_
     for p in alive:
         done.update(p.repair.counts())
     assert done["left"] == 6 and done["orphaned"] == 0 and done["declared_down"] > 6
+    if beat:  # a crashed lone owner found by its missing heartbeats and taken over
+        assert done["took_over_crashed"] >= 1
     if join == "can":
         assert done["took_over_crashed"] == 6 and done["recovered"] > 0
 
