@@ -47,6 +47,9 @@ class SimResult:
     dials_failed: int = 0
     # Processing model only: each broker's time spent handling messages (s).
     busy_s: dict[str, float] = field(default_factory=dict)
+    # Per kind (advertisement, subscription), the hops behind each propagation delay
+    # sample, in the samples' order (nodes.metrics.summary, ``hops``).
+    hops: dict[str, list[int]] = field(default_factory=dict)
     # Each live broker's end-of-run records (kind, fields), as its log ends with them
     # (:func:`nodes.hosting.final_records`); kept with or without logs.
     final: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict,
@@ -77,6 +80,7 @@ def summarize(
         deliveries=result.deliveries,
         ims_by_type=result.ims_by_type,
         delays_s={**result.delays_s, "matching": result.matching_s},
+        hops=result.hops,
         table_sizes=result.table_sizes,
         duration_s=result.span_s,
     )
