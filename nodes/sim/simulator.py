@@ -592,6 +592,7 @@ class Simulation:
             matching_s=tallies.matching_s,
             busy_s=({b: round(s, 9) for b, s in zip(self.brokers, self.buffers.busy_s, strict=True)}
                     if self.processing is not None else {}),
+            wait_s=self.buffers.wait_s,
             span_s=tallies.span_s(),
             links_opened=self.conns.links_opened,
             dials_failed=self.conns.dials_failed,
