@@ -110,7 +110,7 @@ def test_log_summary_equals_the_in_memory_summary(tmp_path: Path) -> None:
                                 "simulated", plan.spec.scale, expected)
         for key in ("published", "expected_deliveries", "delivered", "unexpected",
                     "duplicates", "missing", "ims_by_type", "ims_total", "srt_size",
-                    "prt_size"):
+                    "prt_size", "hops"):
             assert logged[key] == memory[key], key
         assert logged["duration_s"] == pytest.approx(memory["duration_s"], abs=1e-5)
         for kind in ("advertisement", "subscription", "notification"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import networkx as nx
@@ -19,13 +20,15 @@ from scot_cases import (
     small_workload,
 )
 
-from experiments.plan import compile_plan, overlay_edges
+from experiments.plan import compile_plan, overlay_edges, processing_model
+from experiments.reproduce import load_paper, paper_specs
 from experiments.spec import load_spec
 from nodes.cores import make_core, overlay_params
 from nodes.cores.interface import Arrived, Deliver, FromClient, Send
 from nodes.cores.octopia import OctopiaCore
 from nodes.messages import Message, MsgType
 from nodes.model import filter_from_json, overlaps
+from nodes.sim.processing import calibrated_service
 from nodes.sim.result import summarize
 from nodes.sim.settings import SimSettings
 from nodes.sim.simulator import simulate
@@ -151,6 +154,14 @@ def test_paper_scot_advertisements_on_m_brokers_subscriptions_in_their_cluster(
     assert (summary["missing"], summary["duplicates"]) == (0, 0)
     assert 1.0 < summary["delay_ms"]["advertisement"]["max"] < 1.1  # one 1 ms hop
     assert summary["delay_ms"]["subscription"]["mean"] > 2.0  # trees of 14 brokers
+    assert summary["hops"]["advertisement"] == {"mean": 1.0, "max": 1}
+    # A subscription's last broker is in its cluster's tree, or one CIB_SET beyond it,
+    # and each of its hops took a 1 ms link at least.
+    tree = overlay.subgraph(b for b in overlay if overlay.nodes[b]["cluster"] == 0)
+    assert 2 <= summary["hops"]["subscription"]["max"] <= nx.diameter(tree) + 1
+    result = paper_run["result"]
+    assert all(d >= h * 1e-3 for d, h in zip(result.delays_s["subscription"],
+                                            result.hops["subscription"], strict=True))
 
 
 # ---- the CIV protocol, message by message, on a 2 x 2 SCOT ---------------------------
@@ -245,7 +256,8 @@ def test_params_come_from_a_scot_and_are_checked() -> None:
 
 
 def _spec_summaries(name: str, *overrides: str) -> dict[str, dict[str, Any]]:
-    """Simulate a shipped spec (no logs) with both algorithms; summaries by algorithm."""
+    """Simulate a shipped spec (no logs, its processing model) with both algorithms;
+    summaries by algorithm."""
     plan = compile_plan(load_spec(name, list(overrides)))
     w = plan.workload
     assert w is not None
@@ -253,9 +265,31 @@ def _spec_summaries(name: str, *overrides: str) -> dict[str, dict[str, Any]]:
     return {a.name: summarize(simulate(plan.overlay, w, a.name,
                                        SimSettings(core_params=dict(a.params), derived=a.derived,
                                                    seed=plan.spec.seed, window_ms=plan.window_ms,
-                                                   log_messages=False)),
+                                                   log_messages=False,
+                                                   processing=plan.processing)),
                               expected)
             for a in plan.algorithms}
+
+
+def test_the_reproductions_brokers_take_the_calibrated_service_time() -> None:
+    """Every point `pubsublab reproduce octopia` simulates, at either scale, gives its
+    brokers the calibrated service time (the burst's overwhelmed broker 1/share of it),
+    and each experiment's conditions say so."""
+    paper = load_paper("octopia")
+    calibrated = calibrated_service()
+    for scale in ("full", "quick"):
+        points = paper_specs(paper["experiments"],
+                             {n: e[scale] for n, e in paper["experiments"].items()})
+        for name, runs in points.items():
+            for _, _, spec in runs:
+                model = processing_model(spec)
+                assert model is not None and model.service == calibrated, (name, scale)
+                assert not model.per_broker, name
+    for name, exp in paper["experiments"].items():
+        said = exp["conditions"]
+        if (other := re.match(r"as '([^']+)'", said)) is not None:  # another's, but ...
+            said = paper["experiments"][other[1]]["conditions"]
+        assert "calibrated" in said, name
 
 
 def test_shipped_publisher_spec_shows_the_papers_directions() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from experiments.runs.simulated import run_simulation
 from experiments.spec import SpecError, load_spec
 from nodes.messages import Message, MsgType
 from nodes.sim.processing import CALIBRATION_FILE, Processing, ServiceTime, calibrated_service
-from nodes.sim.result import SimResult
+from nodes.sim.result import SimResult, processing_figures
 from nodes.sim.settings import SimSettings
 from nodes.sim.simulator import simulate
 from nodes.workloads.ops import ClientOp, Workload
@@ -70,6 +71,30 @@ def test_one_message_takes_exactly_its_service_times(tmp_path: Path) -> None:
     # b1 logs the frame's recv when it starts handling it, as the emulated broker does.
     (recv,) = [r for r in _records(tmp_path / "b1.jsonl", "recv") if r["link"] == "b0"]
     assert recv["t_mono"] == round(0.5 + at_b0 + 1e-3, 6)
+
+
+def test_the_summary_holds_each_messages_wait_in_its_brokers_buffer() -> None:
+    """Two publications at b0 at once: the second waits for b0's first service (340 us);
+    at b1, which takes 1 ms a message, the second frame comes 340 us after the first and
+    waits the other 660 us. The subscription and the first of each pair wait nothing."""
+    proc = Processing(ServiceTime(base_us=300.0, per_match_us=40.0),
+                      per_broker={"b1": ServiceTime(1000.0)})
+    pub = [ClientOp(0.5, "p0", "b0", Message(MsgType.PUBLISH, i, "p0", 0, {"attrs": QUOTE}))
+           for i in (1, 2)]
+    subscribed = _stream(1.0, 0, sub_at="b1")
+    w = replace(subscribed, ops=(*subscribed.ops, *pub))
+    result = simulate(_chain(2), w, "flood",
+                      SimSettings(seed=0, processing=proc, log_messages=False))
+    _exactly_once(result, w)
+    assert sorted(result.wait_s) == pytest.approx([0, 0, 0, 340e-6, 660e-6], abs=1e-12)
+    figures = processing_figures(result)
+    assert figures is not None
+    assert figures["wait_ms"]["max"] == pytest.approx(0.66)
+    assert figures["wait_ms"]["mean"] == pytest.approx(0.2)
+    assert figures["busy_s"] == {"mean": pytest.approx((680e-6 + 3e-3) / 2),
+                                 "max": pytest.approx(3e-3), "busiest": "b1"}
+    assert processing_figures(simulate(_chain(2), w, "flood", SimSettings(
+        seed=0, log_messages=False))) is None  # no model
 
 
 def _overload(tmp_path: Path, rate_hz: float, *, buffer_msgs: int = 50,

@@ -355,6 +355,9 @@ def test_subscription_delay_is_the_last_arrival(tmp_path: Path) -> None:
     assert result.table_sizes == {"srt": [0, 0, 0], "prt": [0, 0, 0]}
     summary = summarize(result, {pub.key: frozenset()})
     assert summary["delay_ms"]["subscription"]["max"] == pytest.approx(7.0)
+    # b2, reached last, got it after two hops
+    assert result.hops == {"advertisement": [], "subscription": [2]}
+    assert summary["hops"] == {"advertisement": None, "subscription": {"mean": 2.0, "max": 2}}
     assert summary["delay_ms"]["notification"] is None
     (rec,) = [r for r in _read(tmp_path / "b1.jsonl") if r["ev"] == "record"]
     assert (rec["kind"], rec["n"], rec["t_mono"]) == ("seen", 1, 0.6)
@@ -408,6 +411,7 @@ def test_summary_counts_and_percentiles() -> None:
         deliveries={k1: ["s0", "s0", "s1"], k3: ["s2"], ("p2", 0): ["s0"]},  # not published
         ims_by_type={"SUBSCRIBE": 2, "PUBLISH": 5},
         delays_s={"notification": [0.004, 0.001, 0.002, 0.003]},
+        hops={"subscription": [3, 1, 1]},
         table_sizes={"srt": [1, 2, 6], "prt": []},
         duration_s=12.5,
     )
@@ -421,6 +425,8 @@ def test_summary_counts_and_percentiles() -> None:
     assert summary["delay_ms"]["notification"] == {"p50": 2.5, "p95": 3.85, "max": 4.0,
                                                    "mean": 2.5}
     assert summary["delay_ms"]["subscription"] is None
+    assert summary["hops"] == {"advertisement": None,
+                               "subscription": {"mean": pytest.approx(5 / 3), "max": 3}}
     assert delay_stats_ms([0.2]) == {"p50": 200.0, "p95": 200.0, "max": 200.0, "mean": 200.0}
     # The oracle's answer one publication at a time (as a long simulation gives it) counts
     # alike; a key given twice counts as the later, as in a mapping.
@@ -432,6 +438,7 @@ def test_summary_counts_and_percentiles() -> None:
             deliveries={k1: ["s0", "s0", "s1"], k3: ["s2"], ("p2", 0): ["s0"]},
             ims_by_type={"SUBSCRIBE": 2, "PUBLISH": 5},
             delays_s={"notification": [0.004, 0.001, 0.002, 0.003]},
+            hops={"subscription": [3, 1, 1]},
             table_sizes={"srt": [1, 2, 6], "prt": []}, duration_s=12.5)
         assert one_at_a_time == summary
 
@@ -482,3 +489,13 @@ def test_a_rate_change_applies_from_its_time_on(tmp_path: Path) -> None:
     assert arrivals("b0", "b1") == pytest.approx([1.2 + slow[4]], abs=2e-6)
     with pytest.raises(ValueError, match="not an overlay link"):
         simulate(g, _ops(ops), "flood", SimSettings(seed=0, link_changes=[(1.0, "b0", "b2", 0.1)]))
+
+
+def test_of_arrivals_at_one_instant_the_latest_is_the_one_of_more_hops() -> None:
+    """Both readers of an operation's arrivals (the simulator's and the logs') keep the
+    same one whatever order they meet ties in."""
+    latest = summary_module.latest_arrival
+    assert latest(None, 1.0, 3) == (1.0, 3)
+    assert latest((1.0, 3), 2.0, 1) == (2.0, 1)  # later wins, fewer hops or not
+    assert latest((1.0, 3), 0.5, 9) == (1.0, 3)
+    assert latest((1.0, 3), 1.0, 2) == latest(latest(None, 1.0, 2), 1.0, 3) == (1.0, 3)

@@ -49,7 +49,7 @@ from nodes.runfolder import (
 )
 from nodes.sim.checkpoint import Pause, Paused, StateRefused, check_state
 from nodes.sim.links import LinkModel
-from nodes.sim.result import SimResult, summarize
+from nodes.sim.result import SimResult, processing_figures, summarize
 from nodes.sim.settings import SimSettings
 from nodes.sim.simulator import resume, simulate
 from nodes.time_left import TimeLeft, duration_text, memory_text
@@ -181,6 +181,8 @@ def _simulate(plan: RunPlan, run_dir: Path, manifest: dict[str, Any], cost: RunC
             summary = summarize(result, expected, scale=plan.spec.scale)
             # The records log_extras reads from the logs, read from the result instead.
             summary.update(record_extras(final_records(result), plan))
+        if (processing := processing_figures(result)) is not None:
+            summary["processing"] = processing
         write_summary(out, summary)
         state.unlink(missing_ok=True)  # from here on a resume skips the algorithm
         summaries[alg.name] = summary

@@ -23,7 +23,9 @@ from nodes.metrics.summary import (
     Expected,
     OpKey,
     build_summary,
+    latest_arrival,
     propagation_delays,
+    propagation_hops,
 )
 from nodes.runfolder import log_path
 from nodes.workloads.ops import Workload
@@ -84,7 +86,8 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
 
     Advertisement and subscription delays follow :mod:`nodes.metrics.summary`: per client
     operation, the latest over brokers of its first inter-broker ``recv`` (of a message
-    type in :data:`~nodes.metrics.summary.CARRIES`), minus the client's ``send``. Matching
+    type in :data:`~nodes.metrics.summary.CARRIES`), minus the client's ``send``; their
+    ``hops``, that ``recv``'s. Matching
     delays are the brokers' ``matching_ms`` (on ``recv`` records of notifications).
     ``drops_by_reason`` counts the brokers' ``drop`` records by reason (every loss the
     brokers saw: ``queue_full``, ``link_down``, ``loss``, ...); ``backpressure_episodes``
@@ -109,12 +112,14 @@ def summarize_logs(out_dir: Path, broker_names: Iterable[str], workload: Workloa
         for r in iter_jsonl(log_path(out_dir, client), Ev.RECORD):
             if r.get("kind") == "log_limit" and r.get("state") == "final":
                 truncated[client] = r["skipped"]
+    reached_s = {key: t for key, (t, _) in brokers.reached.items()}
     delays = {"notification": got["delays_s"], "matching": brokers.matching_s,
-              **propagation_delays(got["sent_s"], brokers.reached_s)}
+              **propagation_delays(got["sent_s"], reached_s)}
+    hops = propagation_hops(got["sent_s"], {key: h for key, (_, h) in brokers.reached.items()})
     summary = build_summary(
         algorithm=algorithm, runtime=runtime, scale=scale, published=got["published"],
         expected=expected, deliveries=got["deliveries"],
-        ims_by_type=brokers.ims, delays_s=delays, table_sizes=brokers.tables,
+        ims_by_type=brokers.ims, delays_s=delays, hops=hops, table_sizes=brokers.tables,
         duration_s=got["span_s"])
     summary.update(drops_by_reason=dict(sorted(brokers.drops.items())),
                    backpressure_episodes=brokers.episodes, logs_truncated=truncated)
@@ -136,7 +141,8 @@ class _BrokerFigures:
 
     ims: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     tables: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    reached_s: dict[OpKey, float] = field(default_factory=dict)
+    # Per client operation: (time, hops) of its latest first arrival at a broker.
+    reached: dict[OpKey, tuple[float, int]] = field(default_factory=dict)
     matching_s: list[float] = field(default_factory=list)
     drops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     episodes: int = 0
@@ -159,7 +165,8 @@ class _BrokerFigures:
                 key = (CARRIES[r["type"]], r["origin"], r["msg_id"])
                 if key not in seen:  # a broker's log is in time order: this is the first
                     seen.add(key)
-                    self.reached_s[key] = max(self.reached_s.get(key, -math.inf), r["t_wall"])
+                    self.reached[key] = latest_arrival(self.reached.get(key), r["t_wall"],
+                                                       int(r.get("hops", 0)))
             elif r["ev"] == Ev.DROP:
                 self.drops[r.get("reason", "?")] += 1
             elif r["ev"] == Ev.RECORD and r.get("kind") == "tables":

@@ -36,6 +36,11 @@ kind, and per-broker routing-table sizes. Definitions:
     measured, never modelled: the emulated broker logs it as ``matching_ms`` on the
     message's ``recv`` record; the simulator times the same cores on its own machine and
     keeps the samples out of its logs (which must not depend on the machine);
+- ``hops``: per kind (``advertisement``, ``subscription``), ``mean`` and ``max`` over the
+  operations with a delay sample of the overlay hops the message that set the delay had
+  taken (its ``hops`` field when the last broker it reaches first has it; of arrivals at
+  the same instant, the most hops): how far the operation went, which its delay is made
+  of when a hop's link delay dominates; ``null`` for a kind without samples;
 - ``srt_size``/``prt_size``: mean and max over brokers (0 for cores without tables);
 - ``ims_by_type``/``ims_total``: inter-broker messages, counted when they leave a
   broker's output queue onto the wire (``send`` records; :mod:`nodes.hosting`), in both
@@ -126,6 +131,38 @@ def propagation_delays(
     return delays
 
 
+def propagation_hops(
+    sent_s: Mapping[OpKey, float], reached_hops: Mapping[OpKey, int]
+) -> dict[str, list[int]]:
+    """Per kind, the hops behind each sample of :func:`propagation_delays` (the same
+    operations, in key order): ``reached_hops`` holds, per client operation, the hops of
+    the arrival at the last broker it reached."""
+    hops: dict[str, list[int]] = {kind: [] for kind in PROPAGATED_KINDS.values()}
+    for key in sorted(reached_hops):
+        if key in sent_s:
+            hops[PROPAGATED_KINDS[key[0]]].append(reached_hops[key])
+    return hops
+
+
+def latest_arrival(reached: tuple[float, int] | None, t_s: float, hops: int
+                   ) -> tuple[float, int]:
+    """(time, hops) of an operation's latest first arrival at a broker so far, given the
+    latest before (``reached``, None at the first) and one more at ``t_s`` after ``hops``
+    hops: the later one; at the same instant, the one of more hops (so that both runtimes'
+    readers, whichever order they see a tie in, agree)."""
+    if reached is None or t_s > reached[0]:
+        return t_s, hops
+    if t_s == reached[0] and hops > reached[1]:
+        return t_s, hops
+    return reached
+
+
+def _hop_stats(values: Sequence[int]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"mean": round(sum(values) / len(values), 6), "max": max(values)}
+
+
 def _mean_max(values: Sequence[int]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "max": 0}
@@ -142,6 +179,7 @@ def build_summary(
     deliveries: Mapping[MsgKey, Sequence[str]],
     ims_by_type: Mapping[str, int],
     delays_s: Mapping[str, Sequence[float]],
+    hops: Mapping[str, Sequence[int]],
     table_sizes: Mapping[str, Sequence[int]],
     duration_s: float,
 ) -> dict[str, Any]:
@@ -186,5 +224,6 @@ def build_summary(
         "srt_size": _mean_max(table_sizes.get("srt", ())),
         "prt_size": _mean_max(table_sizes.get("prt", ())),
         "delay_ms": {kind: delay_stats_ms(delays_s.get(kind, ())) for kind in DELAY_KINDS},
+        "hops": {kind: _hop_stats(hops.get(kind, ())) for kind in PROPAGATED_KINDS.values()},
         "duration_s": round(duration_s, 6),
     }

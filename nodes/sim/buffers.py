@@ -8,6 +8,7 @@ engine's heap. It pickles with the simulation (a pause).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -35,15 +36,19 @@ class InputBuffers:
                 raise ValueError(f"processing names brokers not in the overlay: {strangers}")
             self.service_s = [processing.seconds(b) for b in brokers]
             self.buffer_msgs = processing.buffer_msgs
-        # Per broker: messages waiting to be handled, as (link, message, client) with
-        # link None for a client's operation; whether it is handling one; the frames of
-        # its window (in flight to it or in its buffer); its busy time (s). The queues
-        # exist with the model only (a deque costs 600 bytes, two per broker).
+        # Per broker: messages waiting to be handled, as ((link, message, client), the
+        # time it came in) with link None for a client's operation; whether it is
+        # handling one; the frames of its window (in flight to it or in its buffer); its
+        # busy time (s). The queues exist with the model only (a deque costs 600 bytes,
+        # two per broker). Per handled message, the seconds it waited in its buffer, as
+        # doubles (8 bytes a message).
         queues = len(brokers) if processing is not None else 0
-        self.inbuf: list[deque[tuple[int | None, Message, str]]] = [deque() for _ in range(queues)]
+        self.inbuf: list[deque[tuple[tuple[int | None, Message, str], float]]] = [
+            deque() for _ in range(queues)]
         self.serving = [False] * len(brokers)
         self.occupied = [0] * len(brokers)
         self.busy_s = [0.0] * len(brokers)
+        self.wait_s = array("d")
         # Frames a full window holds in their senders' output queues, per link, and per
         # receiving broker the links holding frames for it, served in turn.
         self.held: dict[int, deque[Message]] = {}
@@ -51,7 +56,7 @@ class InputBuffers:
 
     def take_in(self, bi: int, item: tuple[int | None, Message, str], t: float) -> None:
         """A message reaches broker ``bi``'s input buffer at ``t``."""
-        self.inbuf[bi].append(item)
+        self.inbuf[bi].append((item, t))
         if not self.serving[bi]:
             self.serve(bi, t)
 
@@ -63,7 +68,8 @@ class InputBuffers:
         if not buf:
             self.serving[bi] = False
             return
-        lid, msg, client = buf.popleft()
+        (lid, msg, client), t_in = buf.popleft()
+        self.wait_s.append(t - t_in)
         if lid is None:
             actions = sim.handle_op(bi, client, msg, t)
         else:

@@ -71,8 +71,9 @@ class Paused(Exception):
 
 
 # The version rises when what a state holds changes shape: v2 put the arrays out of band,
-# v3 the simulation's engine and models in objects (and modules) of their own.
-MAGIC = b"pubsublab paused state, HMAC-SHA256 signed, v3\n"
+# v3 the simulation's engine and models in objects (and modules) of their own, v4 the
+# hops of each operation's latest arrival and each buffered message's time in.
+MAGIC = b"pubsublab paused state, HMAC-SHA256 signed, v4\n"
 _TAG_BYTES = 32
 _LENGTH_BYTES = 8
 _HEAD_BYTES = len(MAGIC) + _TAG_BYTES + _LENGTH_BYTES  # then the pickle

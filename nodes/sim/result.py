@@ -1,14 +1,16 @@
 """What a simulated run produced (:class:`SimResult`) and its summary.json object
-(:func:`summarize`)."""
+(:func:`summarize`), with its ``processing`` block under the processing model
+(:func:`processing_figures`)."""
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.metrics.summary import Expected, build_summary
+from nodes.metrics.summary import Expected, build_summary, delay_stats_ms
 from nodes.sim.deliveries import Deliveries
 
 
@@ -45,8 +47,13 @@ class SimResult:
     # state up; a connection is two), and dials that failed (`link` state dial_failed).
     links_opened: int = 0
     dials_failed: int = 0
-    # Processing model only: each broker's time spent handling messages (s).
+    # Processing model only: each broker's time spent handling messages (s), and per
+    # message a broker handled, the time it waited in the broker's input buffer (s).
     busy_s: dict[str, float] = field(default_factory=dict)
+    wait_s: Sequence[float] = field(default_factory=lambda: array("d"), repr=False)
+    # Per kind (advertisement, subscription), the hops behind each propagation delay
+    # sample, in the samples' order (nodes.metrics.summary, ``hops``).
+    hops: dict[str, list[int]] = field(default_factory=dict)
     # Each live broker's end-of-run records (kind, fields), as its log ends with them
     # (:func:`nodes.hosting.final_records`); kept with or without logs.
     final: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict,
@@ -77,9 +84,26 @@ def summarize(
         deliveries=result.deliveries,
         ims_by_type=result.ims_by_type,
         delays_s={**result.delays_s, "matching": result.matching_s},
+        hops=result.hops,
         table_sizes=result.table_sizes,
         duration_s=result.span_s,
     )
     summary["events"] = result.events
     summary["lost"] = result.lost
     return summary
+
+
+def processing_figures(result: SimResult) -> dict[str, Any] | None:
+    """The summary's ``processing`` block of a run under the processing model (None
+    without it): ``wait_ms``, over the messages the brokers handled, the time each waited
+    in its broker's input buffer before the broker started on it (the queueing the model
+    adds; frames a full window holds back wait in their senders' output queues instead);
+    ``busy_s``, each broker's time spent handling messages, mean and max over the brokers,
+    and ``busiest``, the broker of the max."""
+    if not result.busy_s:
+        return None
+    busiest = max(sorted(result.busy_s), key=result.busy_s.__getitem__)
+    busy = result.busy_s.values()
+    return {"wait_ms": delay_stats_ms(result.wait_s),
+            "busy_s": {"mean": round(math.fsum(busy) / len(busy), 6),
+                       "max": round(result.busy_s[busiest], 6), "busiest": busiest}}

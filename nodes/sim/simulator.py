@@ -496,7 +496,7 @@ class Simulation:
             self.log(self.brokers[dst], Ev.RECV, t, link=src, **message_fields(msg))
         op_type = _CARRIES.get(msg.type)
         if op_type is not None:
-            self.tallies.reached((op_type, msg.origin, msg.msg_id), dst, t)
+            self.tallies.reached((op_type, msg.origin, msg.msg_id), dst, t, msg.hops)
         actions, took_s = handle_timed(self.cores[dst], Arrived(src, msg), t, msg.type)
         if took_s is not None:
             self.tallies.matching_s.append(took_s)
@@ -581,6 +581,7 @@ class Simulation:
             deliveries=tallies.deliveries,
             ims_by_type={t.name: n for t, n in sorted(self.net.ims.items())},
             delays_s=tallies.delays_s(),
+            hops=tallies.hops(),
             table_sizes=tables,
             record_counts=dict(sorted(tallies.records.items())),
             lost=self.net.lost,
@@ -591,6 +592,7 @@ class Simulation:
             matching_s=tallies.matching_s,
             busy_s=({b: round(s, 9) for b, s in zip(self.brokers, self.buffers.busy_s, strict=True)}
                     if self.processing is not None else {}),
+            wait_s=self.buffers.wait_s,
             span_s=tallies.span_s(),
             links_opened=self.conns.links_opened,
             dials_failed=self.conns.dials_failed,

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from nodes.messages import MsgType
-from nodes.metrics.summary import propagation_delays
+from nodes.metrics.summary import latest_arrival, propagation_delays, propagation_hops
 from nodes.sim.deliveries import Deliveries
 from nodes.sim.samples import SampleFile
 
@@ -33,31 +33,40 @@ class Tallies:
         self.matching_s = SampleFile()  # as SimResult.matching_s
         self.sent_at: dict[SentKey, float] = {}  # client operations' send times
         # Per advertisement/subscription: the brokers it has reached, and the time the
-        # latest of them was first reached.
+        # latest of them was first reached with the hops its copy had taken then
+        # (nodes.metrics.summary.latest_arrival).
         self.reached_by: dict[SentKey, set[int]] = {}
-        self.reached_at: dict[SentKey, float] = {}
+        self.reached_at: dict[SentKey, tuple[float, int]] = {}
         self.published = 0
         self.first_pub_s = math.inf
         self.last_delivery_s = -math.inf
 
-    def reached(self, key: SentKey, broker: int, t: float) -> None:
-        """The client message ``key`` reached ``broker`` (an index) at ``t``."""
+    def reached(self, key: SentKey, broker: int, t: float, hops: int) -> None:
+        """The client message ``key`` reached ``broker`` (an index) at ``t``, in a copy
+        that had taken ``hops`` overlay hops."""
         if key in self.sent_at:
             reached = self.reached_by.setdefault(key, set())
             if broker not in reached:  # later copies reach no new broker
                 reached.add(broker)
-                self.reached_at[key] = t
+                self.reached_at[key] = latest_arrival(self.reached_at.get(key), t, hops)
 
     def delays_s(self) -> dict[str, Sequence[float]]:
         """Delay samples per kind (s): one per delivery (``notification``), one per
         propagated advertisement and subscription."""
         return {
             "notification": self.notification_delays,
-            **propagation_delays(
-                {(t.name, o, i): s for (t, o, i), s in self.sent_at.items()},
-                {(t.name, o, i): s for (t, o, i), s in self.reached_at.items()},
-            ),
+            **propagation_delays(self._sent(), {(t.name, o, i): s for (t, o, i), (s, _)
+                                                in self.reached_at.items()}),
         }
+
+    def hops(self) -> dict[str, list[int]]:
+        """Per kind (advertisement, subscription), the hops behind each propagation delay
+        sample of :meth:`delays_s`, in the samples' order."""
+        return propagation_hops(self._sent(), {(t.name, o, i): h for (t, o, i), (_, h)
+                                               in self.reached_at.items()})
+
+    def _sent(self) -> dict[tuple[str, str, int], float]:
+        return {(t.name, o, i): s for (t, o, i), s in self.sent_at.items()}
 
     def span_s(self) -> float:
         """From the first publication's send to the last notification's delivery (s), 0

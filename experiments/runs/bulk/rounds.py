@@ -170,7 +170,7 @@ def round_summary(obs: Observation, plan: BulkPlan, algorithm: str, runtime: str
         expected=expected, deliveries=deliveries, ims_by_type=obs.ims_by_type,
         delays_s={"notification": [t - obs.start_s for t, sub, _ in obs.receipts
                                    if sub != victim]},
-        table_sizes={}, duration_s=delay_s or 0.0)
+        hops={}, table_sizes={}, duration_s=delay_s or 0.0)
     copies = {b: len(sent) / n_slices for b, sent in sorted(obs.data_sent.items())}
     source_ip = ips[plan.publisher]
     tree_fn: TreeFn = CORES[algorithm].factory.tree
