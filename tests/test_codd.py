@@ -326,6 +326,21 @@ def test_a_reorganization_moves_a_child_to_the_parent_that_already_gets_its_docu
     # a's next check notes the move's effect (share 1/2 before, 0 after) and when it was
     # done: after document 7, the last a had then
     assert p.nodes["a"].reorg.ratios == [[0.5, 0.0, 7]]
+    # a had asked again at document 7 and was moved before it received another, so the
+    # documents after the move are the whole period's: [before, after, after the move
+    # alone, when (s), not undone]; x, the new parent, got none it did not want either
+    # side of the move
+    assert p.nodes["a"].reorg.effects == [[0.5, 0.0, 0.0, pytest.approx(0.7), None]]
+    assert p.nodes["x"].reorg.adoptions == [[0.0, 0.0]]
+
+
+@pytest.mark.parametrize("ties, parent", [("smaller", "b"), ("larger", "a"), ("name", "a")])
+def test_max_overlap_nodes_subtree_tie_break_is_selectable(ties: str, parent: str) -> None:
+    p = Pump(["R", "a", "b", "c", "m"], fanout=2, join_ties=ties)
+    for n in "abc":  # c: under a (equal subtrees of one, the name)
+        p.join(n)
+    p.join("m")  # nothing published: a (two members) and b (one) tie on overlap
+    assert p.nodes["m"].parent == parent
 
 
 @pytest.mark.parametrize("delta_pct, granted", [(0.0, True), (60.0, False)])

@@ -68,6 +68,10 @@ TREE_PARAMS = (
     Param("fanout", "int", 6, "", "f: the most children a node (the root too) accepts; in "
           "the Siena emulation, the server tree's arity and the clients per server",
           minimum=1),
+    Param("join_ties", "str", "smaller", "", "max_overlap_node's tie-break at a full "
+          "node, after least new documents and most shared ones: the child of the smaller "
+          "subtree (smaller), of the larger (larger), or by name alone (name)",
+          choices=("smaller", "larger", "name")),
     Param("window_docs", "int", 10000, "", "W: documents kept in a node's statistics",
           minimum=1),
     Param("series_docs", "int", 100, "", "documents per bucket of a node's received and "
@@ -88,6 +92,14 @@ REORGANIZATION_PARAMS = (
     Param("delta_pct", "float", 0.0, "%", "the least improvement, as a share of the "
           "current cost, for which a move is granted (0: any strict improvement)",
           minimum=0),
+    Param("ask", "str", "periodic", "", "when a node asks (§4: 'periodically after a "
+          "configurable time-limit has passed, or ... on demand when the node detects an "
+          "increase'): every r documents at the threshold (periodic), or only when the "
+          "share also rose over the last period's (on_increase)",
+          choices=("periodic", "on_increase")),
+    Param("search_price", "str", "parent", "", "what the root's search prices a "
+          "candidate parent at: the documents new to it (parent), or new to it and to "
+          "each of its ancestors on the search path (path)", choices=("parent", "path")),
 )
 PARAMS = TREE_PARAMS + REORGANIZATION_PARAMS
 # The registry's variants (nodes.cores.CORES): what each fixes, and the params it takes.
@@ -151,6 +163,8 @@ class CoddCore:
         self._bit = self._bit_of[broker]
         self.fanout: int = params["fanout"]
         self.window_docs: int = params["window_docs"]
+        # max_overlap_node's subtree tie-break: +1 the smaller first, -1 the larger, 0 none
+        self._tie_sign = {"smaller": 1, "larger": -1, "name": 0}[params["join_ties"]]
         self.series_docs: int = params["series_docs"]
         # failures (docs/design/codd.md)
         self.heartbeat_s: float = params["heartbeat_s"]
@@ -449,7 +463,8 @@ class CoddCore:
         best: tuple[int, int, int, str] | None = None
         for c, ch in self.children.items():
             sent = ch.sent
-            key = (popcount(seen & ~sent), -popcount(seen & sent), len(ch.members), c)
+            key = (popcount(seen & ~sent), -popcount(seen & sent),
+                   self._tie_sign * len(ch.members), c)
             if best is None or key < best:
                 best = key
         assert best is not None  # fanout >= 1 and full
@@ -476,6 +491,8 @@ class CoddCore:
     def _on_addchild(self, link: str, p: Mapping[str, Any]) -> list[Action]:
         self._heard_child_s[link] = self._now_s
         self._lost.discard(link)
+        if p.get("purpose") == "reorganize":
+            self.reorg.adopted()
         return self._added(link, p)
 
     def _on_add_query(self, link: str, p: Mapping[str, Any]) -> list[Action]:
@@ -597,5 +614,7 @@ class CoddCore:
             "series": [[k, *v] for k, v in sorted(self.series.items())],
             "series_docs": self.series_docs, "requests": self.reorg.requests, "moves": self.moves,
             "rejoins": self.rejoins,
-            "ratios": self.reorg.ratios, "from_s": self.from_s if self.from_s < math.inf else None,
+            "ratios": self.reorg.ratios, "effects": self.reorg.effects,
+            "adoptions": self.reorg.adoptions,
+            "from_s": self.from_s if self.from_s < math.inf else None,
             "left_s": self.left_s if self.left_s < math.inf else None})]

@@ -38,6 +38,8 @@ class _Bfs:
     exclude: frozenset[str] = frozenset()
     frontier: list[str] = field(default_factory=list)
     replies: dict[str, tuple[int, bool, list[str]]] = field(default_factory=dict)
+    # the price of a searched node's ancestors on the search path (``search_price: path``)
+    above: dict[str, int] = field(default_factory=dict)
     best: str | None = None
     best_ov: float = math.inf
     queried: int = 0
@@ -53,15 +55,32 @@ class Reorganization:
         self.threshold = params["threshold_pct"] / 100
         self.cutoff: int = params["cutoff"]
         self.delta = params["delta_pct"] / 100
+        self.ask: str = params["ask"]
+        self.price: str = params["search_price"]
         # Documents received since the last check (those down the tree), and of them
         # (catch-ups too) the spurious ones: the period's share.
         self.since = self.spur_since = 0
         self.requests = 0
         self._request_share: float | None = None  # share when asked; a move pending
         self._granted_seq = -1  # the last document this node had when its move was done
+        self._grant_s = 0.0  # when it was done
         # [share before, share after, granted_seq] per move: the seq orders the moves of
         # all nodes in the run (Fig. 18's "reorganization events")
         self.ratios: list[list[float]] = []
+        # Per move whose requester was this node: [share before, share of the period the
+        # move fell in, share over that period's documents after the move (None: none
+        # came), the move's time (s), seconds until a later period's share was back at
+        # the share before (None: not before the end or the node's next move)]; the last
+        # one is watched until then.
+        self.effects: list[list[float | None]] = []
+        self._at_grant: tuple[int, int] | None = None  # (since, spur_since) at the move
+        self._watch: list[float | None] | None = None
+        # Per subtree a move brought here, at the new parent: [share over the last full
+        # period before it came (None: no check yet), share over the period's documents
+        # after it came (None: none came)].
+        self.adoptions: list[list[float | None]] = []
+        self._last_share: float | None = None
+        self._adopted: tuple[float | None, int, int] | None = None
         # the root
         self._batch: dict[str, dict[str, Any]] = {}
         self.bfs: _Bfs | None = None
@@ -73,13 +92,26 @@ class Reorganization:
         move when the spurious share reached the threshold."""
         core = self.core
         share = self.spur_since / self.since
-        self.since = self.spur_since = 0
+        if self._adopted is not None:
+            before, n0, s0 = self._adopted
+            self.adoptions.append([before, self._share_after(n0, s0)])
+            self._adopted = None
+        if self._watch is not None and share >= (self._watch[0] or 0):
+            self._watch[4] = core._now_s - (self._watch[3] or 0)  # drift undid the gain
+            self._watch = None
         if self._request_share is not None and self._request_share < 0:
             # the move happened
-            self.ratios.append([-self._request_share, share, self._granted_seq])
+            before = -self._request_share
+            self.ratios.append([before, share, self._granted_seq])
+            n0, s0 = self._at_grant or (0, 0)
+            self._watch = [before, share, self._share_after(n0, s0), self._grant_s, None]
+            self.effects.append(self._watch)
+        rose = self._last_share is None or share > self._last_share
+        self._last_share = share
+        self.since = self.spur_since = 0
         self._request_share = None
         if (not self.enabled or not core.children or core._leaving or share <= 0
-                or share < self.threshold):
+                or share < self.threshold or (self.ask == "on_increase" and not rose)):
             return []
         child = self._least_overlap()
         if child is None:
@@ -95,6 +127,19 @@ class Reorganization:
         if self._request_share is not None:
             self._request_share = -abs(self._request_share)
             self._granted_seq = self.core.last_seq
+            self._at_grant = (self.since, self.spur_since)
+            self._grant_s = self.core._now_s
+
+    def adopted(self) -> None:
+        """A move brought a subtree here (the new parent): the next check notes the
+        share of the documents that came after it."""
+        self._adopted = (self._last_share, self.since, self.spur_since)
+
+    def _share_after(self, since0: int, spur0: int) -> float | None:
+        """The spurious share of this period's documents after the counts were
+        ``since0`` and ``spur0`` (None: none came since)."""
+        got = self.since - since0
+        return (self.spur_since - spur0) / got if got > 0 else None
 
     def _least_overlap(self) -> str | None:
         """The child to move: of those whose move would lower this node's overhead (it
@@ -222,18 +267,24 @@ class Reorganization:
     def _bfs_decide_level(self) -> list[Action]:
         """Fig. 7 over one level, in queue order: a node with room is a candidate (not
         the current parent); a full one's children are searched when ``2 ov`` is below
-        the best overhead so far."""
+        the best overhead so far. ``ov`` is the documents new to the node
+        (``search_price: parent``) or to it and each ancestor on the search path
+        (``path``: "the spurious data that would be added to the system")."""
         core, changes = self.core, self.core.changes
         b = self.bfs
         assert b is not None
         nxt: list[str] = []
         for x in b.frontier:
             ov, spare, kids = b.replies[x]
+            if self.price == "path":
+                ov += b.above.get(x, 0)
             if spare:
                 if x != b.requester and ov < b.best_ov:
                     b.best, b.best_ov = x, ov
             elif 2 * ov < b.best_ov:
-                nxt += [k for k in kids if k not in b.exclude]
+                below = [k for k in kids if k not in b.exclude]
+                b.above.update(dict.fromkeys(below, ov))
+                nxt += below
         b.frontier = nxt
         if nxt:
             return self._bfs_level()

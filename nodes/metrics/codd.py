@@ -28,7 +28,16 @@ uses several denominators, readings 2.5 item 14):
   order they were done (by the last document the old parent had then), the share of them
   that lowered it (ratio below 1) over the first 40 % of the moves and over the later
   60 %, and the later's minus the first's in points (Fig. 18's "the latter 60% of the
-  reorganizations are quite successful", the earlier ratios fluctuating).
+  reorganizations are quite successful", the earlier ratios fluctuating);
+- ``reorganization.move_effects``, per granted move: the requester's spurious share
+  before (the period it asked in) and after, over the period the move fell in
+  (``after``, the ratio above) and over that period's documents after the move alone
+  (``after_moved``, the paper's "computed for the documents received after the node
+  has moved"), with the share of moves that lowered it so; the new parent's share over
+  its last period before the subtree came and over the documents after it came, and
+  the rise in points; the seconds until a later period's share of the requester was
+  back at the share before (``undone_s``: drift undid the gain), and how many moves
+  were undone so before the run's end or the requester's next move.
 """
 
 from __future__ import annotations
@@ -71,6 +80,26 @@ def _by_order(moves: Sequence[tuple[float, float]]) -> dict[str, float | None]:
     return {"successful_first_40_pct": first, "successful_later_60_pct": later,
             "successful_later_minus_first_pts": (later - first if None not in (first, later)
                                                  else None)}
+
+
+def _move_effects(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``move_effects`` figures of the module docstring."""
+    effects = [e for n in nodes for e in n.get("effects", [])]
+    adoptions = [a for n in nodes for a in n.get("adoptions", [])]
+    moved = [(e[0], e[2]) for e in effects if e[0] and e[2] is not None]
+    rise = [100 * (after - before) for before, after in adoptions
+            if None not in (before, after)]
+    undone = [e[4] for e in effects if e[4] is not None]
+    return {
+        "moves": len(effects),
+        "before": value_stats([e[0] for e in effects]),
+        "after": value_stats([e[1] for e in effects]),
+        "after_moved": value_stats([a for _, a in moved]),
+        "after_moved_below_before_pct": _successful_pct([a / b for b, a in moved]),
+        "new_parent_before": value_stats([a[0] for a in adoptions if a[0] is not None]),
+        "new_parent_after": value_stats([a[1] for a in adoptions if a[1] is not None]),
+        "new_parent_rise_pts": value_stats(rise),
+        "undone": len(undone), "undone_s": value_stats(undone)}
 
 
 def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | None
@@ -131,5 +160,6 @@ def codd_metrics(nodes: Sequence[Mapping[str, Any]], root: Mapping[str, Any] | N
                                          if d["outcome"] in ("granted", "refused")]),
             "rejoins": sum(n.get("rejoins", 0) for n in nodes),
             "ratio": value_stats(ratios), "ratios": ratios,
-            "ratio_below_1_pct": _successful_pct(ratios), **_by_order(moves)},
+            "ratio_below_1_pct": _successful_pct(ratios), **_by_order(moves),
+            "move_effects": _move_effects(nodes)},
     }
