@@ -136,6 +136,27 @@ def test_equally_balanced_cuts_alternate_so_events_meet_fewer_zones() -> None:
             for z in (((0.0, 0.0), (0.5, 1.0)), ((0.0, 0.0), (1.0, 0.5)))} == {1, 0}
 
 
+def test_the_split_rules_cut_where_they_say() -> None:
+    # One attribute: two subscriptions leave its start open (the corner every event's
+    # region holds), two start at 0.02 and 0.03. The most balanced cut parts the open
+    # ones from the rest, half way to the corner (0.01); balanced_separating takes the
+    # most balanced cut between two values subscriptions name (0.025), which parts the
+    # events between them; halving cuts the middle of the longest side.
+    z = can.whole(2)
+    points = [(0.0, 1.0), (0.0, 1.0), (0.02, 1.0), (0.03, 1.0)]
+    assert can.corner_cut(0, 0.0, 0.02) and can.corner_cut(1, 0.04, 1.0)
+    assert not can.corner_cut(0, 0.02, 0.03) and not can.corner_cut(1, 0.0, 0.04)
+    assert can.split_cut("balanced", z, points) == can.balanced_cut(z, points) == (0, 0.01)
+    assert can.split_cut("balanced_separating", z, points) == (0, 0.025)
+    assert can.split_cut("halving", z, points) == can.halving_cut(z) == (0, 0.5)
+    # Only corner cuts: the most balanced of them; no cut at all: halving, for each rule.
+    assert can.split_cut("balanced_separating", z, points[1:3]) == (0, 0.01)
+    for rule in can.SPLIT_RULES:
+        assert can.split_cut(rule, z, [(0.2, 0.7)] * 3) == (0, 0.5)
+    with pytest.raises(ValueError, match="split_rule"):
+        can.split_cut("even", z, points)
+
+
 def test_a_mirror_copy_goes_to_the_reflection_or_right_else_down_on_a_2d_space() -> None:
     """The paper's Fig. 8 on one attribute (x: the range's start, y: its end): a copy at
     the subscription's reflection; one whose reflection lies in its own zone moves right

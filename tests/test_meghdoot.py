@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -209,14 +210,15 @@ def random_workloads(draw: st.DrawFn) -> tuple[Workload, str]:
 @given(random_workloads(), st.sampled_from(["meghdoot", "can"]),
        st.sampled_from(["paper", "none"]), st.sampled_from([0.0, 0.1, 1.0]),
        st.sampled_from([("standout", 2.0), ("relative", 2.0), ("absolute", 1.0)]),
-       st.sampled_from(["periodic", "on_change"]))
+       st.sampled_from(["periodic", "on_change"]), st.sampled_from(can.SPLIT_RULES))
 def test_random_spaces_deliver_exactly_once_while_peers_join(
         case: tuple[Workload, str], join: str, dup_rule: str, load_period_s: float,
-        rule: tuple[str, float], report_rule: str) -> None:
+        rule: tuple[str, float], report_rule: str, split_rule: str) -> None:
     w, space = case
     result = run(w, {"space": space, "join": join, "dup_rule": dup_rule,
                      "load_period_s": load_period_s, "replicate_rule": rule[0],
-                     "kappa": rule[1], "report_rule": report_rule})
+                     "kappa": rule[1], "report_rule": report_rule,
+                     "split_rule": split_rule})
     assert_exactly_once(result, w)
 
 
@@ -300,6 +302,26 @@ def test_the_stock_workload_is_exact_with_splits_and_replicas_on_120_peers(order
         joins.update(p.join.by_mode)
     assert joins["split"] >= 10 and joins["replicate"] >= 10, joins  # both kinds happened
     assert sum(p.stuck for p in live) == 0
+
+
+def test_each_split_rule_keeps_the_can_whole_and_delivers_exactly_once_on_60_peers() -> None:
+    """The stock workload under each ``split_rule``: the invariants hold before every
+    join and at the end (:class:`CheckedPeer`), every delivery the oracle owes is made
+    once, and the rules build different CANs; halving's zones have sides of 2^-k."""
+    w = meghdoot_workload(peer_names(60), 600, 400, seed=2, join_probability=0.5,
+                          order="joins_with_events")
+    zones: dict[str, set[can.Zone]] = {}
+    for rule in can.SPLIT_RULES:
+        peers: list[CheckedPeer] = []
+        result = run(w, {"load_period_s": 1.0, "split_rule": rule}, peers)
+        assert assert_exactly_once(result, w) > 500, "workload too selective"
+        live = [p for p in peers if p.zone is not None]
+        assert len(live) == w.meta["n_peers"] == 60
+        assert sum(p.join.by_mode["split"] for p in live) >= 20
+        zones[rule] = {p.zone for p in live}
+    assert len({frozenset(zs) for zs in zones.values()}) == 3, "two rules built one CAN"
+    assert all(math.log2(hi - lo).is_integer() for z in zones["halving"]
+               for lo, hi in zip(*z, strict=True))
 
 
 def _joins_right_after_events(w: Workload, delay_s: float) -> Workload:

@@ -53,6 +53,10 @@ def _one_line_error(res: subprocess.CompletedProcess[str], fragment: str) -> str
      "routing.params.meghdoot.report_change: bad value 0; allowed: float > 0"),
     ("meghdoot-peers", "routing.params.heartbeat_periods=-1",
      "routing.params.meghdoot.heartbeat_periods: bad value -1; allowed: int >= 1"),
+    # where a split cuts
+    ("meghdoot-peers", "routing.params.split_rule=even",
+     "routing.params.meghdoot.split_rule: bad value 'even'; allowed: str in "
+     "{balanced, halving, balanced_separating}"),
     # "'float' object cannot be interpreted as an integer"
     ("demo", "workload.pubs_per_publisher=2.5",
      "workload.pubs_per_publisher: bad value 2.5; allowed: an integer"),

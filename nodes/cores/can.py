@@ -360,7 +360,21 @@ def halving_cut(z: Zone) -> tuple[int, float]:
     return dim, (z[0][dim] + z[1][dim]) / 2
 
 
-def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
+def corner_cut(dim: int, below: float, above: float) -> bool:
+    """Whether a cut between the subscription values ``below`` and ``above`` on ``dim``
+    parts the subscriptions at the corner every event's affected region holds (0 on a
+    start dimension, 1 on an end one: the attribute's range left open there) from the
+    rest. Such a cut lies half way across the gap between the corner and the nearest
+    value a subscription names: the half it bounds excludes only the events whose value
+    lies in that gap, and the other half holds subscriptions every event meets in that
+    plane, so it can never exclude one there. A cut between two values subscriptions
+    name parts events where the subscriptions themselves differ. ``split_rule:
+    balanced_separating`` leaves corner cuts out."""
+    return below == 0.0 if dim % 2 == 0 else above == 1.0
+
+
+def balanced_cut(z: Zone, points: Sequence[Point], *, separating: bool = False
+                 ) -> tuple[int, float] | None:
     """A cut that leaves half of ``points`` on either side (Meghdoot's split "so that the
     two partitions have even distribution of subscriptions"): of all cuts half way between
     two consecutive distinct values on one dimension, the most balanced; of equally
@@ -372,7 +386,10 @@ def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
     would slice the zones along the low dimension only, each slice reaching to the top
     of the high one, and an event would meet every slice below its symbol; taking the
     longer side alternates the two, as CAN's cyclic order of cuts does (sixteen such
-    zones: an event meets 3.8 of them on average, against 8.5 slices; tests/test_can.py)."""
+    zones: an event meets 3.8 of them on average, against 8.5 slices; tests/test_can.py).
+
+    With ``separating``, :func:`corner_cut` cuts are left out (``split_rule:
+    balanced_separating``)."""
     best: tuple[int, float, int, float] | None = None  # (imbalance, -side, dim, at)
     n = len(points)
     for dim in range(len(z[0])):
@@ -381,12 +398,33 @@ def balanced_cut(z: Zone, points: Sequence[Point]) -> tuple[int, float] | None:
         side = z[1][dim] - z[0][dim]
         for v, above in itertools.pairwise(distinct):
             at = (v + above) / 2
-            if not z[0][dim] < at < z[1][dim]:
+            if not z[0][dim] < at < z[1][dim] or (separating and corner_cut(dim, v, above)):
                 continue
             rank = (abs(n - 2 * bisect.bisect_right(values, v)), -side, dim, at)
             if best is None or rank < best:
                 best = rank
     return None if best is None else (best[2], best[3])
+
+
+SPLIT_RULES = ("balanced", "halving", "balanced_separating")
+
+
+def split_cut(rule: str, z: Zone, points: Sequence[Point]) -> tuple[int, float]:
+    """Where a Meghdoot join splits ``z``, whose subscriptions lie at ``points``
+    (``split_rule``, one of :data:`SPLIT_RULES`): ``balanced``, the most balanced cut
+    (:func:`balanced_cut`, the paper's "even distribution of subscriptions"); ``halving``,
+    CAN's geometric cut, always; ``balanced_separating``, the most balanced cut that is
+    not a :func:`corner_cut` (the paper's even distribution, cut only where it can part
+    the events as well as the subscriptions), else the most balanced. Each falls back to
+    :func:`halving_cut` when no cut divides the points."""
+    if rule not in SPLIT_RULES:
+        raise ValueError(f"split_rule: {rule!r} not in {SPLIT_RULES}")
+    cut = None
+    if rule == "balanced_separating":
+        cut = balanced_cut(z, points, separating=True)
+    if cut is None and rule != "halving":
+        cut = balanced_cut(z, points)
+    return cut if cut is not None else halving_cut(z)
 
 
 def zone_to_json(z: Zone) -> list[list[float]]:

@@ -15,7 +15,8 @@ copies (§4.3) in :mod:`nodes.cores.meghdoot_repair`. What a peer does, in short
   an event once (later copies: ``duplicates``).
 - **Join** (§4.2, ``join: meghdoot``): hill climbing to a loaded peer, which replicates its
   zone (``replicate_rule``: ``standout``, ``relative`` or ``absolute``, with ``kappa``) or
-  splits it so that both halves hold half its subscriptions; ``join: can`` is CAN's own.
+  splits it so that both halves hold half its subscriptions (``split_rule``); ``join:
+  can`` is CAN's own.
 - **Loads** (§4.2): reported to the neighbours, per zone or per peer (``load_reports``),
   with the ``loaded_list`` heaviest peers heard of: every ``load_period_s``, or with
   ``report_rule: on_change`` only when they changed, with a heartbeat
@@ -90,6 +91,11 @@ PARAMS = (
           "relative to theirs, so a zone storing none always replicates) or 'absolute' "
           "(propagation messages >= kappa x subscriptions)",
           choices=("standout", "relative", "absolute")),
+    Param("split_rule", "str", "balanced", "",
+          "where a split cuts a zone: 'balanced' (the cut halving its subscriptions most "
+          "evenly), 'halving' (CAN's middle of the longest side) or 'balanced_separating' "
+          "(the most balanced cut not parting open ranges from the rest, else balanced)",
+          choices=can.SPLIT_RULES),
     Param("kappa", "float", 2.0, "",
           "the factor of replicate_rule (2: set with the relative rule on Table 1's 100-peer "
           "row, 76 unique zones; see experiments/papers/meghdoot.yaml)",

@@ -3,7 +3,8 @@ the peer owns; the rules, and why the tables need more than the paper's joins, a
 :mod:`nodes.cores.meghdoot`'s docstring.
 
 At the peer a probe reaches: the hill climb on to its heaviest neighbour, or the choice
-to replicate its zone (``replicate_rule``) or split it, and the grant. At the newcomer:
+to replicate its zone (``replicate_rule``) or split it (where: ``split_rule``), and the
+grant. At the newcomer:
 the grant taken. At the co-replicas of a split zone: the split notice. At every peer of
 a zone that split or replicated, for ``relay_s``: the zone changes its neighbours tell
 it, passed on to the newcomer.
@@ -35,6 +36,7 @@ class JoinProtocol:
         self.core = core
         self.mode = params["join"]
         self.replicate_rule = params["replicate_rule"]
+        self.split_rule = params["split_rule"]
         self.kappa = float(params["kappa"])
         self.max_climb = int(params["max_climb"])
         self.relay_s = float(params["relay_s"])
@@ -76,11 +78,11 @@ class JoinProtocol:
         newcomer = str(msg.payload["newcomer"])
         if self.mode == "meghdoot" and self.loaded_by_events():
             return self._replicate(newcomer, msg.payload.get("climb", 0), now_s)
-        cut = None
+        cut = can.halving_cut(core.zone)
         if self.mode == "meghdoot":
-            cut = can.balanced_cut(core.zone, [s.point for s in core.subs.values()])
-        return self.split(newcomer, cut or can.halving_cut(core.zone),
-                           msg.payload.get("climb", 0), now_s)
+            cut = can.split_cut(self.split_rule, core.zone,
+                                [s.point for s in core.subs.values()])
+        return self.split(newcomer, cut, msg.payload.get("climb", 0), now_s)
 
     def loaded_by_events(self) -> bool:
         """Whether this peer is "loaded due to event propagation" (§4.2) rather than by
