@@ -52,6 +52,30 @@ def test_samples_read_back_in_order_from_memory_and_file() -> None:
     assert samples != _filled(values[:-1])
 
 
+def test_repeated_samples_are_the_same_as_appends_across_the_spill() -> None:
+    """``repeat(v, k)`` (one message's deliveries at one moment) holds what ``k`` appends
+    of ``v`` would, in order: runs ending short of, on and past a chunk's end, and one
+    longer than a chunk, so the file takes a tail longer than CHUNK_SAMPLES."""
+    rng = random.Random(3)
+    runs = [(rng.expovariate(50.0), k) for k in (1, 3, 1, 250)]
+    runs.append((0.25, CHUNK_SAMPLES - sum(k for _, k in runs)))  # ends on the boundary
+    runs += [(0.5, 1), (0.75, CHUNK_SAMPLES - 2), (1.5, 7)]  # one across it
+    runs += [(2.5, 2 * CHUNK_SAMPLES + 5), (3.5, 1)]  # longer than a chunk
+    runs += [(rng.expovariate(50.0), rng.randrange(1, 400)) for _ in range(200)]
+    repeated = SampleFile()
+    for value, count in runs:
+        repeated.repeat(value, count)
+    values = [value for value, count in runs for _ in range(count)]
+    assert len(values) > 4 * CHUNK_SAMPLES
+    appended = _filled(values)
+    assert len(repeated) == len(values)
+    assert repeated == appended
+    assert list(repeated) == values
+    assert np.asarray(repeated).tolist() == values
+    assert list(pickle.loads(pickle.dumps(repeated))) == values
+    assert delay_stats_ms(repeated) == delay_stats_ms(appended)
+
+
 def test_delay_figures_from_the_file_are_the_arrays_to_the_last_digit() -> None:
     rng = random.Random(2)
     values = [rng.lognormvariate(-4.0, 1.0) for _ in range(150_000)]  # numpy's path

@@ -630,7 +630,6 @@ class MeghdootCore:
         assert self.zone is not None
         attrs = msg.payload["attrs"]
         publication = _publication(msg.payload)
-        pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, publication)
         by_peer: dict[str, list[str]] = {}
         subs = self.subs
         for sub_key in self._index.match(attrs):
@@ -640,6 +639,11 @@ class MeghdootCore:
         for peer in sorted(by_peer):
             clients = sorted(set(by_peer[peer]))
             if peer == self.broker:
+                # Made here, not for every copy: few copies match a subscriber of this
+                # peer's own (meghdoot-peers: 776 of 241,306 at 100 peers, 362 of 417,887
+                # at 300; the others' peers get a NOTIFY). sorted(by_peer) names this
+                # peer once, so its deliveries still share one message.
+                pub = Message(MsgType.PUBLISH, msg.msg_id, msg.origin, msg.hops, publication)
                 out += self._notify(key, clients, pub, now_s)
             else:
                 self.notifications += 1

@@ -28,6 +28,12 @@ class Deliveries(Mapping[MsgKey, list[str]]):
         """The number :meth:`of`'s array holds for ``client`` (a workload's client)."""
         return self._numbers[client]
 
+    @property
+    def numbers(self) -> Mapping[str, int]:
+        """Each workload client's :meth:`number` (read only): the simulator looks one up
+        a delivery, and a subscript costs less than a call."""
+        return self._numbers
+
     def of(self, key: MsgKey) -> array:
         """The client numbers notification ``key`` reached so far, to append to."""
         got = self._by_key.get(key)

@@ -23,8 +23,9 @@ _BYTES = array("d").itemsize
 
 
 class SampleFile:
-    """Doubles appended in order (:meth:`append`), read back in order: ``len``,
-    iteration, and ``numpy.asarray`` (a new array of them all)."""
+    """Doubles appended in order (:meth:`append`, or :meth:`repeat` for a run of one
+    value), read back in order: ``len``, iteration, and ``numpy.asarray`` (a new array
+    of them all)."""
 
     def __init__(self) -> None:
         self._tail = array("d")
@@ -34,6 +35,13 @@ class SampleFile:
     def append(self, value: float) -> None:
         tail = self._tail
         tail.append(value)
+        if len(tail) >= CHUNK_SAMPLES:
+            self._spill()
+
+    def repeat(self, value: float, count: int) -> None:
+        """``value`` appended ``count`` times (a message's deliveries at one moment)."""
+        tail = self._tail
+        tail.extend(array("d", (value,)) * count)
         if len(tail) >= CHUNK_SAMPLES:
             self._spill()
 

@@ -515,8 +515,14 @@ class Simulation:
         last: Message | None = None
         tallies = self.tallies
         deliveries = tallies.deliveries
+        numbers = deliveries.numbers
+        clients = self.clients_of[bi]
         got = array("i")
         sent: float | None = None
+        # Every delivery of one message here has the same delay (now - sent): counted,
+        # and taken as a run of samples when the message changes or the actions end
+        # (one call a message rather than one a delivery; the samples' order is the same).
+        delayed = 0
         for action in actions:
             cls = type(action)
             if cls is Send:
@@ -529,17 +535,20 @@ class Simulation:
                     net.enqueue(bi, lid, action.msg, now)
             elif cls is Deliver:
                 client = action.client
-                if client not in self.clients_of[bi]:
+                if client not in clients:
                     raise bad_action(broker, action, local_client=False)
                 msg = action.msg
                 if msg is not last:
+                    if delayed:
+                        tallies.notification_delays.repeat(now - sent, delayed)
+                        delayed = 0
                     last = msg
                     got = deliveries.of(msg.key)
                     sent = tallies.sent_at.get((MsgType.PUBLISH, msg.origin, msg.msg_id))
                     tallies.last_delivery_s = now
-                got.append(deliveries.number(client))
+                got.append(numbers[client])
                 if sent is not None:
-                    tallies.notification_delays.append(now - sent)
+                    delayed += 1
                 if log is not None:
                     t_pub = msg.payload.get("t_pub")
                     fields = message_fields(msg)
@@ -558,6 +567,8 @@ class Simulation:
                 self.conns.disconnect(bi, action.link, now)
             else:
                 raise bad_action(broker, action)
+        if delayed:
+            tallies.notification_delays.repeat(now - sent, delayed)
 
     def _result(self, events: int, end_s: float) -> SimResult:
         tables: dict[str, list[int]] = {kind: [] for kind in TABLE_KINDS}
