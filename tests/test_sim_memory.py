@@ -100,9 +100,9 @@ def test_deliveries_read_as_lists_of_names_and_hold_4_bytes_each() -> None:
     clients = [f"s{i}" for i in range(1000)]
     got = Deliveries(clients)
     for i in range(3):
-        got.of(("p", 1)).append(got.number(f"s{i}"))
-    got.of(("p", 2)).append(got.number("s7"))
-    got.of(("p", 2)).append(got.number("s7"))  # a duplicate stays visible
+        got.of(("p", 1)).append(got.numbers[f"s{i}"])
+    got.of(("p", 2)).append(got.numbers["s7"])
+    got.of(("p", 2)).append(got.numbers["s7"])  # a duplicate stays visible
     assert got == {("p", 1): ["s0", "s1", "s2"], ("p", 2): ["s7", "s7"]}
     assert got.total() == 5 and len(got) == 2
     tracemalloc.start()
@@ -111,7 +111,7 @@ def test_deliveries_read_as_lists_of_names_and_hold_4_bytes_each() -> None:
         for k in range(100):
             into = many.of(("p", k))
             for i in range(10_000):
-                into.append(many.number(clients[i % 1000]))
+                into.append(many.numbers[clients[i % 1000]])
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -17,21 +17,17 @@ from nodes.metrics.summary import MsgKey
 
 class Deliveries(Mapping[MsgKey, list[str]]):
     """Per notification, the names of the clients it reached in delivery order (a
-    read-only mapping; the simulator appends with :meth:`of` and :meth:`number`)."""
+    read-only mapping; the simulator appends with :meth:`of` and :attr:`numbers`)."""
 
     def __init__(self, clients: Iterable[str]) -> None:
         self._names = sorted(clients)
         self._numbers = {c: i for i, c in enumerate(self._names)}
         self._by_key: dict[MsgKey, array] = {}
 
-    def number(self, client: str) -> int:
-        """The number :meth:`of`'s array holds for ``client`` (a workload's client)."""
-        return self._numbers[client]
-
     @property
     def numbers(self) -> Mapping[str, int]:
-        """Each workload client's :meth:`number` (read only): the simulator looks one up
-        a delivery, and a subscript costs less than a call."""
+        """The number :meth:`of`'s arrays hold for each workload client (read only; a
+        mapping, not a method, since the simulator looks one up a delivery)."""
         return self._numbers
 
     def of(self, key: MsgKey) -> array:
